@@ -1,0 +1,159 @@
+// Package autograd is reverse-mode differentiation over tensor ops. A Tape
+// records each op of a forward pass with a closure that maps the gradient of
+// its output to the gradients of its inputs; Backward replays them in reverse.
+package autograd
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/tensor"
+)
+
+// Var is a tensor in a computation: a parameter, a constant input, or an
+// op's result.
+type Var struct {
+	Value *tensor.Tensor
+	// Grad is the accumulated gradient, in Value's dtype; nil until a
+	// backward pass reaches this Var (and after the optimizer clears it).
+	Grad         *tensor.Tensor
+	requiresGrad bool
+}
+
+// Param returns a leaf whose gradient is accumulated.
+func Param(t *tensor.Tensor) *Var { return &Var{Value: t, requiresGrad: true} }
+
+// Const returns a leaf that needs no gradient (inputs, targets).
+func Const(t *tensor.Tensor) *Var { return &Var{Value: t} }
+
+// RequiresGrad reports whether gradients flow to v.
+func (v *Var) RequiresGrad() bool { return v.requiresGrad }
+
+// Op names an operation for autocasting decisions.
+type Op string
+
+const (
+	OpLinear       Op = "linear"
+	OpMatMul       Op = "matmul"
+	OpConv2d       Op = "conv2d"
+	OpLayerNorm    Op = "layer_norm"
+	OpSoftmax      Op = "softmax"
+	OpCrossEntropy Op = "cross_entropy"
+	OpAdd          Op = "add"
+	OpMul          Op = "mul"
+	OpGELU         Op = "gelu"
+	OpReLU         Op = "relu"
+	OpMaskedFill   Op = "masked_fill"
+	OpEmbedding    Op = "embedding"
+)
+
+// A Caster decides the dtype an op's floating inputs are cast to before it
+// runs, as autocast does; returning the input's own dtype leaves it alone.
+type Caster interface {
+	CastInput(op Op, in dtype.DType) dtype.DType
+}
+
+// Tape records one forward pass. Its zero value records ops and casts
+// nothing.
+type Tape struct {
+	// Caster, if set, casts op inputs (autocast); nil runs every op in the
+	// dtype of its inputs, promoting mixed inputs to the wider one.
+	Caster Caster
+	// NoGrad stops recording (inference, evaluation).
+	NoGrad bool
+	nodes  []node
+}
+
+type node struct {
+	out      *Var
+	backward func(dy *tensor.Tensor)
+}
+
+// record creates the Var for an op's result and, if any input needs a
+// gradient, remembers how to propagate it.
+func (tp *Tape) record(value *tensor.Tensor, backward func(dy *tensor.Tensor), inputs ...*Var) *Var {
+	out := &Var{Value: value}
+	if tp.NoGrad {
+		return out
+	}
+	for _, in := range inputs {
+		if in != nil && in.requiresGrad {
+			out.requiresGrad = true
+			tp.nodes = append(tp.nodes, node{out: out, backward: backward})
+			break
+		}
+	}
+	return out
+}
+
+// accumulate adds g to v's gradient, cast to v's dtype as PyTorch's engine
+// casts a gradient to the dtype of the tensor it belongs to.
+func accumulate(v *Var, g *tensor.Tensor) {
+	if v == nil || !v.requiresGrad {
+		return
+	}
+	g = g.To(v.Value.DType())
+	if v.Grad == nil {
+		v.Grad = g
+		return
+	}
+	v.Grad = tensor.Add(v.Grad, g)
+}
+
+// ErrNotScalar is returned by Backward for a loss with more than one element.
+var ErrNotScalar = errors.New("autograd: backward needs a scalar loss")
+
+// Backward computes d loss / d v for every recorded v that needs it,
+// seeding with 1, accumulates into the leaves' Grad, and clears the tape.
+func (tp *Tape) Backward(loss *Var) error {
+	return tp.BackwardScaled(loss, 1)
+}
+
+// BackwardScaled is Backward seeded with scale instead of 1 (loss scaling).
+func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
+	defer tp.Reset()
+	if loss.Value.Len() != 1 {
+		return fmt.Errorf("%w: shape %v", ErrNotScalar, loss.Value.Shape())
+	}
+	if !loss.requiresGrad {
+		return errors.New("autograd: the loss does not depend on any parameter")
+	}
+	loss.Grad = tensor.Scalar(loss.Value.DType(), scale).Reshape(loss.Value.Shape()...)
+	for i := len(tp.nodes) - 1; i >= 0; i-- {
+		n := tp.nodes[i]
+		if n.out.Grad != nil {
+			n.backward(n.out.Grad)
+			n.out.Grad = nil // intermediate gradients are not kept
+		}
+	}
+	return nil
+}
+
+// Reset forgets the recorded ops without running them.
+func (tp *Tape) Reset() {
+	clear(tp.nodes)
+	tp.nodes = tp.nodes[:0]
+}
+
+// autocast returns x cast for op by the Caster, recording the cast so the
+// gradient flows back in x's dtype.
+func (tp *Tape) autocast(op Op, x *Var) *Var {
+	if tp.Caster == nil || x == nil {
+		return x
+	}
+	in := x.Value.DType()
+	if !in.IsFloat() {
+		return x
+	}
+	return tp.Cast(x, tp.Caster.CastInput(op, in))
+}
+
+// Cast returns x converted to dt (rounding to nearest even); its gradient
+// is converted back to x's dtype.
+func (tp *Tape) Cast(x *Var, dt dtype.DType) *Var {
+	if x.Value.DType() == dt {
+		return x
+	}
+	return tp.record(x.Value.To(dt), func(dy *tensor.Tensor) { accumulate(x, dy) }, x)
+}

@@ -1,0 +1,37 @@
+package models
+
+import (
+	"math/rand/v2"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
+)
+
+// CNN classifies 1×12×12 images into 10 classes:
+// conv1 → ReLU → conv2 (stride 2) → ReLU → flatten (C, H, W) → head.
+type CNN struct {
+	Conv1 *nn.Conv2d // 1 -> 8, 3×3, pad 1
+	Conv2 *nn.Conv2d // 8 -> 16, 3×3, stride 2, pad 1
+	Head  *nn.Linear // 16·6·6 = 576 -> 10
+}
+
+func NewCNN(rng *rand.Rand) *CNN {
+	return &CNN{
+		Conv1: nn.NewConv2d(rng, 1, 8, 3, 1, 1),
+		Conv2: nn.NewConv2d(rng, 8, 16, 3, 2, 1),
+		Head:  nn.NewLinear(rng, 576, 10, true),
+	}
+}
+
+func (m *CNN) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+	x := autograd.Const(b.X)            // (B, 1, 12, 12)
+	x = tp.ReLU(m.Conv1.Forward(tp, x)) // (B, 8, 12, 12)
+	x = tp.ReLU(m.Conv2.Forward(tp, x)) // (B, 16, 6, 6)
+	x = tp.Reshape(x, b.X.Dim(0), -1)   // (B, 576)
+	return m.Head.Forward(tp, x), nil   // (B, 10)
+}
+
+func (m *CNN) Params() []nn.Param { return nil }
+func (m *CNN) Children() []nn.Child {
+	return []nn.Child{{Name: "conv1", Module: m.Conv1}, {Name: "conv2", Module: m.Conv2}, {Name: "head", Module: m.Head}}
+}

@@ -1,0 +1,105 @@
+package models
+
+import (
+	"math/rand/v2"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
+)
+
+// B = batch size, T = sequence length, C = width, V = vocabulary size.
+
+// GPTConfig sizes a GPT.
+type GPTConfig struct {
+	Vocab   int // 48
+	Context int // 16: the longest sequence
+	Width   int // 32
+	Heads   int // 2
+	Layers  int // 2
+}
+
+// GPT is a pre-norm transformer language model:
+// tok + pos → blocks → ln_f → head (no bias).
+type GPT struct {
+	Tok    *nn.Embedding // (V, C)
+	Pos    *nn.Embedding // (Context, C)
+	Blocks nn.List[*Block]
+	LnF    *nn.LayerNorm
+	Head   *nn.Linear // C -> V
+}
+
+func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
+	g := &GPT{
+		Tok:  nn.NewEmbedding(rng, cfg.Vocab, cfg.Width),
+		Pos:  nn.NewEmbedding(rng, cfg.Context, cfg.Width),
+		LnF:  nn.NewLayerNorm(cfg.Width),
+		Head: nn.NewLinear(rng, cfg.Width, cfg.Vocab, false),
+	}
+	for range cfg.Layers {
+		g.Blocks = append(g.Blocks, NewBlock(rng, cfg.Width, cfg.Heads))
+	}
+	return g
+}
+
+func (g *GPT) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+	bs, t := b.Shape[0], b.Shape[1]
+	tok, err := g.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)
+	if err != nil {
+		return nil, err
+	}
+	pos, err := g.Pos.Forward(tp, positions(t), t) // (T, C)
+	if err != nil {
+		return nil, err
+	}
+	x := tp.AddBroadcast(tok, pos, 1) // (B, T, C)
+	for _, blk := range g.Blocks {
+		x = blk.Forward(tp, x)
+	}
+	x = g.LnF.Forward(tp, x)
+	logits := g.Head.Forward(tp, x)          // (B, T, V)
+	return tp.Reshape(logits, bs*t, -1), nil // (B·T, V)
+}
+
+func positions(t int) []int {
+	p := make([]int, t)
+	for i := range p {
+		p[i] = i
+	}
+	return p
+}
+
+func (g *GPT) Params() []nn.Param { return nil }
+func (g *GPT) Children() []nn.Child {
+	return []nn.Child{{Name: "tok", Module: g.Tok}, {Name: "pos", Module: g.Pos}, {Name: "blocks", Module: g.Blocks}, {Name: "ln_f", Module: g.LnF}, {Name: "head", Module: g.Head}}
+}
+
+// Block is x = x + proj(attn(ln1(x))); x = x + out(GELU(fc(ln2(x)))).
+type Block struct {
+	Ln1  *nn.LayerNorm
+	Attn *nn.CausalSelfAttention // its qkv and proj sit at the block's level
+	Ln2  *nn.LayerNorm
+	FC   *nn.Linear // C -> 4C
+	Out  *nn.Linear // 4C -> C
+}
+
+func NewBlock(rng *rand.Rand, width, heads int) *Block {
+	return &Block{
+		Ln1:  nn.NewLayerNorm(width),
+		Attn: nn.NewCausalSelfAttention(rng, width, heads),
+		Ln2:  nn.NewLayerNorm(width),
+		FC:   nn.NewLinear(rng, width, 4*width, true),
+		Out:  nn.NewLinear(rng, 4*width, width, true),
+	}
+}
+
+func (b *Block) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x = tp.Add(x, b.Attn.Forward(tp, b.Ln1.Forward(tp, x)))                           // (B, T, C)
+	x = tp.Add(x, b.Out.Forward(tp, tp.GELU(b.FC.Forward(tp, b.Ln2.Forward(tp, x))))) // (B, T, C)
+	return x
+}
+
+func (b *Block) Params() []nn.Param { return nil }
+func (b *Block) Children() []nn.Child {
+	return append(append([]nn.Child{{Name: "ln1", Module: b.Ln1}}, b.Attn.Children()...),
+		nn.Child{Name: "ln2", Module: b.Ln2}, nn.Child{Name: "fc", Module: b.FC}, nn.Child{Name: "out", Module: b.Out})
+}

@@ -1,0 +1,38 @@
+package models
+
+import (
+	"math/rand/v2"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
+)
+
+// MLP is fc1 → GELU → fc2 → norm → GELU → head over 32 features, 10 classes.
+type MLP struct {
+	FC1  *nn.Linear    // 32 -> 64
+	FC2  *nn.Linear    // 64 -> 64
+	Norm *nn.LayerNorm // 64
+	Head *nn.Linear    // 64 -> 10
+}
+
+func NewMLP(rng *rand.Rand) *MLP {
+	return &MLP{
+		FC1:  nn.NewLinear(rng, 32, 64, true),
+		FC2:  nn.NewLinear(rng, 64, 64, true),
+		Norm: nn.NewLayerNorm(64),
+		Head: nn.NewLinear(rng, 64, 10, true),
+	}
+}
+
+func (m *MLP) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+	x := autograd.Const(b.X)          // (B, 32)
+	x = tp.GELU(m.FC1.Forward(tp, x)) // (B, 64)
+	x = m.Norm.Forward(tp, m.FC2.Forward(tp, x))
+	x = tp.GELU(x)
+	return m.Head.Forward(tp, x), nil // (B, 10)
+}
+
+func (m *MLP) Params() []nn.Param { return nil }
+func (m *MLP) Children() []nn.Child {
+	return []nn.Child{{Name: "fc1", Module: m.FC1}, {Name: "fc2", Module: m.FC2}, {Name: "norm", Module: m.Norm}, {Name: "head", Module: m.Head}}
+}

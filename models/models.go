@@ -1,0 +1,58 @@
+// Package models holds weft's reference models, written like nanoGPT: one
+// type per concept, each line of a forward pass one visible op.
+package models
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// Batch is one step's input: either a float tensor X (images, features) or
+// token ids laid out as Shape, plus one class target per output row.
+type Batch struct {
+	X       *tensor.Tensor // mlp [B, 32], cnn [B, 1, 12, 12]; nil for gpt
+	Tokens  []int          // gpt input ids, Shape [B, T]
+	Shape   []int
+	Targets []int // one per logits row
+}
+
+// Model is a classifier over a batch: Forward returns logits [rows, classes]
+// whose rows line up with Batch.Targets.
+type Model interface {
+	nn.Module
+	Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error)
+}
+
+// constructors builds each reference model with PyTorch's default init.
+var constructors = map[string]func(rng *rand.Rand) Model{
+	"mlp": func(rng *rand.Rand) Model { return NewMLP(rng) },
+	"cnn": func(rng *rand.Rand) Model { return NewCNN(rng) },
+	"gpt": func(rng *rand.Rand) Model {
+		return NewGPT(rng, GPTConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, Layers: 2})
+	},
+}
+
+// Names lists the reference models.
+func Names() []string {
+	names := make([]string, 0, len(constructors))
+	for n := range constructors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New builds the reference model called name, initialised from seed.
+func New(name string, seed uint64) (Model, error) {
+	c, ok := constructors[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown model %q (accepted: %s)", name, strings.Join(Names(), ", "))
+	}
+	return c(rand.New(rand.NewPCG(seed, 0))), nil
+}

@@ -1,0 +1,48 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/weftml/weft/autograd"
+)
+
+// CausalSelfAttention is multi-head attention in which position t attends
+// to positions ≤ t, written out op by op as nanoGPT's slow path does (so
+// every rounding point matches PyTorch's).
+//
+// B = batch, T = sequence length, C = embedding width, nh = heads, hs = C/nh.
+type CausalSelfAttention struct {
+	QKV   *Linear // C -> 3C, split into q, k, v in that order
+	Proj  *Linear // C -> C
+	Heads int     // 2
+}
+
+func NewCausalSelfAttention(rng *rand.Rand, width, heads int) *CausalSelfAttention {
+	return &CausalSelfAttention{QKV: NewLinear(rng, width, 3*width, true), Proj: NewLinear(rng, width, width, true), Heads: heads}
+}
+
+func (a *CausalSelfAttention) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	shape := x.Value.Shape()
+	b, t, c := shape[0], shape[1], shape[2]
+	hs := c / a.Heads
+	qkv := a.QKV.Forward(tp, x) // (B, T, 3C)
+	head := func(i int) *autograd.Var {
+		part := tp.Reshape(tp.Narrow(qkv, i*c, c), b, t, a.Heads, hs) // (B, T, nh, hs)
+		return tp.Permute(part, 0, 2, 1, 3)                           // (B, nh, T, hs)
+	}
+	q, k, v := head(0), head(1), head(2)
+	att := tp.Scale(tp.MatMul(q, k, true), 1/math.Sqrt(float64(hs))) // (B, nh, T, T)
+	att = tp.Softmax(tp.CausalMask(att))
+	y := tp.MatMul(att, v, false)                      // (B, nh, T, hs)
+	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), b, t, c) // (B, T, C)
+	return a.Proj.Forward(tp, y)
+}
+
+func (a *CausalSelfAttention) Params() []Param { return nil }
+
+// Children names the projections "qkv" and "proj"; a block that keeps them
+// at its own level (as the reference gpt does) lists these as its children.
+func (a *CausalSelfAttention) Children() []Child {
+	return []Child{{Name: "qkv", Module: a.QKV}, {Name: "proj", Module: a.Proj}}
+}

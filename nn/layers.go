@@ -1,0 +1,137 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/tensor"
+)
+
+// Linear is y = x·Wᵀ + b with W [out, in].
+type Linear struct {
+	Weight *autograd.Var // [out, in]
+	Bias   *autograd.Var // [out], nil when built without bias
+}
+
+// NewLinear initialises W and b uniformly in ±1/sqrt(in), as PyTorch does.
+func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {
+	bound := 1 / math.Sqrt(float64(in))
+	l := &Linear{Weight: uniform(rng, bound, out, in)}
+	if bias {
+		l.Bias = uniform(rng, bound, out)
+	}
+	return l
+}
+
+func (l *Linear) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	return tp.Linear(x, l.Weight, l.Bias)
+}
+
+func (l *Linear) Params() []Param {
+	return params(Param{Name: "weight", Var: l.Weight}, Param{Name: "bias", Var: l.Bias})
+}
+func (l *Linear) Children() []Child { return nil }
+
+// Embedding maps token ids to rows of Weight [num, dim].
+type Embedding struct {
+	Weight *autograd.Var
+}
+
+// NewEmbedding initialises the table from N(0, 1), as PyTorch does.
+func NewEmbedding(rng *rand.Rand, num, dim int) *Embedding {
+	vals := make([]float32, num*dim)
+	for i := range vals {
+		vals[i] = float32(rng.NormFloat64())
+	}
+	return &Embedding{Weight: autograd.Param(tensor.FromFloat32(vals, num, dim))}
+}
+
+// Forward looks up ids, laid out with the given shape; the result is append(shape, dim).
+func (e *Embedding) Forward(tp *autograd.Tape, ids []int, shape ...int) (*autograd.Var, error) {
+	return tp.Embedding(e.Weight, ids, shape...)
+}
+
+func (e *Embedding) Params() []Param   { return params(Param{Name: "weight", Var: e.Weight}) }
+func (e *Embedding) Children() []Child { return nil }
+
+// LayerNorm normalises the last axis (biased variance) with an affine map.
+type LayerNorm struct {
+	Weight, Bias *autograd.Var // [dim]
+	Eps          float64       // 1e-5
+}
+
+func NewLayerNorm(dim int) *LayerNorm {
+	w := tensor.New(dtype.F32, dim)
+	w.Fill(1)
+	return &LayerNorm{Weight: autograd.Param(w), Bias: autograd.Param(tensor.New(dtype.F32, dim)), Eps: 1e-5}
+}
+
+func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	return tp.LayerNorm(x, n.Weight, n.Bias, n.Eps)
+}
+
+func (n *LayerNorm) Params() []Param {
+	return params(Param{Name: "weight", Var: n.Weight}, Param{Name: "bias", Var: n.Bias})
+}
+func (n *LayerNorm) Children() []Child { return nil }
+
+// Conv2d is a 2-D cross-correlation with square stride and zero padding.
+type Conv2d struct {
+	Weight      *autograd.Var // [out, in, k, k]
+	Bias        *autograd.Var // [out]
+	Stride, Pad int
+}
+
+// NewConv2d initialises like PyTorch: uniform in ±1/sqrt(in·k·k).
+func NewConv2d(rng *rand.Rand, in, out, k, stride, pad int) *Conv2d {
+	bound := 1 / math.Sqrt(float64(in*k*k))
+	return &Conv2d{Weight: uniform(rng, bound, out, in, k, k), Bias: uniform(rng, bound, out), Stride: stride, Pad: pad}
+}
+
+func (c *Conv2d) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	return tp.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Pad)
+}
+
+func (c *Conv2d) Params() []Param {
+	return params(Param{Name: "weight", Var: c.Weight}, Param{Name: "bias", Var: c.Bias})
+}
+func (c *Conv2d) Children() []Child { return nil }
+
+// GELU and ReLU are parameter-free activations.
+type (
+	GELU struct{}
+	ReLU struct{}
+)
+
+func (GELU) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var { return tp.GELU(x) }
+func (ReLU) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var { return tp.ReLU(x) }
+
+func (GELU) Params() []Param   { return nil }
+func (GELU) Children() []Child { return nil }
+func (ReLU) Params() []Param   { return nil }
+func (ReLU) Children() []Child { return nil }
+
+func uniform(rng *rand.Rand, bound float64, shape ...int) *autograd.Var {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	vals := make([]float32, n)
+	for i := range vals {
+		vals[i] = float32((2*rng.Float64() - 1) * bound)
+	}
+	return autograd.Param(tensor.FromFloat32(vals, shape...))
+}
+
+// params lists ps, skipping absent (nil) ones such as a missing bias.
+func params(ps ...Param) []Param {
+	out := ps[:0]
+	for _, p := range ps {
+		if p.Var != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

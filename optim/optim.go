@@ -1,0 +1,114 @@
+// Package optim updates parameters from their gradients: SGD and AdamW with
+// PyTorch's single-tensor algorithms, op for op.
+package optim
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// Optimizer steps a fixed set of parameters.
+type Optimizer interface {
+	// Step updates every parameter that has a gradient.
+	Step()
+	// ZeroGrad drops the gradients (PyTorch's set_to_none).
+	ZeroGrad()
+	// Params lists the parameters the optimizer updates.
+	Params() []nn.NamedParam
+}
+
+// SGD is plain stochastic gradient descent: p = p - lr·g.
+type SGD struct {
+	LR     float64
+	params []nn.NamedParam
+}
+
+func NewSGD(params []nn.NamedParam, lr float64) *SGD { return &SGD{LR: lr, params: params} }
+
+func (o *SGD) Params() []nn.NamedParam { return o.params }
+func (o *SGD) ZeroGrad()               { zeroGrad(o.params) }
+
+func (o *SGD) Step() {
+	for _, p := range o.params {
+		if p.Var.Grad != nil {
+			tensor.SGDStep(p.Var.Value, p.Var.Grad, o.LR)
+		}
+	}
+}
+
+// AdamWConfig holds AdamW's hyperparameters.
+type AdamWConfig struct {
+	LR           float64 // 3e-3
+	Beta1, Beta2 float64 // 0.9, 0.95
+	Eps          float64 // 1e-8
+	WeightDecay  float64 // 0.1, decoupled
+	// StateDType stores the moments in this dtype; Invalid (the zero
+	// value) keeps each parameter's own dtype, as PyTorch does.
+	StateDType dtype.DType
+}
+
+// AdamW is Adam with decoupled weight decay.
+type AdamW struct {
+	AdamWConfig
+	params []nn.NamedParam
+	state  map[string]*AdamState
+}
+
+// AdamState is one parameter's step count and moments.
+type AdamState struct {
+	Step     int
+	ExpAvg   *tensor.Tensor // m
+	ExpAvgSq *tensor.Tensor // v
+}
+
+func NewAdamW(params []nn.NamedParam, cfg AdamWConfig) (*AdamW, error) {
+	if cfg.LR < 0 || cfg.Eps < 0 || cfg.Beta1 < 0 || cfg.Beta1 >= 1 || cfg.Beta2 < 0 || cfg.Beta2 >= 1 {
+		return nil, fmt.Errorf("optim: invalid AdamW config %+v", cfg)
+	}
+	return &AdamW{AdamWConfig: cfg, params: params, state: map[string]*AdamState{}}, nil
+}
+
+func (o *AdamW) Params() []nn.NamedParam { return o.params }
+func (o *AdamW) ZeroGrad()               { zeroGrad(o.params) }
+
+// State returns the state of the parameter at path, nil before its first step.
+func (o *AdamW) State(path string) *AdamState { return o.state[path] }
+
+func (o *AdamW) Step() {
+	for _, p := range o.params {
+		if p.Var.Grad == nil {
+			continue
+		}
+		st := o.state[p.Path]
+		if st == nil {
+			dt := o.StateDType
+			if dt == dtype.Invalid {
+				dt = p.Var.Value.DType()
+			}
+			shape := p.Var.Value.Shape()
+			st = &AdamState{ExpAvg: tensor.New(dt, shape...), ExpAvgSq: tensor.New(dt, shape...)}
+			o.state[p.Path] = st
+		}
+		st.Step++
+		t := float64(st.Step)
+		tensor.AdamWStep(p.Var.Value, p.Var.Grad, st.ExpAvg, st.ExpAvgSq, tensor.AdamWScalars{
+			Decay:       1 - o.LR*o.WeightDecay,
+			Lerp:        1 - o.Beta1,
+			Beta2:       o.Beta2,
+			OneMinusB2:  1 - o.Beta2,
+			BC2Sqrt:     math.Sqrt(1 - math.Pow(o.Beta2, t)),
+			Eps:         o.Eps,
+			NegStepSize: -o.LR / (1 - math.Pow(o.Beta1, t)),
+		})
+	}
+}
+
+func zeroGrad(params []nn.NamedParam) {
+	for _, p := range params {
+		p.Var.Grad = nil
+	}
+}

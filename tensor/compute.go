@@ -1,0 +1,110 @@
+package tensor
+
+import (
+	"github.com/weftml/weft/dtype"
+)
+
+// float is the set of compute types: float64 for F64 tensors, float32 for all others.
+type float interface{ float32 | float64 }
+
+// isF64 reports whether the compute type T is float64.
+func isF64[T float]() bool {
+	var z T
+	_, ok := any(z).(float64)
+	return ok
+}
+
+// native reports whether t stores T itself, so its storage can be viewed directly.
+func native[T float](t *Tensor) bool {
+	if isF64[T]() {
+		return t.dtype == dtype.F64
+	}
+	return t.dtype == dtype.F32
+}
+
+// view reinterprets t's storage as []T; t must be native for T.
+func view[T float](t *Tensor) []T {
+	if isF64[T]() {
+		return any(t.f64()).([]T)
+	}
+	return any(t.f32()).([]T)
+}
+
+// get returns t's elements in compute type T: a view of the storage when t
+// stores T, otherwise a decoded copy.
+func get[T float](t *Tensor) []T {
+	if native[T](t) {
+		return view[T](t)
+	}
+	n := t.Len()
+	if isF64[T]() {
+		out := make([]float64, n)
+		dtype.DecodeF64(t.dtype, out, t.data)
+		return any(out).([]T)
+	}
+	out := make([]float32, n)
+	if t.dtype == dtype.F64 {
+		for i, v := range t.f64() {
+			out[i] = float32(v)
+		}
+	} else {
+		dtype.Decode(t.dtype, out, t.data)
+	}
+	return any(out).([]T)
+}
+
+// buf returns a []T to compute t's new elements into: t's own storage when
+// it stores T, otherwise scratch that put encodes back.
+func buf[T float](t *Tensor) []T {
+	if native[T](t) {
+		return view[T](t)
+	}
+	return make([]T, t.Len())
+}
+
+// put rounds vals (from buf) into t's storage; a no-op for native tensors.
+func put[T float](t *Tensor, vals []T) {
+	if native[T](t) {
+		return
+	}
+	switch v := any(vals).(type) {
+	case []float64:
+		dtype.EncodeF64(t.dtype, t.data, v, false)
+	case []float32:
+		dtype.Encode(t.dtype, t.data, v, false)
+	}
+}
+
+// Promote returns the dtype PyTorch gives an op over inputs of dtypes a and
+// b: the wider float, with bf16 and f16 together promoting to f32.
+func Promote(a, b dtype.DType) dtype.DType {
+	switch {
+	case a == b:
+		return a
+	case a == dtype.F64 || b == dtype.F64:
+		return dtype.F64
+	default:
+		return dtype.F32
+	}
+}
+
+func promoteAll(ts ...*Tensor) dtype.DType {
+	dt := ts[0].dtype
+	for _, t := range ts[1:] {
+		if t != nil {
+			dt = Promote(dt, t.dtype)
+		}
+	}
+	return dt
+}
+
+// rounder returns the function that rounds a compute value to dt, so
+// kernels that perform several ops (the optimizer) can round after each.
+func rounder[T float](dt dtype.DType) func(T) T {
+	switch dt {
+	case dtype.F64, dtype.F32:
+		return func(x T) T { return x }
+	default:
+		return func(x T) T { return T(dt.Round(float32(x))) }
+	}
+}

@@ -1,0 +1,203 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// unary returns f applied to every element of x, in x's dtype.
+func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Tensor {
+	out := New(x.dtype, x.shape...)
+	if x.dtype == dtype.F64 {
+		mapInto(out, x, f64)
+	} else {
+		mapInto(out, x, f32)
+	}
+	return out
+}
+
+func mapInto[T float](out, x *Tensor, f func(T) T) {
+	xs, ys := get[T](x), buf[T](out)
+	for i, v := range xs {
+		ys[i] = f(v)
+	}
+	put(out, ys)
+}
+
+// binary returns f(a, b) elementwise for same-shaped a and b, in their promoted dtype.
+func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64) float64) *Tensor {
+	mustSameShape("binary op", a, b)
+	out := New(Promote(a.dtype, b.dtype), a.shape...)
+	if out.dtype == dtype.F64 {
+		zipInto(out, a, b, f64)
+	} else {
+		zipInto(out, a, b, f32)
+	}
+	return out
+}
+
+func zipInto[T float](out, a, b *Tensor, f func(x, y T) T) {
+	as, bs, ys := get[T](a), get[T](b), buf[T](out)
+	for i := range ys {
+		ys[i] = f(as[i], bs[i])
+	}
+	put(out, ys)
+}
+
+// Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
+func Scale(x *Tensor, s float64) *Tensor {
+	s32 := float32(s)
+	return unary(x, func(v float32) float32 { return v * s32 }, func(v float64) float64 { return v * s })
+}
+
+// Mul returns a·b elementwise.
+func Mul(a, b *Tensor) *Tensor {
+	return binary(a, b, func(x, y float32) float32 { return x * y }, func(x, y float64) float64 { return x * y })
+}
+
+// GELU is the exact (erf) form x·Φ(x).
+func GELU(x *Tensor) *Tensor {
+	return unary(x, func(v float32) float32 { return float32(gelu(float64(v))) }, gelu)
+}
+
+// GELUBackward returns dy·GELU'(x).
+func GELUBackward(x, dy *Tensor) *Tensor {
+	return binary(x, dy,
+		func(v, g float32) float32 { return float32(float64(g) * geluGrad(float64(v))) },
+		func(v, g float64) float64 { return g * geluGrad(v) })
+}
+
+func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+func geluGrad(x float64) float64 {
+	cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
+	pdf := math.Exp(-0.5*x*x) / math.Sqrt(2*math.Pi)
+	return cdf + x*pdf
+}
+
+// ReLU returns max(x, 0).
+func ReLU(x *Tensor) *Tensor {
+	return unary(x, func(v float32) float32 { return max(v, 0) }, func(v float64) float64 { return max(v, 0) })
+}
+
+// ReLUBackward returns dy where y > 0 and 0 elsewhere (y is ReLU's output).
+func ReLUBackward(y, dy *Tensor) *Tensor {
+	return binary(y, dy,
+		func(v, g float32) float32 { return stepMask(v, g) },
+		func(v, g float64) float64 { return stepMask(v, g) })
+}
+
+func stepMask[T float](y, g T) T {
+	if y > 0 {
+		return g
+	}
+	return 0
+}
+
+// CausalMask fills the entries above the diagonal of the last two axes
+// with fill (PyTorch's masked_fill with a triu mask).
+func CausalMask(x *Tensor, fill float64) *Tensor {
+	rows, cols := x.Dim(-2), x.Dim(-1)
+	out := x.Clone()
+	if out.dtype == dtype.F64 {
+		maskInto(view[float64](out), rows, cols, fill)
+	} else {
+		vals := get[float32](out)
+		maskInto(vals, rows, cols, float32(fill))
+		put(out, vals)
+	}
+	return out
+}
+
+func maskInto[T float](vals []T, rows, cols int, fill T) {
+	for m := 0; m < len(vals); m += rows * cols {
+		for i := range rows {
+			for j := i + 1; j < cols; j++ {
+				vals[m+i*cols+j] = fill
+			}
+		}
+	}
+}
+
+// AddBroadcast returns a + b, where b's shape equals a's axes [from,
+// from+rank(b)) and b repeats over the others: a bias over channels (from=1
+// of NCHW), over features (from=rank-1) or a position table (from=1 of BTC).
+func AddBroadcast(a, b *Tensor, from int) *Tensor {
+	outer, mid, inner := broadcastDims(a.shape, b.shape, from)
+	out := New(Promote(a.dtype, b.dtype), a.shape...)
+	if out.dtype == dtype.F64 {
+		addBroadcast[float64](out, a, b, outer, mid, inner)
+	} else {
+		addBroadcast[float32](out, a, b, outer, mid, inner)
+	}
+	return out
+}
+
+func addBroadcast[T float](out, a, b *Tensor, outer, mid, inner int) {
+	as, bs, ys := get[T](a), get[T](b), buf[T](out)
+	for o := range outer {
+		for m := range mid {
+			base := (o*mid + m) * inner
+			for i := range inner {
+				ys[base+i] = as[base+i] + bs[m]
+			}
+		}
+	}
+	put(out, ys)
+}
+
+// ReduceBroadcast sums dy over the axes a tensor of shape was repeated over
+// by AddBroadcast: its gradient, accumulated in the compute type and rounded
+// once to dt.
+func ReduceBroadcast(dy *Tensor, shape []int, from int, dt dtype.DType) *Tensor {
+	outer, mid, inner := broadcastDims(dy.shape, shape, from)
+	out := New(dt, shape...)
+	if dt == dtype.F64 || dy.dtype == dtype.F64 {
+		reduceBroadcast[float64](out, dy, outer, mid, inner)
+	} else {
+		reduceBroadcast[float32](out, dy, outer, mid, inner)
+	}
+	return out
+}
+
+func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
+	gs := get[T](dy)
+	sums := make([]T, mid)
+	for o := range outer {
+		for m := range mid {
+			base := (o*mid + m) * inner
+			for _, g := range gs[base : base+inner] {
+				sums[m] += g
+			}
+		}
+	}
+	storeAs(out, sums)
+}
+
+// storeAs rounds vals ([]float32 or []float64) into out, whatever out's dtype.
+func storeAs(out *Tensor, vals any) {
+	switch v := vals.(type) {
+	case []float64:
+		dtype.EncodeF64(out.dtype, out.data, v, false)
+	case []float32:
+		if out.dtype == dtype.F64 {
+			for i, x := range v {
+				out.f64()[i] = float64(x)
+			}
+			return
+		}
+		dtype.Encode(out.dtype, out.data, v, false)
+	}
+}
+
+func broadcastDims(a, b []int, from int) (outer, mid, inner int) {
+	if from < 0 || from+len(b) > len(a) || !equalShape(a[from:from+len(b)], b) {
+		panic(fmt.Sprintf("tensor: cannot broadcast %v into %v at axis %d", b, a, from))
+	}
+	return numel(a[:from]), numel(b), numel(a[from+len(b):])
+}
+
+// Add returns a + b for same-shaped tensors.
+func Add(a, b *Tensor) *Tensor { return AddBroadcast(a, b, 0) }

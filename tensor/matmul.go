@@ -1,0 +1,94 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/gemm"
+)
+
+// MatMul returns op(a)·op(b) over the last two axes, where op transposes when
+// asked: a [..., M, K], b [..., K, N] (or [K, N], shared by every batch).
+// Inputs are read in their storage dtype, accumulated in float32 (float64
+// when the result is F64), and the result is rounded once to the promoted dtype.
+func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
+	out, acc := matmul(a, b, transA, transB)
+	storeAs(out, acc)
+	return out
+}
+
+// Linear returns x·wᵀ + bias for x [..., in], w [out, in], bias [out] or nil,
+// adding the bias before the single rounding as cuBLAS's addmm does.
+func Linear(x, w, bias *Tensor) *Tensor {
+	in := x.Dim(-1)
+	x2 := x.Reshape(-1, in)
+	out, acc := matmul(x2, w, false, true)
+	if bias != nil {
+		switch acc := acc.(type) {
+		case []float64:
+			addRows(acc, get[float64](bias))
+		case []float32:
+			addRows(acc, get[float32](bias))
+		}
+	}
+	storeAs(out, acc)
+	return out.Reshape(append(append([]int(nil), x.shape[:len(x.shape)-1]...), w.Dim(0))...)
+}
+
+func addRows[T float](c, bias []T) {
+	for r := 0; r < len(c); r += len(bias) {
+		for j, v := range bias {
+			c[r+j] += v
+		}
+	}
+}
+
+// matmul multiplies without rounding: it returns the output tensor (not yet
+// filled) and the accumulator ([]float32 or []float64) holding the product.
+func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
+	ra, rb := len(a.shape), len(b.shape)
+	if ra < 2 || rb < 2 {
+		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a.shape, b.shape))
+	}
+	m, k := a.shape[ra-2], a.shape[ra-1]
+	if transA {
+		m, k = k, m
+	}
+	kb, n := b.shape[rb-2], b.shape[rb-1]
+	if transB {
+		kb, n = n, kb
+	}
+	batch := numel(a.shape[:ra-2])
+	sharedB := rb == 2
+	if k != kb || (!sharedB && !equalShape(a.shape[:ra-2], b.shape[:rb-2])) {
+		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a.shape, b.shape, transA, transB))
+	}
+	shape := append(append([]int(nil), a.shape[:ra-2]...), m, n)
+	out := New(promoteAll(a, b), shape...)
+	strideA, strideB := m*k, k*n
+	if sharedB {
+		strideB = 0
+	}
+	if out.dtype == dtype.F64 {
+		as, bs, c := get[float64](a), get[float64](b), make([]float64, batch*m*n)
+		for i := range batch {
+			gemm.Dgemm(transA, transB, m, n, k, as[i*strideA:], a.shape[ra-1], bs[i*strideB:], b.shape[rb-1], 0, c[i*m*n:], n)
+		}
+		return out, c
+	}
+	c := make([]float32, batch*m*n)
+	for i := range batch {
+		gemm.F32(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), 0, c[i*m*n:], n)
+	}
+	return out, c
+}
+
+// operand describes the matrix starting at element off of t for GEMM, which
+// dequantizes it while packing.
+func operand(t *Tensor, off int, trans bool) gemm.Matrix {
+	if t.dtype == dtype.F64 {
+		t = t.To(dtype.F32)
+	}
+	start := t.dtype.StorageBytes(off)
+	return gemm.Matrix{DType: t.dtype, Data: t.data[start:], LD: t.shape[len(t.shape)-1], Trans: trans}
+}

@@ -1,0 +1,222 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// statsDType is the dtype of saved statistics (mean, rstd): the compute type.
+func statsDType(dt dtype.DType) dtype.DType {
+	if dt == dtype.F64 {
+		return dtype.F64
+	}
+	return dtype.F32
+}
+
+// LayerNorm normalises over the last axis with biased variance:
+// y = (x-mean)·rstd·w + b, rstd = 1/sqrt(var+eps). It also returns mean and
+// rstd (one per row, in the compute type) for the backward pass.
+func LayerNorm(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
+	c := x.Dim(-1)
+	rows := x.Len() / c
+	y = New(promoteAll(x, w, b), x.shape...)
+	mean, rstd = New(statsDType(y.dtype), rows), New(statsDType(y.dtype), rows)
+	if y.dtype == dtype.F64 {
+		layerNorm[float64](y, x, w, b, mean, rstd, eps)
+	} else {
+		layerNorm[float32](y, x, w, b, mean, rstd, eps)
+	}
+	return y, mean, rstd
+}
+
+func layerNorm[T float](y, x, w, b, mean, rstd *Tensor, eps float64) {
+	c := x.Dim(-1)
+	xs, ws, bs, ys := get[T](x), get[T](w), get[T](b), buf[T](y)
+	ms, rs := view[T](mean), view[T](rstd)
+	for r := range ms {
+		row := xs[r*c : (r+1)*c]
+		var sum T
+		for _, v := range row {
+			sum += v
+		}
+		mu := sum / T(c)
+		var sq T
+		for _, v := range row {
+			sq += (v - mu) * (v - mu)
+		}
+		rs[r] = T(1 / math.Sqrt(float64(sq/T(c))+eps))
+		ms[r] = mu
+		out := ys[r*c : (r+1)*c]
+		for j, v := range row {
+			out[j] = (v-mu)*rs[r]*ws[j] + bs[j]
+		}
+	}
+	put(y, ys)
+}
+
+// LayerNormBackward returns the gradients of x, w and b.
+func LayerNormBackward(x, w, mean, rstd, dy *Tensor) (dx, dw, db *Tensor) {
+	dx = New(promoteAll(x, w, dy), x.shape...)
+	dw, db = New(w.dtype, w.shape...), New(w.dtype, w.shape...)
+	if dx.dtype == dtype.F64 {
+		layerNormBackward[float64](dx, dw, db, x, w, mean, rstd, dy)
+	} else {
+		layerNormBackward[float32](dx, dw, db, x, w, mean, rstd, dy)
+	}
+	return dx, dw, db
+}
+
+func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
+	c := x.Dim(-1)
+	xs, ws, gs, dxs := get[T](x), get[T](w), get[T](dy), buf[T](dx)
+	ms, rs := get[T](mean), get[T](rstd)
+	dws, dbs := make([]T, c), make([]T, c)
+	xhat, dxhat := make([]T, c), make([]T, c)
+	for r := range ms {
+		row, g := xs[r*c:(r+1)*c], gs[r*c:(r+1)*c]
+		var sumD, sumDX T
+		for j := range c {
+			xhat[j] = (row[j] - ms[r]) * rs[r]
+			dxhat[j] = g[j] * ws[j]
+			sumD += dxhat[j]
+			sumDX += dxhat[j] * xhat[j]
+			dws[j] += g[j] * xhat[j]
+			dbs[j] += g[j]
+		}
+		meanD, meanDX := sumD/T(c), sumDX/T(c)
+		for j := range c {
+			dxs[r*c+j] = rs[r] * (dxhat[j] - meanD - xhat[j]*meanDX)
+		}
+	}
+	put(dx, dxs)
+	storeAs(dw, dws)
+	storeAs(db, dbs)
+}
+
+// Softmax normalises exp(x) over the last axis.
+func Softmax(x *Tensor) *Tensor {
+	y := New(x.dtype, x.shape...)
+	if x.dtype == dtype.F64 {
+		softmax[float64](y, x)
+	} else {
+		softmax[float32](y, x)
+	}
+	return y
+}
+
+func softmax[T float](y, x *Tensor) {
+	c := x.Dim(-1)
+	xs, ys := get[T](x), buf[T](y)
+	for r := 0; r < len(xs); r += c {
+		row, out := xs[r:r+c], ys[r:r+c]
+		mx := T(math.Inf(-1))
+		for _, v := range row {
+			mx = max(mx, v)
+		}
+		var sum T
+		for j, v := range row {
+			out[j] = T(math.Exp(float64(v - mx)))
+			sum += out[j]
+		}
+		for j := range out {
+			out[j] /= sum
+		}
+	}
+	put(y, ys)
+}
+
+// SoftmaxBackward returns y·(dy - Σ dy·y) over the last axis, y being Softmax's output.
+func SoftmaxBackward(y, dy *Tensor) *Tensor {
+	dx := New(promoteAll(y, dy), y.shape...)
+	if dx.dtype == dtype.F64 {
+		softmaxBackward[float64](dx, y, dy)
+	} else {
+		softmaxBackward[float32](dx, y, dy)
+	}
+	return dx
+}
+
+func softmaxBackward[T float](dx, y, dy *Tensor) {
+	c := y.Dim(-1)
+	ys, gs, out := get[T](y), get[T](dy), buf[T](dx)
+	for r := 0; r < len(ys); r += c {
+		var dot T
+		for j := range c {
+			dot += gs[r+j] * ys[r+j]
+		}
+		for j := range c {
+			out[r+j] = ys[r+j] * (gs[r+j] - dot)
+		}
+	}
+	put(dx, out)
+}
+
+// CrossEntropy returns the mean over rows of -log softmax(logits)[target]
+// for logits [N, C]; targets must lie in [0, C).
+func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
+	n, c := logits.Dim(0), logits.Dim(-1)
+	if len(targets) != n {
+		return nil, fmt.Errorf("tensor: cross entropy of %d rows with %d targets", n, len(targets))
+	}
+	for i, t := range targets {
+		if t < 0 || t >= c {
+			return nil, fmt.Errorf("tensor: cross entropy target %d at row %d is outside [0, %d)", t, i, c)
+		}
+	}
+	loss := New(logits.dtype)
+	if logits.dtype == dtype.F64 {
+		view[float64](loss)[0] = crossEntropy(get[float64](logits), targets, c)
+	} else {
+		storeAs(loss, []float32{crossEntropy(get[float32](logits), targets, c)})
+	}
+	return loss, nil
+}
+
+func crossEntropy[T float](zs []T, targets []int, c int) T {
+	var total T
+	for i, t := range targets {
+		row := zs[i*c : (i+1)*c]
+		total += logSumExp(row) - row[t]
+	}
+	return total / T(len(targets))
+}
+
+func logSumExp[T float](row []T) T {
+	mx := T(math.Inf(-1))
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	var sum T
+	for _, v := range row {
+		sum += T(math.Exp(float64(v - mx)))
+	}
+	return mx + T(math.Log(float64(sum)))
+}
+
+// CrossEntropyBackward returns dloss·(softmax(logits) - onehot(targets))/N.
+func CrossEntropyBackward(logits *Tensor, targets []int, dloss *Tensor) *Tensor {
+	dz := New(logits.dtype, logits.shape...)
+	if dz.dtype == dtype.F64 {
+		crossEntropyBackward[float64](dz, logits, targets, dloss)
+	} else {
+		crossEntropyBackward[float32](dz, logits, targets, dloss)
+	}
+	return dz
+}
+
+func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Tensor) {
+	c := logits.Dim(-1)
+	zs, out := get[T](logits), buf[T](dz)
+	scale := get[T](dloss)[0] / T(len(targets))
+	for i, t := range targets {
+		row := zs[i*c : (i+1)*c]
+		lse := logSumExp(row)
+		for j, v := range row {
+			out[i*c+j] = T(math.Exp(float64(v-lse))) * scale
+		}
+		out[i*c+t] -= scale
+	}
+	put(dz, out)
+}

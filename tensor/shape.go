@@ -1,0 +1,124 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// elemSize is the bytes per element of a byte-addressable dtype.
+func elemSize(t *Tensor) int {
+	if t.dtype.Bits() < 8 {
+		panic(fmt.Sprintf("tensor: %s elements are not byte-addressable", t.dtype))
+	}
+	return t.dtype.Bits() / 8
+}
+
+// Permute returns a contiguous copy of x with its axes reordered: output
+// axis i is input axis perm[i]. Values are copied bit for bit.
+func Permute(x *Tensor, perm ...int) *Tensor {
+	rank := len(x.shape)
+	if len(perm) != rank {
+		panic(fmt.Sprintf("tensor: permutation %v for shape %v", perm, x.shape))
+	}
+	inStrides := make([]int, rank)
+	for i, s := rank-1, 1; i >= 0; i-- {
+		inStrides[i] = s
+		s *= x.shape[i]
+	}
+	shape, strides := make([]int, rank), make([]int, rank)
+	for i, p := range perm {
+		shape[i], strides[i] = x.shape[p], inStrides[p]
+	}
+	out := New(x.dtype, shape...)
+	size := elemSize(x)
+	idx := make([]int, rank)
+	for o := range out.Len() {
+		src := 0
+		for i, v := range idx {
+			src += v * strides[i]
+		}
+		copy(out.data[o*size:(o+1)*size], x.data[src*size:(src+1)*size])
+		for i := rank - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < shape[i] {
+				break
+			}
+			idx[i] = 0
+		}
+	}
+	return out
+}
+
+// InversePermutation returns the permutation that undoes perm.
+func InversePermutation(perm []int) []int {
+	inv := make([]int, len(perm))
+	for i, p := range perm {
+		inv[p] = i
+	}
+	return inv
+}
+
+// Narrow returns a copy of x restricted to [start, start+length) along its last axis.
+func Narrow(x *Tensor, start, length int) *Tensor {
+	c := x.Dim(-1)
+	if start < 0 || length < 0 || start+length > c {
+		panic(fmt.Sprintf("tensor: narrow [%d,%d) of axis of size %d", start, start+length, c))
+	}
+	shape := append(append([]int(nil), x.shape[:len(x.shape)-1]...), length)
+	out := New(x.dtype, shape...)
+	size := elemSize(x)
+	for r := range x.Len() / c {
+		copy(out.data[r*length*size:(r+1)*length*size], x.data[(r*c+start)*size:(r*c+start+length)*size])
+	}
+	return out
+}
+
+// Unnarrow is Narrow's adjoint: dy placed at [start, start+len) of a zero
+// tensor whose last axis has size c.
+func Unnarrow(dy *Tensor, start, c int) *Tensor {
+	length := dy.Dim(-1)
+	shape := append(append([]int(nil), dy.shape[:len(dy.shape)-1]...), c)
+	out := New(dy.dtype, shape...)
+	size := elemSize(dy)
+	for r := range dy.Len() / length {
+		copy(out.data[(r*c+start)*size:(r*c+start+length)*size], dy.data[r*length*size:(r+1)*length*size])
+	}
+	return out
+}
+
+// Embedding gathers rows of table [V, C] for each index: [len(idx), C].
+func Embedding(table *Tensor, idx []int) (*Tensor, error) {
+	v, c := table.Dim(0), table.Dim(1)
+	out := New(table.dtype, len(idx), c)
+	size := elemSize(table)
+	for i, id := range idx {
+		if id < 0 || id >= v {
+			return nil, fmt.Errorf("tensor: embedding index %d at position %d is outside [0, %d)", id, i, v)
+		}
+		copy(out.data[i*c*size:(i+1)*c*size], table.data[id*c*size:(id+1)*c*size])
+	}
+	return out, nil
+}
+
+// EmbeddingBackward scatters dy [len(idx), C] into a [V, C] gradient of
+// dtype dt, accumulating repeated indices in the compute type and rounding once.
+func EmbeddingBackward(dy *Tensor, idx []int, v int, dt dtype.DType) *Tensor {
+	out := New(dt, v, dy.Dim(-1))
+	if dt == dtype.F64 {
+		scatterRows[float64](out, dy, idx)
+	} else {
+		scatterRows[float32](out, dy, idx)
+	}
+	return out
+}
+
+func scatterRows[T float](out, dy *Tensor, idx []int) {
+	c := dy.Dim(-1)
+	gs, acc := get[T](dy), make([]T, out.Len())
+	for i, id := range idx {
+		for j, g := range gs[i*c : (i+1)*c] {
+			acc[id*c+j] += g
+		}
+	}
+	storeAs(out, acc)
+}

@@ -1,0 +1,259 @@
+// Package tensor holds n-dimensional arrays whose bytes live in their storage
+// dtype (a bf16 tensor takes 2 bytes per element) and the CPU kernels that
+// compute on them. Arithmetic is emulated the way a tensor core does it:
+// inputs are decoded to float32 (float64 for F64 tensors), accumulated in that
+// type, and every op rounds its result once to the output dtype.
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// Tensor is a dense, row-major array. Ops never modify their inputs; only the
+// explicitly in-place methods (used by optimizers) write into a tensor.
+type Tensor struct {
+	shape []int
+	dtype dtype.DType
+	data  []byte
+}
+
+// New returns a zero-filled tensor.
+func New(dt dtype.DType, shape ...int) *Tensor {
+	n := numel(shape)
+	t := &Tensor{shape: append([]int(nil), shape...), dtype: dt}
+	// Allocate in the element type so that float views are aligned.
+	switch dt {
+	case dtype.F64, dtype.I64:
+		t.data = bytesOf(make([]float64, n))
+	case dtype.F32, dtype.I32:
+		t.data = bytesOf(make([]float32, n))
+	default:
+		t.data = make([]byte, dt.StorageBytes(n))
+	}
+	return t
+}
+
+// FromFloat32 returns an F32 tensor holding vals (not copied).
+func FromFloat32(vals []float32, shape ...int) *Tensor {
+	mustFit(len(vals), shape)
+	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype.F32, data: bytesOf(vals)}
+}
+
+// FromFloat64 returns an F64 tensor holding vals (not copied).
+func FromFloat64(vals []float64, shape ...int) *Tensor {
+	mustFit(len(vals), shape)
+	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype.F64, data: bytesOf(vals)}
+}
+
+// FromBytes returns a tensor over raw little-endian storage (not copied), as
+// read from a checkpoint.
+func FromBytes(dt dtype.DType, data []byte, shape ...int) (*Tensor, error) {
+	n := numel(shape)
+	if n < 0 {
+		return nil, fmt.Errorf("tensor: negative dimension in shape %v", shape)
+	}
+	if want := dt.StorageBytes(n); len(data) != want {
+		return nil, fmt.Errorf("tensor: %s%v needs %d bytes, got %d", dt, shape, want, len(data))
+	}
+	// Copy into an aligned allocation: checkpoint buffers need not be aligned.
+	t := New(dt, shape...)
+	copy(t.data, data)
+	return t, nil
+}
+
+// Scalar returns a 0-dimensional tensor of dtype dt holding v.
+func Scalar(dt dtype.DType, v float64) *Tensor {
+	t := New(dt)
+	t.Fill(v)
+	return t
+}
+
+func (t *Tensor) Shape() []int             { return t.shape }
+func (t *Tensor) DType() dtype.DType       { return t.dtype }
+func (t *Tensor) Len() int                 { return numel(t.shape) }
+func (t *Tensor) Data() []byte             { return t.data }
+func (t *Tensor) Bytes() int               { return len(t.data) }
+func (t *Tensor) Dim(i int) int            { return t.shape[axis(i, len(t.shape))] }
+func (t *Tensor) String() string           { return fmt.Sprintf("%s%v", t.dtype, t.shape) }
+func (t *Tensor) SameShape(u *Tensor) bool { return equalShape(t.shape, u.shape) }
+
+// Float32s returns a copy of the elements as float32.
+func (t *Tensor) Float32s() []float32 {
+	out := make([]float32, t.Len())
+	if t.dtype == dtype.F64 {
+		for i, v := range t.f64() {
+			out[i] = float32(v)
+		}
+		return out
+	}
+	dtype.Decode(t.dtype, out, t.data)
+	return out
+}
+
+// Float64s returns a copy of the elements as float64.
+func (t *Tensor) Float64s() []float64 {
+	out := make([]float64, t.Len())
+	dtype.DecodeF64(t.dtype, out, t.data)
+	return out
+}
+
+// Ints returns the elements of an integer tensor.
+func (t *Tensor) Ints() []int {
+	out := make([]int, t.Len())
+	switch t.dtype {
+	case dtype.I64:
+		for i, v := range unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(t.data))), len(out)) {
+			out[i] = int(v)
+		}
+	default:
+		for i, v := range t.Float64s() {
+			out[i] = int(v)
+		}
+	}
+	return out
+}
+
+// Reshape returns a view with a new shape; one dimension may be -1.
+func (t *Tensor) Reshape(shape ...int) *Tensor {
+	shape = append([]int(nil), shape...)
+	n, infer := 1, -1
+	for i, d := range shape {
+		if d == -1 {
+			infer = i
+			continue
+		}
+		n *= d
+	}
+	if infer >= 0 && n > 0 {
+		shape[infer] = t.Len() / n
+	}
+	mustFit(t.Len(), shape)
+	return &Tensor{shape: shape, dtype: t.dtype, data: t.data}
+}
+
+// To returns t cast to dt, rounding to nearest even (non-saturating). It
+// returns t itself when the dtype already matches.
+func (t *Tensor) To(dt dtype.DType) *Tensor { return t.cast(dt, false) }
+
+// ToSat is To with saturation: values beyond dt's range become ±max.
+func (t *Tensor) ToSat(dt dtype.DType) *Tensor { return t.cast(dt, true) }
+
+func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
+	if dt == t.dtype {
+		return t
+	}
+	out := New(dt, t.shape...)
+	if t.dtype == dtype.F64 {
+		dtype.EncodeF64(dt, out.data, t.f64(), sat)
+		return out
+	}
+	src := get[float32](t)
+	dtype.Encode(dt, out.data, src, sat)
+	return out
+}
+
+// Clone returns a deep copy.
+func (t *Tensor) Clone() *Tensor {
+	out := New(t.dtype, t.shape...)
+	copy(out.data, t.data)
+	return out
+}
+
+// CopyFrom overwrites t's elements with u's, converting dtype.
+func (t *Tensor) CopyFrom(u *Tensor) {
+	mustSameShape("CopyFrom", t, u)
+	copy(t.data, u.To(t.dtype).data)
+}
+
+// Fill sets every element to v (rounded to t's dtype).
+func (t *Tensor) Fill(v float64) {
+	if t.dtype == dtype.F64 {
+		for i := range t.f64() {
+			t.f64()[i] = v
+		}
+		return
+	}
+	vals := buf[float32](t)
+	for i := range vals {
+		vals[i] = float32(v)
+	}
+	put(t, vals)
+}
+
+// Norm returns the L2 norm of the elements, accumulated in float64.
+func (t *Tensor) Norm() float64 {
+	var s float64
+	for _, v := range t.Float64s() {
+		s += v * v
+	}
+	return math.Sqrt(s)
+}
+
+// HasNonFinite reports whether any element is inf or NaN.
+func (t *Tensor) HasNonFinite() bool {
+	for _, v := range t.Float64s() {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Tensor) f32() []float32 {
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/4)
+}
+
+func (t *Tensor) f64() []float64 {
+	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/8)
+}
+
+func bytesOf[T float32 | float64](s []T) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(T(0))))
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+func mustFit(n int, shape []int) {
+	if numel(shape) != n {
+		panic(fmt.Sprintf("tensor: %d elements do not fit shape %v", n, shape))
+	}
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func mustSameShape(op string, a, b *Tensor) {
+	if !equalShape(a.shape, b.shape) {
+		panic(fmt.Sprintf("tensor: %s: shapes %v and %v differ", op, a.shape, b.shape))
+	}
+}
+
+// axis resolves a possibly negative axis index.
+func axis(i, rank int) int {
+	if i < 0 {
+		return i + rank
+	}
+	return i
+}

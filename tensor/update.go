@@ -1,0 +1,86 @@
+package tensor
+
+import (
+	"math"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// AdamWScalars are the per-step constants of AdamW, computed in float64 on
+// the host as PyTorch does, and converted to the compute type by the kernel.
+type AdamWScalars struct {
+	Decay       float64 // 1 - lr·weight_decay
+	Lerp        float64 // 1 - β1
+	Beta2       float64 // β2
+	OneMinusB2  float64 // 1 - β2
+	BC2Sqrt     float64 // sqrt(1 - β2^t)
+	Eps         float64
+	NegStepSize float64 // -lr / (1 - β1^t)
+}
+
+// AdamWStep updates p, m and v in place with PyTorch 2.11's single-tensor
+// AdamW, one tensor op at a time, each rounded to the dtype of the tensor it
+// writes (denom takes v's dtype):
+//
+//	p = p·decay; m = m + lerp·(g-m); v = v·β2; v = v + (1-β2)·g·g
+//	d = sqrt(v); d = d/bc2sqrt; d = d + eps; p = p + negStep·(m/d)
+func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
+	if p.dtype == dtype.F64 {
+		adamW[float64](p, g, m, v, s)
+	} else {
+		adamW[float32](p, g, m, v, s)
+	}
+}
+
+func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
+	ps, gs, ms, vs := get[T](p), get[T](g), get[T](m), get[T](v)
+	rp, rm, rv := rounder[T](p.dtype), rounder[T](m.dtype), rounder[T](v.dtype)
+	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)
+	bc2, eps, step := T(s.BC2Sqrt), T(s.Eps), T(s.NegStepSize)
+	for i := range ps {
+		ps[i] = rp(ps[i] * decay)
+		ms[i] = rm(ms[i] + lerp*(gs[i]-ms[i]))
+		vs[i] = rv(vs[i] * b2)
+		vs[i] = rv(vs[i] + omb2*gs[i]*gs[i])
+		d := rv(T(math.Sqrt(float64(vs[i]))))
+		d = rv(d / bc2)
+		d = rv(d + eps)
+		ps[i] = rp(ps[i] + step*(ms[i]/d))
+	}
+	put(p, ps)
+	put(m, ms)
+	put(v, vs)
+}
+
+// SGDStep updates p in place: p = p + (-lr)·g, rounded to p's dtype.
+func SGDStep(p, g *Tensor, lr float64) {
+	if p.dtype == dtype.F64 {
+		sgd[float64](p, g, lr)
+	} else {
+		sgd[float32](p, g, lr)
+	}
+}
+
+func sgd[T float](p, g *Tensor, lr float64) {
+	ps, gs, r := get[T](p), get[T](g), rounder[T](p.dtype)
+	neg := T(-lr)
+	for i := range ps {
+		ps[i] = r(ps[i] + neg*gs[i])
+	}
+	put(p, ps)
+}
+
+// ScaleInPlace multiplies t by s, rounding to t's dtype (unscaling gradients).
+func (t *Tensor) ScaleInPlace(s float64) {
+	if t.dtype == dtype.F64 {
+		for i := range t.f64() {
+			t.f64()[i] *= s
+		}
+		return
+	}
+	vals, s32 := get[float32](t), float32(s)
+	for i := range vals {
+		vals[i] *= s32
+	}
+	put(t, vals)
+}
