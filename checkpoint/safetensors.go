@@ -10,6 +10,7 @@ package checkpoint
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -151,10 +152,7 @@ func parse(b []byte) (*File, error) {
 		f.tensors[e.name] = Tensor{Name: e.name, DType: e.dtype, Shape: e.shape, Data: buf[e.begin:e.end:e.end]}
 	}
 	slices.SortFunc(entries, func(a, b entry) int {
-		if a.begin != b.begin {
-			return a.begin - b.begin
-		}
-		return a.end - b.end
+		return cmp.Or(cmp.Compare(a.begin, b.begin), cmp.Compare(a.end, b.end))
 	})
 	for i := 1; i < len(entries); i++ {
 		if prev, e := entries[i-1], entries[i]; e.begin < prev.end {
@@ -286,7 +284,7 @@ func parseEntry(name string, raw json.RawMessage) (entry, error) {
 	}
 	begin, end := offsets[0], offsets[1]
 	if begin < 0 || begin > end {
-		return entry{}, fmt.Errorf("data_offsets [%d, %d] are not an increasing pair of non-negative offsets", begin, end)
+		return entry{}, fmt.Errorf("data_offsets [%d, %d] do not satisfy 0 <= begin <= end", begin, end)
 	}
 	return entry{name: name, dtype: d, shape: shape, begin: begin, end: end}, nil
 }
@@ -422,8 +420,7 @@ func encodeHeader(tensors []Tensor, metadata map[string]string) ([]byte, error) 
 	b.WriteByte('{')
 	if len(metadata) > 0 {
 		b.WriteString(`"` + metadataKey + `":`)
-		m, _ := json.Marshal(metadata) // A map[string]string always marshals.
-		b.Write(m)
+		writeJSON(&b, metadata)
 	}
 	seen := make(map[string]bool, len(tensors))
 	offset := 0
@@ -452,14 +449,12 @@ func encodeHeader(tensors []Tensor, metadata map[string]string) ([]byte, error) 
 		if shape == nil {
 			shape = []int{} // A scalar's shape is [], not null.
 		}
-		e, _ := json.Marshal(headerEntry{DType: name, Shape: shape, DataOffsets: [2]int{offset, offset + size}})
-		k, _ := json.Marshal(t.Name)
 		if b.Len() > 1 {
 			b.WriteByte(',')
 		}
-		b.Write(k)
+		writeJSON(&b, t.Name)
 		b.WriteByte(':')
-		b.Write(e)
+		writeJSON(&b, headerEntry{DType: name, Shape: shape, DataOffsets: [2]int{offset, offset + size}})
 		offset += size
 	}
 	b.WriteByte('}')
@@ -470,4 +465,14 @@ func encodeHeader(tensors []Tensor, metadata map[string]string) ([]byte, error) 
 		return nil, fmt.Errorf("header of %d bytes exceeds the %d-byte limit", b.Len(), maxHeaderSize)
 	}
 	return b.Bytes(), nil
+}
+
+// writeJSON appends the JSON encoding of v, which must be a string, a string
+// map or a headerEntry, to b. HTML escaping is off so that names such as
+// "a<b" appear as written, as in files from the reference implementation.
+func writeJSON(b *bytes.Buffer, v any) {
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)           // These types always encode.
+	b.Truncate(b.Len() - 1) // Drop the newline Encode appends.
 }

@@ -4,8 +4,9 @@ import "math"
 
 // minifloat describes a binary floating-point format narrower than float32
 // with a sign bit, exponent and mantissa, so that one rounding routine and
-// one decoder serve all of them. The formats differ only in their special
-// values, which the fields below spell out.
+// one decoder serve all of them. Beyond widths and biases they differ only in
+// their special values, which the first fields spell out; the rest are
+// derived from them.
 type minifloat struct {
 	man    uint32    // mantissa bits
 	bias   int32     // exponent bias
@@ -15,12 +16,24 @@ type minifloat struct {
 	nan    [2]uint32 // codes a positive and a negative NaN input become
 	inf    bool      // maxMag+1 encodes infinity and codes above it NaN (IEEE style)
 	uz     bool      // unsigned zero: the negative-zero pattern is NaN, so -0 encodes as +0 (fnuz)
-	scale  float32   // 2^(127-bias): takes a code shifted into float32 position to its value
+
+	shift   uint32  // 23 - man: the float32 mantissa bits to round off
+	half    uint32  // 1<<(shift-1) - 1: added with the kept LSB, rounds to nearest even
+	rebias  uint32  // (127-bias)<<23: float32 exponent field minus the target's
+	minNorm uint32  // float32 bits of the smallest normal value
+	magic   float32 // 2^(24-bias-man), whose ulp is the smallest subnormal
+	scale   float32 // 2^(127-bias): takes a code shifted into float32 position to its value
 }
 
 // newMinifloat fills in the derived fields of f.
 func newMinifloat(f minifloat) *minifloat {
-	f.scale = math.Float32frombits(uint32(127+127-f.bias) << 23)
+	exp := func(e int32) uint32 { return uint32(e+127) << 23 } // float32 bits of 2^e
+	f.shift = 23 - f.man
+	f.half = 1<<(f.shift-1) - 1
+	f.rebias = exp(-f.bias)
+	f.minNorm = exp(1 - f.bias)
+	f.magic = math.Float32frombits(exp(24 - f.bias - int32(f.man)))
+	f.scale = math.Float32frombits(exp(127 - f.bias))
 	return &f
 }
 
@@ -43,25 +56,27 @@ var minifloats = [numDTypes]*minifloat{
 }
 
 // encode rounds x to the nearest code, ties to even, without saturation.
-// Normal and subnormal results share one path: the significand, with its
-// implicit bit, is shifted right by the mantissa difference plus however far
-// the exponent lies below the target's normal range, rounded, and the
-// remaining exponent is added on top, so a rounding carry moves into the
-// exponent and past the largest finite value by itself.
 func (f *minifloat) encode(x float32) uint32 {
 	b := math.Float32bits(x)
 	sign := b >> 31
 	a := b &^ (1 << 31)
-	if a > 0x7f800000 {
+	var r uint32
+	switch {
+	case a > 0x7f800000:
 		return f.nan[sign]
+	case a >= f.minNorm:
+		// Rebias the exponent and round off the low mantissa bits; a carry
+		// moves into the exponent, and past the largest finite value to be
+		// caught below, just as inf's exponent is.
+		r = (a - f.rebias + f.half + a>>f.shift&1) >> f.shift
+	default:
+		// Below the normal range the float32 adder rounds for us: next to
+		// magic, whose ulp is the smallest subnormal, |x| keeps only whole
+		// subnormal steps, and the sum's low bits count them. Rounding up
+		// to 1<<man lands on the smallest normal code, as it should.
+		r = math.Float32bits(math.Float32frombits(a)+f.magic) - math.Float32bits(f.magic)
 	}
-	e := int32(a >> 23)
-	te := max(e, 1) - 127 + f.bias // target biased exponent; ≤ 0 means subnormal
-	// Shifts of 25 and more all round a 24-bit significand to 0.
-	shift := uint32(min(23-int32(f.man)+max(1-te, 0), 25))
-	sig := a&0x7fffff | uint32(min(e, 1))<<23
-	r := (sig + (sig>>shift)&1 + 1<<(shift-1) - 1) >> shift
-	r = min(r+uint32(max(te-1, 0))<<f.man, f.ovf)
+	r = min(r, f.ovf)
 	if f.uz && r == 0 {
 		sign = 0
 	}
@@ -139,8 +154,17 @@ func roundInt(x float64, lo, hi int64) int64 {
 	}
 }
 
-// clamp limits x to [-lim, lim], keeping NaN.
-func clamp[T float32 | float64](x, lim T) T { return min(max(x, -lim), lim) }
+// clamp limits x to [-lim, lim], keeping NaN. (The min and max builtins
+// would do, but their signed-zero handling costs several instructions.)
+func clamp[T float32 | float64](x, lim T) T {
+	switch {
+	case x > lim:
+		return lim
+	case x < -lim:
+		return -lim
+	}
+	return x
+}
 
 // limit is the bound a cast to d clamps to first: Max when saturating a
 // float format, +Inf (no bound) otherwise. Integer casts always saturate.
@@ -175,7 +199,8 @@ func F32FromF16(b uint16) float32 { return minifloats[F16].decode(uint32(b)) }
 // ml_dtypes' astype for the formats PyTorch lacks): inf for formats that
 // have it, NaN for the others (e4m3fn, fnuz, e8m0), ±6 for E2M1, which has
 // neither. With sat true, x is first clamped to ±Max (inf becomes ±Max, NaN
-// stays NaN): the saturating cast that FP8 training uses. Integer formats
+// stays NaN): the saturating cast that FP8 training uses. E8M0 has no zero
+// and no negative values, so those give NaN either way. Integer formats
 // round to nearest even and saturate either way; NaN gives 0. F64 and I64
 // patterns do not fit in 32 bits: Encode panics for them, so use the bulk
 // Encode.
@@ -200,7 +225,8 @@ func (d DType) Encode(x float32, sat bool) uint32 {
 }
 
 // Decode returns the exact value of bit pattern c of d (integers: the
-// integer value, rounded to float32). Like Encode, it panics for F64 and I64.
+// integer value, rounded to float32); bits above d's width are ignored.
+// Like Encode, it panics for F64 and I64.
 func (d DType) Decode(c uint32) float32 {
 	switch d {
 	case F32:

@@ -15,20 +15,20 @@ import (
 type DType uint8
 
 const (
-	Invalid  DType = iota
-	F64            // float64
-	F32            // float32
-	F16            // IEEE half
-	BF16           // bfloat16
-	E4M3FN         // float8_e4m3fn: no inf, NaN = 0x7f/0xff, max 448
-	E5M2           // float8_e5m2: IEEE-like, max 57344
-	E4M3FNUZ       // float8_e4m3fnuz: NaN = 0x80, no -0, max 240
-	E5M2FNUZ       // float8_e5m2fnuz: NaN = 0x80, no -0, max 57344
-	E2M1           // float4_e2m1fn: 4-bit, max 6, no inf/NaN; two per byte in storage
-	E8M0           // float8_e8m0fnu: exponent-only MX scale, 2^-127..2^127, NaN = 0xff
-	I8             // int8
-	I32            // int32
-	I64            // int64
+	Invalid  DType = iota // the zero value: no format
+	F64                   // float64
+	F32                   // float32
+	F16                   // IEEE half
+	BF16                  // bfloat16
+	E4M3FN                // float8_e4m3fn: no inf, NaN = 0x7f/0xff, max 448
+	E5M2                  // float8_e5m2: IEEE-like, max 57344
+	E4M3FNUZ              // float8_e4m3fnuz: NaN = 0x80, no -0, max 240
+	E5M2FNUZ              // float8_e5m2fnuz: NaN = 0x80, no -0, max 57344
+	E2M1                  // float4_e2m1fn: 4-bit, max 6, no inf/NaN; two per byte in storage
+	E8M0                  // float8_e8m0fnu: exponent-only MX scale, 2^-127..2^127, NaN = 0xff
+	I8                    // int8
+	I32                   // int32
+	I64                   // int64
 	numDTypes
 )
 

@@ -50,8 +50,8 @@ func isNaNCode(d DType, c uint32) bool {
 	return v != v
 }
 
-// TestFormatsCSV checks every cell of formats.csv through both the scalar
-// and the bulk Encode: NaN results by NaN-ness, others bit for bit.
+// TestFormatsCSV checks every cell of formats.csv through the scalar Encode,
+// the bulk Encode and EncodeF64: NaN results by NaN-ness, others bit for bit.
 func TestFormatsCSV(t *testing.T) {
 	path := referenceCSV()
 	f, err := os.Open(path)
@@ -96,12 +96,14 @@ func TestFormatsCSV(t *testing.T) {
 		return uint32(v), true
 	}
 	inputs := make([]float32, len(rows))
+	wide := make([]float64, len(rows))
 	for i := range rows {
 		b, ok := parse(i, 0)
 		if !ok {
 			t.Fatalf("%s: row %d has no input", path, i+3)
 		}
 		inputs[i] = math.Float32frombits(b)
+		wide[i] = float64(inputs[i])
 	}
 
 	checked := 0
@@ -109,6 +111,8 @@ func TestFormatsCSV(t *testing.T) {
 		c := casts[j]
 		bulk := make([]byte, c.d.StorageBytes(len(inputs)))
 		Encode(c.d, bulk, inputs, c.sat)
+		bulk64 := make([]byte, len(bulk)) // exact float64 inputs must give the same codes
+		EncodeF64(c.d, bulk64, wide, c.sat)
 		failures := 0
 		for i, x := range inputs {
 			want, ok := parse(i, j)
@@ -116,20 +120,20 @@ func TestFormatsCSV(t *testing.T) {
 				continue
 			}
 			checked++
-			match := func(got uint32) bool {
-				if isNaNCode(c.d, want) {
-					return isNaNCode(c.d, got)
+			wantNaN := isNaNCode(c.d, want)
+			for _, p := range [...]struct {
+				path string
+				got  uint32
+			}{
+				{"Encode", c.d.Encode(x, c.sat)},
+				{"bulk Encode", storedCode(c.d, bulk, i)},
+				{"EncodeF64", storedCode(c.d, bulk64, i)},
+			} {
+				if wantNaN && isNaNCode(c.d, p.got) || !wantNaN && p.got == want {
+					continue
 				}
-				return got == want
-			}
-			if got := c.d.Encode(x, c.sat); !match(got) {
 				if failures++; failures <= 10 {
-					t.Errorf("%s: Encode(%#x = %g, sat=%v) = %#x, want %#x", header[j], math.Float32bits(x), x, c.sat, got, want)
-				}
-			}
-			if got := storedCode(c.d, bulk, i); !match(got) {
-				if failures++; failures <= 10 {
-					t.Errorf("%s: bulk Encode(%#x = %g, sat=%v) = %#x, want %#x", header[j], math.Float32bits(x), x, c.sat, got, want)
+					t.Errorf("%s: %s(%#x = %g, sat=%v) = %#x, want %#x", header[j], p.path, math.Float32bits(x), x, c.sat, p.got, want)
 				}
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 
 	"github.com/weftml/weft/checkpoint"
-	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -60,9 +59,8 @@ func (r *Reference) Final64(model, path string) (*tensor.Tensor, error) {
 	return r.Tensor(model + ".final64." + path)
 }
 
-// Batch returns the batch of step s (0-based) of the reference schedule,
-// with floating inputs in dt.
-func (r *Reference) Batch(model string, s int, dt dtype.DType) (Batch, error) {
+// Batch returns the batch of step s (0-based) of the reference schedule.
+func (r *Reference) Batch(model string, s int) (Batch, error) {
 	switch model {
 	case "mlp", "cnn":
 		rows := map[string]int{"mlp": 64, "cnn": 32}[model]
@@ -79,7 +77,7 @@ func (r *Reference) Batch(model string, s int, dt dtype.DType) (Batch, error) {
 		if start+rows > n {
 			return Batch{}, fmt.Errorf("reference %s: batch of step %d runs past %d rows", model, s, n)
 		}
-		return Batch{X: sliceRows(x, start, rows).To(dt), Targets: y.Ints()[start : start+rows]}, nil
+		return Batch{X: sliceRows(x, start, rows), Targets: y.Ints()[start : start+rows]}, nil
 	case "gpt":
 		tok, err := r.Tensor("gpt.tokens")
 		if err != nil {

@@ -107,6 +107,24 @@ func (o *AdamW) Step() {
 	}
 }
 
+// SetStateDType stores moments created from now on in dt (the precision's
+// optimizer-state role).
+func (o *AdamW) SetStateDType(dt dtype.DType) { o.StateDType = dt }
+
+// Underflow explains how an update of the parameter at path can produce
+// NaN: an eps that rounds to zero in the moments' dtype makes sqrt(v)+eps
+// zero wherever v is, and the update m/(sqrt(v)+eps) becomes 0/0 or m/0.
+func (o *AdamW) Underflow(path string) error {
+	st := o.state[path]
+	if st == nil || o.Eps <= 0 {
+		return nil
+	}
+	if dt := st.ExpAvgSq.DType(); dt.Bits() <= 16 && dt.Round(float32(o.Eps)) == 0 {
+		return fmt.Errorf("AdamW eps=%g underflows to 0 in %s, so sqrt(v)+eps is 0 wherever v underflowed or a gradient was 0, and m/(sqrt(v)+eps) is NaN or inf", o.Eps, dt)
+	}
+	return nil
+}
+
 func zeroGrad(params []nn.NamedParam) {
 	for _, p := range params {
 		p.Var.Grad = nil

@@ -174,25 +174,62 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 	return loss, nil
 }
 
+// crossEntropy sums in the order of PyTorch's CUDA kernels, so that a
+// float32 loss matches PyTorch's bit for bit: log_softmax per row by a warp
+// (logSumExpShifted), then nll_loss's strided partial sums over a block of
+// nllThreads, combined by a halving tree.
 func crossEntropy[T float](zs []T, targets []int, c int) T {
-	var total T
+	partial := make([]T, nllThreads(len(targets)))
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
-		total += logSumExp(row) - row[t]
+		partial[i%len(partial)] -= (row[t] - row[maxIndex(row)]) - logSumExpShifted(row)
 	}
-	return total / T(len(targets))
+	for stride := len(partial) / 2; stride > 0; stride /= 2 {
+		for i := range stride {
+			partial[i] += partial[i+stride]
+		}
+	}
+	return partial[0] / T(len(targets))
 }
 
-func logSumExp[T float](row []T) T {
-	mx := T(math.Inf(-1))
-	for _, v := range row {
-		mx = max(mx, v)
+// nllThreads is the block size of PyTorch's nll_loss reduction:
+// clamp(2^round(log2(n/16)), 32, 1024).
+func nllThreads(n int) int {
+	return min(max(1<<int(math.Round(math.Log2(float64(n/16)))), 32), 1024)
+}
+
+func maxIndex[T float](row []T) int {
+	m := 0
+	for j, v := range row {
+		if v > row[m] {
+			m = j
+		}
 	}
-	var sum T
-	for _, v := range row {
-		sum += T(math.Exp(float64(v - mx)))
+	return m
+}
+
+// logSumExpShifted returns log Σ exp(x - max) over row, reduced as CUDA's
+// persistent softmax does for rows of up to 1024: lane l of a warp of
+// min(pow2(len), 32) lanes sums elements l, l+w, ... in turn, then the
+// lanes combine by butterfly (xor-shuffle) steps of w/2, ..., 1.
+func logSumExpShifted[T float](row []T) T {
+	mx := row[maxIndex(row)]
+	w := 1
+	for w < len(row) && w < 32 {
+		w *= 2
 	}
-	return mx + T(math.Log(float64(sum)))
+	var sums [32]T
+	for j, v := range row {
+		sums[j%w] += T(math.Exp(float64(v - mx)))
+	}
+	for off := w / 2; off >= 1; off /= 2 {
+		var next [32]T
+		for l := range w {
+			next[l] = sums[l] + sums[l^off]
+		}
+		sums = next
+	}
+	return T(math.Log(float64(sums[0])))
 }
 
 // CrossEntropyBackward returns dloss·(softmax(logits) - onehot(targets))/N.
@@ -212,9 +249,10 @@ func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Ten
 	scale := get[T](dloss)[0] / T(len(targets))
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
-		lse := logSumExp(row)
+		mx, ls := row[maxIndex(row)], logSumExpShifted(row)
 		for j, v := range row {
-			out[i*c+j] = T(math.Exp(float64(v-lse))) * scale
+			// The log-probability rounded as the forward pass rounds it.
+			out[i*c+j] = T(math.Exp(float64((v-mx)-ls))) * scale
 		}
 		out[i*c+t] -= scale
 	}

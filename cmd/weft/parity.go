@@ -6,31 +6,31 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/internal/parity"
 	"github.com/weftml/weft/models"
 )
 
 func parityCmd() *cobra.Command {
 	var (
-		refs, model, dt string
-		asJSON          bool
+		refs, model, spec, dt string
+		asJSON                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "parity",
 		Short: "Replay a PyTorch reference run and compare every step",
 		Long: `parity loads a model's initial weights and data from DIR/refs.safetensors,
-trains the reference schedule and prints each step's loss. Without --json it
-compares against DIR/trajectories.json and fails on a mismatch, saying where.`,
+trains the reference schedule with a precision and prints each step's loss.
+Without --json it compares against DIR/trajectories.json and fails on a
+mismatch, saying where. --dtype float64|float32 replays the pure-float runs
+(float64-manual, 32-true) with the loss in that dtype too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := dtype.Parse(dt)
+			if cmd.Flags().Changed("dtype") {
+				spec = dt
+			}
+			c, err := parity.CaseFor(spec)
 			if err != nil {
 				return err
-			}
-			target, ok := parity.Targets[d]
-			if !ok {
-				return fmt.Errorf("--dtype %s: accepted are float64 and float32", dt)
 			}
 			dir := models.ReferenceDir(refs)
 			ref, err := models.LoadReference(dir)
@@ -45,7 +45,7 @@ compares against DIR/trajectories.json and fails on a mismatch, saying where.`,
 			if steps == 0 {
 				return fmt.Errorf("model %q has no runs in %s/trajectories.json (models: %v)", model, dir, traj.ModelNames())
 			}
-			res, err := parity.Train(ref, model, steps, d, nil)
+			res, err := parity.Train(ref, model, steps, c.Plugin, nil)
 			if err != nil {
 				return err
 			}
@@ -56,20 +56,25 @@ compares against DIR/trajectories.json and fails on a mismatch, saying where.`,
 			for s, l := range res.Losses {
 				fmt.Fprintf(out, "step %3d  loss %.9f\n", s, float64(l))
 			}
-			run, ok := traj.Models[model].Runs[target.Run]
+			if res.NonFinite != "" {
+				fmt.Fprintln(out, res.NonFinite)
+			}
+			run, ok := traj.Models[model].Runs[c.Run]
 			if !ok {
-				return fmt.Errorf("no %s run of %s to compare with", target.Run, model)
+				return fmt.Errorf("%s has no %s run in %s/trajectories.json to compare with", model, c.Run, dir)
 			}
-			if err := parity.CompareLosses(res.Losses, run.Losses, target.Tol); err != nil {
-				return fmt.Errorf("%s %s differs from PyTorch's %s run: %w", model, d, target.Run, err)
+			if err := parity.Compare(res, run, c.Tol); err != nil {
+				return fmt.Errorf("%s %s differs from PyTorch's %s run: %w", model, res.Precision, c.Run, err)
 			}
-			fmt.Fprintf(out, "%s %s matches PyTorch's %s run: %d steps within %.0g relative\n", model, d, target.Run, len(res.Losses), target.Tol)
+			fmt.Fprintf(out, "%s %s matches PyTorch's %s run: %d steps (step 0 within %.0g, all within %.0g relative)\n",
+				model, res.Precision, c.Run, len(res.Losses), c.Tol.First, c.Tol.Rest)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&refs, "refs", models.DefaultReferenceDir, "reference folder (WEFT_REFERENCE_DIR overrides the default)")
-	cmd.Flags().StringVar(&model, "model", "mlp", "reference model: "+fmt.Sprint(models.Names()))
-	cmd.Flags().StringVar(&dt, "dtype", "float32", "float64 or float32")
+	cmd.Flags().StringVar(&model, "model", "mlp", fmt.Sprintf("reference model %v", models.Names()))
+	cmd.Flags().StringVar(&spec, "precision", "32-true", "precision spec (64-true, 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true ...)")
+	cmd.Flags().StringVar(&dt, "dtype", "", "float64 or float32: the pure-float runs (alias for --precision float64-manual / float32)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of comparing")
 	return cmd
 }

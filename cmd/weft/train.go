@@ -2,23 +2,24 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/internal/parity"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/precision"
 )
 
 func trainCmd() *cobra.Command {
 	var (
-		refs, model string
-		steps       int
+		refs, model, spec string
+		steps             int
 	)
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train a model and print its loss at every step",
-		Long:  `train trains a reference model in float32 on the bundled reference data.`,
+		Long:  `train trains a reference model on the bundled reference data.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if steps < 1 {
@@ -29,7 +30,11 @@ func trainCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			_, err = parity.Train(ref, model, steps, dtype.F32, func(step int, loss float64) {
+			p, err := precision.Parse(spec, precision.Options{Warn: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "weft: warning:", msg) }})
+			if err != nil {
+				return err
+			}
+			_, err = parity.Train(ref, model, steps, p, func(step int, loss float64) {
 				fmt.Fprintf(out, "step %4d  loss %.6f\n", step, loss)
 			})
 			return err
@@ -37,6 +42,7 @@ func trainCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&refs, "refs", models.DefaultReferenceDir, "reference data folder")
 	cmd.Flags().StringVar(&model, "model", "gpt", "model: "+fmt.Sprint(models.Names()))
+	cmd.Flags().StringVar(&spec, "precision", "32-true", "precision spec: "+strings.Join(precision.Specs(), ", "))
 	cmd.Flags().IntVar(&steps, "steps", 200, "optimizer steps")
 	return cmd
 }

@@ -1,5 +1,5 @@
 // Package parity replays the PyTorch reference runs in weft and compares
-// the results: per-step losses, final parameter norms, final float64 weights.
+// the results: per-step losses and loss scales, final parameters.
 package parity
 
 import (
@@ -11,10 +11,11 @@ import (
 	"sort"
 
 	"github.com/weftml/weft/autograd"
-	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/precision"
 )
 
 // Trajectories is trajectories.json: PyTorch's losses per model and run.
@@ -49,9 +50,6 @@ func LoadTrajectories(dir string) (*Trajectories, error) {
 // ModelNames lists the models present, sorted.
 func (t *Trajectories) ModelNames() []string { return sortedKeys(t.Models) }
 
-// RunNames lists a model's runs, sorted.
-func (t *Trajectories) RunNames(model string) []string { return sortedKeys(t.Models[model].Runs) }
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -66,27 +64,30 @@ var adamW = optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Weig
 
 // Result is what a replayed run produced.
 type Result struct {
-	Model      string             `json:"model"`
-	Precision  string             `json:"precision"`
-	Losses     []Loss             `json:"losses"`
-	FinalNorms map[string]float64 `json:"final_norms"`
-	Params     []nn.NamedParam    `json:"-"`
+	Model      string           `json:"model"`
+	Precision  string           `json:"precision"`
+	Losses     []Float          `json:"losses"`
+	LossScale  []Float          `json:"loss_scale,omitempty"`
+	FinalNorms map[string]Float `json:"final_norms"`
+	NonFinite  string           `json:"non_finite,omitempty"`
+	Params     []nn.NamedParam  `json:"-"`
 }
 
-// Loss is a float that encodes non-finite values as JSON null, as the reference does.
-type Loss float64
+// Float encodes non-finite values as JSON null, as the reference does.
+type Float float64
 
-func (l Loss) MarshalJSON() ([]byte, error) {
+func (l Float) MarshalJSON() ([]byte, error) {
 	if math.IsNaN(float64(l)) || math.IsInf(float64(l), 0) {
 		return []byte("null"), nil
 	}
 	return json.Marshal(float64(l))
 }
 
-// Train replays steps of the reference schedule of model with every
-// parameter, input and op in dt (float64 or float32), the loss included,
-// calling onStep (if not nil) with each step's loss.
-func Train(ref *models.Reference, model string, steps int, dt dtype.DType, onStep func(step int, loss float64)) (*Result, error) {
+// Train replays steps of the reference schedule of model through a Fabric
+// with precision p, as the reference runs did: inputs cast and forward run
+// in p's scope, cross-entropy on the (float32) logits outside it, backward
+// through the loss scaler, AdamW. onStep, if not nil, sees each loss.
+func Train(ref *models.Reference, model string, steps int, p precision.Plugin, onStep func(step int, loss float64)) (*Result, error) {
 	m, err := models.New(model, 0)
 	if err != nil {
 		return nil, err
@@ -94,40 +95,51 @@ func Train(ref *models.Reference, model string, steps int, dt dtype.DType, onSte
 	if err := ref.LoadInit(model, m); err != nil {
 		return nil, err
 	}
-	nn.Cast(m, dt)
 	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Model: model, Precision: dt.String(), FinalNorms: map[string]float64{}}
-	var tp autograd.Tape
+	f := fabric.New(p)
+	if err := f.Setup(m, opt); err != nil {
+		return nil, err
+	}
+	_, scaled := p.(precision.LossScaler)
+	res := &Result{Model: model, Precision: p.Name(), FinalNorms: map[string]Float{}}
 	for s := range steps {
-		batch, err := ref.Batch(model, s, dt)
+		batch, err := ref.Batch(model, s)
 		if err != nil {
 			return nil, err
 		}
-		logits, err := m.Forward(&tp, batch)
+		batch.X = f.Input(batch.X)
+		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, batch) })
 		if err != nil {
 			return nil, err
 		}
-		loss, err := tp.CrossEntropy(logits, batch.Targets)
+		loss, err := f.Tape().CrossEntropy(logits, batch.Targets)
 		if err != nil {
 			return nil, err
 		}
 		l := loss.Value.Float64s()[0]
-		res.Losses = append(res.Losses, Loss(l))
+		res.Losses = append(res.Losses, Float(l))
 		if onStep != nil {
 			onStep(s, l)
 		}
-		if err := tp.Backward(loss); err != nil {
+		if err := f.Backward(loss); err != nil {
 			return nil, err
 		}
-		opt.Step()
-		opt.ZeroGrad()
+		if _, err := f.Step(); err != nil {
+			return nil, err
+		}
+		if scaled {
+			res.LossScale = append(res.LossScale, Float(f.LossScale()))
+		}
+	}
+	if err := f.NonFinite(); err != nil {
+		res.NonFinite = err.Error()
 	}
 	res.Params = opt.Params()
 	for _, p := range res.Params {
-		res.FinalNorms[p.Path] = p.Var.Value.Norm()
+		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
 	}
 	return res, nil
 }

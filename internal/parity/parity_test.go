@@ -3,15 +3,15 @@ package parity
 import (
 	"testing"
 
-	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/models"
 )
 
 func referenceDir() string { return models.ReferenceDir("../../" + models.DefaultReferenceDir) }
 
-// TestParityDTypes replays every model of trajectories.json that has a
-// float64-manual or 32-true run, in pure float64 or float32.
-func TestParityDTypes(t *testing.T) {
+// TestParity replays every run of every model in trajectories.json (a run
+// weft has no replay for fails) and compares losses and loss scales; the
+// float64-manual replay must also end at the reference's float64 weights.
+func TestParity(t *testing.T) {
 	dir := referenceDir()
 	ref, err := models.LoadReference(dir)
 	if err != nil {
@@ -21,32 +21,31 @@ func TestParityDTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := 0
+	if len(traj.Models) == 0 {
+		t.Fatal("trajectories.json has no models")
+	}
 	for _, model := range traj.ModelNames() {
-		for dt, target := range Targets {
-			run, ok := traj.Models[model].Runs[target.Run]
-			if !ok {
-				continue
-			}
-			ran++
-			t.Run(model+"/"+target.Run, func(t *testing.T) {
+		for _, runName := range sortedKeys(traj.Models[model].Runs) {
+			run := traj.Models[model].Runs[runName]
+			t.Run(model+"/"+runName, func(t *testing.T) {
 				t.Parallel()
-				res, err := Train(ref, model, len(run.Losses), dt, nil)
+				c, err := CaseFor(runName)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := CompareLosses(res.Losses, run.Losses, target.Tol); err != nil {
+				res, err := Train(ref, model, len(run.Losses), c.Plugin, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := Compare(res, run, c.Tol); err != nil {
 					t.Error(err)
 				}
-				if dt == dtype.F64 {
+				if runName == "float64-manual" {
 					if err := CompareFinal64(ref, res, 1e-8); err != nil {
 						t.Error(err)
 					}
 				}
 			})
 		}
-	}
-	if ran == 0 {
-		t.Fatal("no float64-manual or 32-true run found in trajectories.json")
 	}
 }

@@ -1,0 +1,161 @@
+// Package fabric is what a training loop is written against (Lightning
+// Fabric's role): it sets up a model and optimizer for a precision plugin,
+// runs the forward pass inside the plugin's scope, scales the loss for
+// backward, and steps the optimizer through the loss scaler.
+package fabric
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/tensor"
+)
+
+// Fabric drives one model and its optimizer.
+type Fabric struct {
+	plugin precision.Plugin
+	scaler precision.Scaler
+	tape   autograd.Tape
+	model  nn.Module
+	opt    optim.Optimizer
+	step   int
+	// nonFinite is the first non-finite loss seen, with its diagnosis.
+	nonFinite error
+}
+
+// New returns a Fabric for the precision plugin p.
+func New(p precision.Plugin) *Fabric {
+	return &Fabric{plugin: p, scaler: precision.ScalerOf(p)}
+}
+
+// Precision returns the plugin the fabric was built with.
+func (f *Fabric) Precision() precision.Plugin { return f.plugin }
+
+// Setup converts the model for the precision (cast, layer replacement) and
+// gives the optimizer the precision's optimizer-state dtype. opt must
+// already hold the model's parameters; they keep their identity.
+func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
+	if err := precision.ConvertModule(f.plugin, m); err != nil {
+		return fmt.Errorf("fabric: setup: %w", err)
+	}
+	if dt, ok := precision.OptimizerStateDType(f.plugin); ok {
+		s, ok := opt.(interface{ SetStateDType(dtype.DType) })
+		if !ok {
+			return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", f.plugin.Name(), opt)
+		}
+		s.SetStateDType(dt)
+	}
+	f.model, f.opt = m, opt
+	return nil
+}
+
+// Tape is the tape ops are recorded on; compute the loss on it, outside
+// Forward, as a Lightning user does.
+func (f *Fabric) Tape() *autograd.Tape { return &f.tape }
+
+// Input casts a floating input tensor to the precision's input dtype;
+// integer tensors and plugins without an input cast leave it unchanged.
+func (f *Fabric) Input(t *tensor.Tensor) *tensor.Tensor {
+	if dt, ok := precision.InputDType(f.plugin); ok && t != nil && t.DType().IsFloat() {
+		return t.To(dt)
+	}
+	return t
+}
+
+// Forward runs fn inside the precision's scope (autocast) and casts its
+// floating output to the precision's output dtype. The scope is closed on
+// return, on error and on panic.
+func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+	out, err := f.scoped(fn)
+	if err != nil {
+		return nil, err
+	}
+	if dt, ok := precision.OutputDType(f.plugin); ok && out.Value.DType().IsFloat() {
+		out = f.tape.Cast(out, dt)
+	}
+	return out, nil
+}
+
+func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+	exit := precision.Enter(f.plugin, &f.tape)
+	defer exit()
+	return fn(&f.tape)
+}
+
+// Backward computes gradients of the loss, scaled by the loss scaler.
+func (f *Fabric) Backward(loss *autograd.Var) error {
+	if l := loss.Value.Float64s(); len(l) == 1 && f.nonFinite == nil && (math.IsNaN(l[0]) || math.IsInf(l[0], 0)) {
+		f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.step, l[0], f.diagnose())
+	}
+	return f.tape.BackwardScaled(loss, f.scaler.Scale())
+}
+
+// ClipGradNorm unscales the gradients (once per step) and rescales them so
+// that their global L2 norm is at most maxNorm; it returns the norm before
+// clipping, as torch.nn.utils.clip_grad_norm_ does.
+func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
+	params := f.opt.Params()
+	if err := f.scaler.Unscale(params); err != nil && !errors.Is(err, precision.ErrUnscaledTwice) {
+		return 0, err
+	}
+	var sq float64
+	for _, p := range params {
+		if p.Var.Grad != nil {
+			n := p.Var.Grad.Norm()
+			sq += n * n
+		}
+	}
+	norm := math.Sqrt(sq)
+	if coef := maxNorm / (norm + 1e-6); coef < 1 {
+		for _, p := range params {
+			if p.Var.Grad != nil {
+				p.Var.Grad.ScaleInPlace(coef)
+			}
+		}
+	}
+	return norm, nil
+}
+
+// Step steps the optimizer through the loss scaler (skipped if a gradient
+// is inf or NaN), updates the scale and clears the gradients.
+func (f *Fabric) Step() (skipped bool, err error) {
+	skipped, err = f.scaler.Step(f.opt)
+	if err != nil {
+		return false, fmt.Errorf("fabric: step %d: %w", f.step, err)
+	}
+	f.scaler.Update()
+	f.opt.ZeroGrad()
+	f.step++
+	return skipped, nil
+}
+
+// LossScale is the current loss scale (1 without a scaler).
+func (f *Fabric) LossScale() float64 { return f.scaler.Scale() }
+
+// NonFinite returns nil while every loss has been finite, else the first
+// step whose loss was not, and why.
+func (f *Fabric) NonFinite() error { return f.nonFinite }
+
+// diagnose explains a non-finite loss: a parameter that is no longer
+// finite and, if the optimizer can tell, the value that underflowed.
+func (f *Fabric) diagnose() string {
+	for _, p := range f.opt.Params() {
+		if !p.Var.Value.HasNonFinite() {
+			continue
+		}
+		why := fmt.Sprintf("parameter %s (%s) became inf/NaN in an earlier optimizer step", p.Path, p.Var.Value.DType())
+		if e, ok := f.opt.(interface{ Underflow(path string) error }); ok {
+			if err := e.Underflow(p.Path); err != nil {
+				why += ": " + err.Error()
+			}
+		}
+		return why
+	}
+	return "the forward pass overflowed or underflowed in " + f.plugin.Name()
+}

@@ -1,0 +1,136 @@
+// Package gemm multiplies dense row-major matrices: C = op(A)·op(B) + beta·C.
+//
+// The algorithm is the Goto/BLIS one. C is computed in blocks of nc columns
+// and k in steps of kc; each kc×nc block of op(B) is packed into panels of nr
+// columns sized for L3, each mc×kc block of op(A) into panels of mr rows sized
+// for L2, and a micro-kernel multiplies one A panel by one B panel (L1) into
+// an mr×nr tile of C held in registers. Packing handles transposition and
+// dequantizes low-precision operands, so the kernel sees only contiguous
+// float32 or float64 data.
+//
+// Results are deterministic: every element of C is accumulated in the same
+// order whatever GOMAXPROCS is and however the work is split between
+// goroutines.
+package gemm
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// Matrix is a row-major operand stored in any float dtype; GEMM dequantizes it
+// to float32 while packing its panels, so low-precision storage costs little compute.
+type Matrix struct {
+	DType dtype.DType // F32, F16, BF16, any FP8, E2M1
+	Data  []byte      // little-endian storage of the stored (untransposed) matrix
+	LD    int         // elements between consecutive stored rows
+	Trans bool        // use the transpose of the stored matrix
+	Scale float32     // every decoded element is multiplied by Scale; 0 means 1 (FP8 scaling)
+}
+
+// F32 computes C = op(A)·op(B) + beta·C, op(A) m×k, op(B) k×n, C m×n row-major with leading dim ldc.
+// Accumulation is float32. beta==0 means C is overwritten (never read, so NaNs in C do not leak).
+func F32(m, n, k int, a, b Matrix, beta float32, c []float32, ldc int) {
+	checkDims(m, n, k)
+	g := gemm[float32]{
+		m: m, n: n, k: k,
+		a:    a.operand("A", m, k),
+		bt:   b.operand("B", k, n).transpose(),
+		beta: beta,
+		c:    checkC(c, m, n, ldc), ldc: ldc,
+	}
+	g.run(&single)
+}
+
+// Sgemm is F32 for float32 slices.
+func Sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkDims(m, n, k)
+	g := gemm[float32]{
+		m: m, n: n, k: k,
+		a:    direct("A", a, lda, transA, m, k),
+		bt:   direct("B", b, ldb, transB, k, n).transpose(),
+		beta: beta,
+		c:    checkC(c, m, n, ldc), ldc: ldc,
+	}
+	g.run(&single)
+}
+
+// Dgemm is the float64 twin (float64 accumulation), used by float64 training which must match PyTorch to 1e-9.
+func Dgemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	checkDims(m, n, k)
+	g := gemm[float64]{
+		m: m, n: n, k: k,
+		a:    direct("A", a, lda, transA, m, k),
+		bt:   direct("B", b, ldb, transB, k, n).transpose(),
+		beta: beta,
+		c:    checkC(c, m, n, ldc), ldc: ldc,
+	}
+	g.run(&double)
+}
+
+func checkDims(m, n, k int) {
+	if m < 0 || n < 0 || k < 0 {
+		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
+	}
+}
+
+// need returns the elements a rows×cols matrix with leading dimension ld
+// spans, panicking if ld is shorter than a row.
+func need(name string, rows, cols, ld int) int {
+	if ld < max(1, cols) {
+		panic(fmt.Sprintf("gemm: leading dimension of %s is %d, want >= %d", name, ld, max(1, cols)))
+	}
+	if rows == 0 || cols == 0 {
+		return 0
+	}
+	return (rows-1)*ld + cols
+}
+
+func checkC[T float](c []T, m, n, ldc int) []T {
+	if e := need("C", m, n, ldc); len(c) < e {
+		panic(fmt.Sprintf("gemm: C has %d elements, want >= %d", len(c), e))
+	}
+	return c
+}
+
+// stored returns the shape of the stored matrix whose op is rows×cols.
+func stored(rows, cols int, trans bool) (int, int) {
+	if trans {
+		return cols, rows
+	}
+	return rows, cols
+}
+
+// direct returns the operand for op(x), rows×cols, stored as elements of T.
+func direct[T float](name string, x []T, ld int, trans bool, rows, cols int) operand[T] {
+	sr, sc := stored(rows, cols, trans)
+	if e := need(name, sr, sc, ld); len(x) < e {
+		panic(fmt.Sprintf("gemm: %s has %d elements, want >= %d", name, len(x), e))
+	}
+	return operand[T]{f: x, ld: ld, trans: trans, scale: 1}
+}
+
+// operand returns the operand for op(x), rows×cols. F32 data aligned for
+// float32 is read in place; anything else is decoded while packing.
+func (x Matrix) operand(name string, rows, cols int) operand[float32] {
+	if !x.DType.IsFloat() {
+		panic(fmt.Sprintf("gemm: %s has dtype %v, want a float format", name, x.DType))
+	}
+	sr, sc := stored(rows, cols, x.Trans)
+	if e := x.DType.StorageBytes(need(name, sr, sc, x.LD)); len(x.Data) < e {
+		panic(fmt.Sprintf("gemm: %s has %d bytes of %v, want >= %d", name, len(x.Data), x.DType, e))
+	}
+	o := operand[float32]{ld: x.LD, trans: x.Trans, scale: x.Scale}
+	if o.scale == 0 {
+		o.scale = 1
+	}
+	p := unsafe.SliceData(x.Data)
+	if x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0 {
+		o.f = unsafe.Slice((*float32)(unsafe.Pointer(p)), len(x.Data)/4)
+	} else {
+		o.enc, o.dt = x.Data, x.DType
+	}
+	return o
+}

@@ -1,0 +1,376 @@
+package gemm
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"github.com/weftml/weft/dtype"
+)
+
+type shape struct{ m, n, k int }
+
+// shapes covers degenerate sizes, sizes that are not multiples of the tile
+// (mr×nr) or of the blocks (mcMax, kcMax, ncMax), and sizes large enough to
+// run in parallel.
+var shapes = []shape{
+	{1, 1, 1}, {1, 1, 9}, {2, 3, 4}, {4, 2, 8}, {5, 3, 7}, {7, 9, 1},
+	{16, 16, 16}, {17, 15, 33}, {33, 31, 17}, {64, 64, 64}, {65, 67, 129},
+	{3, ncMax + 3, 5}, {mcMax + 1, 9, kcMax + 44}, {mcMax + 44, kcMax + 2, kcMax + 1},
+	{1, 300, 2*kcMax + 1}, {2*mcMax + 1, 1, 3}, {70, 90, 260},
+	{0, 5, 5}, {5, 0, 5}, {5, 5, 0}, {0, 0, 0},
+}
+
+// dtypeShapes are the shapes for each operand format: what the formats add
+// is decoding row segments at any offset, including past kcMax.
+var dtypeShapes = []shape{
+	{1, 1, 1}, {5, 3, 7}, {17, 15, 33}, {33, 31, 17}, {3, 40, kcMax + 3}, {9, 6, 2*kcMax + 1}, {5, 5, 0},
+}
+
+var betas = []float64{0, 1, 0.5}
+
+// mat is a stored row-major matrix in float64 (exact for every float32) with
+// its leading dimension, and the transposition that op applies.
+type mat struct {
+	v     []float64
+	ld    int
+	trans bool
+}
+
+// at returns element (i, j) of op(x).
+func (x mat) at(i, j int) float64 {
+	if x.trans {
+		i, j = j, i
+	}
+	return x.v[i*x.ld+j]
+}
+
+// newMat returns a random rows×cols op(x) stored with trans and a leading
+// dimension pad elements wider than a stored row.
+func newMat(rng *rand.Rand, rows, cols int, trans bool, pad int) mat {
+	sr, sc := rows, cols
+	if trans {
+		sr, sc = cols, rows
+	}
+	x := mat{ld: sc + pad, trans: trans}
+	x.v = make([]float64, max(0, (sr-1)*x.ld+sc))
+	for i := range x.v {
+		x.v[i] = float64(float32(2*rng.Float64() - 1))
+	}
+	return x
+}
+
+// naive returns op(A)·op(B) + beta·C in float64 with the bound on the
+// rounding error of any summation order: Σ|a·b| + |beta·c| for each element.
+func naive(m, n, k int, a, b mat, beta float64, c []float64, ldc int) (want, bound []float64) {
+	want, bound = make([]float64, m*n), make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			var s, t float64
+			if beta != 0 {
+				s, t = beta*c[i*ldc+j], math.Abs(beta*c[i*ldc+j])
+			}
+			for p := range k {
+				x := a.at(i, p) * b.at(p, j)
+				s += x
+				t += math.Abs(x)
+			}
+			want[i*n+j], bound[i*n+j] = s, t
+		}
+	}
+	return want, bound
+}
+
+// newC returns C with leading dimension n+2 and one spare row, random where
+// beta reads it, NaN where the call must not read it (beta == 0) and in the
+// guard bands it must never touch.
+func newC(rng *rand.Rand, m, n int, beta float64) ([]float64, int) {
+	ldc := n + 2
+	c := make([]float64, (m+1)*ldc)
+	for i := range c {
+		c[i] = math.NaN()
+		if i < m*ldc && i%ldc < n && beta != 0 {
+			c[i] = float64(float32(2*rng.Float64() - 1))
+		}
+	}
+	return c, ldc
+}
+
+// check compares got with the naive result: each element must lie within
+// tol·bound of it, and the guard bands of C must still hold NaN.
+func check(t *testing.T, name string, m, n, ldc int, got, want, bound []float64, tol float64) {
+	t.Helper()
+	for i := range got {
+		r, j := i/ldc, i%ldc
+		if r >= m || j >= n {
+			if !math.IsNaN(got[i]) {
+				t.Fatalf("%s: guard C[%d][%d] = %v, want untouched NaN", name, r, j, got[i])
+			}
+			continue
+		}
+		w, b := want[r*n+j], bound[r*n+j]
+		if d := math.Abs(got[i] - w); !(d <= tol*b) {
+			t.Fatalf("%s: C[%d][%d] = %v, want %v (error %.3g of bound %.3g)", name, r, j, got[i], w, d/b, b)
+		}
+	}
+}
+
+// tol32 is the relative error allowed in float32 results: k+2 roundings
+// (the products, the sum and beta·c), each at most 2⁻²⁴.
+func tol32(k int) float64 { return float64(k+2) * 0x1p-24 }
+
+func to32(x []float64) []float32 {
+	y := make([]float32, len(x))
+	for i, v := range x {
+		y[i] = float32(v)
+	}
+	return y
+}
+
+func to64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+// forCases runs f on each of shapes with every transposition and beta.
+func forCases(t *testing.T, shapes []shape, f func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64)) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, s := range shapes {
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				for _, beta := range betas {
+					name := fmt.Sprintf("%dx%dx%d/ta=%v/tb=%v/beta=%v", s.m, s.n, s.k, ta, tb, beta)
+					f(t, name, rng, s, ta, tb, beta)
+				}
+			}
+		}
+	}
+}
+
+func TestSgemm(t *testing.T) {
+	forCases(t, shapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
+		a, b := newMat(rng, s.m, s.k, ta, 3), newMat(rng, s.k, s.n, tb, 1)
+		c, ldc := newC(rng, s.m, s.n, beta)
+		want, bound := naive(s.m, s.n, s.k, a, b, beta, c, ldc)
+		c32 := to32(c)
+		Sgemm(ta, tb, s.m, s.n, s.k, to32(a.v), a.ld, to32(b.v), b.ld, float32(beta), c32, ldc)
+		check(t, name, s.m, s.n, ldc, to64(c32), want, bound, tol32(s.k))
+	})
+}
+
+func TestDgemm(t *testing.T) {
+	forCases(t, shapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
+		a, b := newMat(rng, s.m, s.k, ta, 2), newMat(rng, s.k, s.n, tb, 5)
+		for _, x := range [][]float64{a.v, b.v} { // use all 53 bits
+			for i := range x {
+				x[i] += 0x1p-30 * (2*rng.Float64() - 1)
+			}
+		}
+		c, ldc := newC(rng, s.m, s.n, beta)
+		want, bound := naive(s.m, s.n, s.k, a, b, beta, c, ldc)
+		Dgemm(ta, tb, s.m, s.n, s.k, a.v, a.ld, b.v, b.ld, beta, c, ldc)
+		check(t, name, s.m, s.n, ldc, c, want, bound, 1e-13)
+	})
+}
+
+// encode stores x in format d and returns it as a Matrix with the given
+// Scale, with op(x) as F32 must see it: decoded, then multiplied by the
+// scale in float32. F32 data starts one byte into its buffer when misalign
+// is set, which F32 cannot view in place.
+func encode(x mat, d dtype.DType, scale float32, misalign bool) (Matrix, mat) {
+	src := make([]float32, len(x.v))
+	for i, v := range x.v {
+		src[i] = float32(v)
+	}
+	buf := make([]byte, d.StorageBytes(len(src))+1)
+	data := buf[:len(buf)-1]
+	if misalign {
+		data = buf[1:]
+	}
+	dtype.Encode(d, data, src, true)
+	dec := make([]float32, len(src))
+	dtype.Decode(d, dec, data)
+	s := scale
+	if s == 0 {
+		s = 1
+	}
+	y := mat{v: make([]float64, len(dec)), ld: x.ld, trans: x.trans}
+	for i, v := range dec {
+		y.v[i] = float64(v * s)
+	}
+	return Matrix{DType: d, Data: data, LD: x.ld, Trans: x.trans, Scale: scale}, y
+}
+
+func TestF32DTypes(t *testing.T) {
+	type operands struct {
+		d        dtype.DType
+		scale    float32
+		misalign bool
+	}
+	var cases []operands
+	for _, d := range []dtype.DType{dtype.F32, dtype.BF16, dtype.F16, dtype.E4M3FN, dtype.E5M2, dtype.E2M1} {
+		for _, scale := range []float32{0, 0.37, 6} {
+			cases = append(cases, operands{d, scale, false})
+		}
+	}
+	cases = append(cases, operands{dtype.F32, 0, true}, operands{dtype.F32, 0.37, true})
+	for _, oc := range cases {
+		forCases(t, dtypeShapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
+			name = fmt.Sprintf("%v/scale=%v/misalign=%v/%s", oc.d, oc.scale, oc.misalign, name)
+			// Odd leading dimensions start E2M1 rows at a high nibble.
+			am, a := encode(newMat(rng, s.m, s.k, ta, 1), oc.d, oc.scale, oc.misalign)
+			bm, b := encode(newMat(rng, s.k, s.n, tb, 2), dtype.F32, 0, false)
+			if s.k%2 == 1 { // alternate which operand is encoded
+				am, a = encode(newMat(rng, s.m, s.k, ta, 2), dtype.F32, 0, false)
+				bm, b = encode(newMat(rng, s.k, s.n, tb, 1), oc.d, oc.scale, oc.misalign)
+			}
+			c, ldc := newC(rng, s.m, s.n, beta)
+			want, bound := naive(s.m, s.n, s.k, a, b, beta, c, ldc)
+			c32 := to32(c)
+			F32(s.m, s.n, s.k, am, bm, float32(beta), c32, ldc)
+			check(t, name, s.m, s.n, ldc, to64(c32), want, bound, tol32(s.k))
+		})
+	}
+}
+
+// TestDeterminism checks that results are bitwise the same whatever
+// GOMAXPROCS is, including counts that cut C into uneven parts.
+func TestDeterminism(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, s := range []shape{{300, 130, 600}, {90, 310, 520}, {mcMax + 3, ncMax + 5, 40}} {
+		for _, ta := range []bool{false, true} {
+			a, b := newMat(rng, s.m, s.k, ta, 1), newMat(rng, s.k, s.n, !ta, 0)
+			a32, b32 := to32(a.v), to32(b.v)
+			am, _ := encode(a, dtype.BF16, 0.5, false)
+			c0, ldc := newC(rng, s.m, s.n, 1)
+			var first [2][]float32
+			for _, procs := range []int{1, 2, 3, 7} {
+				runtime.GOMAXPROCS(procs)
+				c := to32(c0)
+				Sgemm(ta, !ta, s.m, s.n, s.k, a32, a.ld, b32, b.ld, 0.5, c, ldc)
+				cq := to32(c0)
+				F32(s.m, s.n, s.k, am, Matrix{DType: dtype.F32, Data: bytesOf(b32), LD: b.ld, Trans: !ta}, 1, cq, ldc)
+				for i, got := range [][]float32{c, cq} {
+					if first[i] == nil {
+						first[i] = got
+						continue
+					}
+					for j := range got {
+						if math.Float32bits(got[j]) != math.Float32bits(first[i][j]) {
+							t.Fatalf("%v ta=%v call %d: GOMAXPROCS=%d gives C[%d] = %v, GOMAXPROCS=1 gives %v",
+								s, ta, i, procs, j, got[j], first[i][j])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func bytesOf(x []float32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
+}
+
+func TestAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items at random under the race detector")
+	}
+	for _, n := range []int{16, 200} { // direct and parallel
+		a := make([]float32, n*n)
+		c := make([]float32, n*n)
+		bf := Matrix{DType: dtype.BF16, Data: make([]byte, 2*n*n), LD: n, Trans: true}
+		sg := func() { Sgemm(false, true, n, n, n, a, n, a, n, 0, c, n) }
+		f32 := func() { F32(n, n, n, Matrix{DType: dtype.F32, Data: bytesOf(a), LD: n}, bf, 1, c, n) }
+		d := make([]float64, n*n)
+		dg := func() { Dgemm(true, false, n, n, n, d, n, d, n, 1, d, n) }
+		for name, f := range map[string]func(){"Sgemm": sg, "F32": f32, "Dgemm": dg} {
+			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
+				t.Errorf("%s %d³: %v allocations per call, want 0", name, n, allocs)
+			}
+		}
+	}
+}
+
+func TestPanics(t *testing.T) {
+	x := make([]float32, 12)
+	for name, f := range map[string]func(){
+		"negative m": func() { Sgemm(false, false, -1, 2, 2, x, 2, x, 2, 0, x, 2) },
+		"short lda":  func() { Sgemm(false, false, 3, 2, 4, x, 3, x, 2, 0, x, 2) },
+		"short A":    func() { Sgemm(true, false, 4, 2, 4, x, 4, x, 2, 0, x, 2) },
+		"short C":    func() { Sgemm(false, false, 4, 4, 2, x, 2, x, 4, 0, x, 4) },
+		"int dtype":  func() { F32(1, 1, 1, Matrix{DType: dtype.I8, Data: make([]byte, 1), LD: 1}, Matrix{}, 0, x, 1) },
+		"short data": func() { F32(2, 2, 2, Matrix{DType: dtype.E2M1, Data: make([]byte, 1), LD: 2}, Matrix{}, 0, x, 2) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", name)
+				}
+			}()
+			f()
+		}()
+	}
+}
+
+func reportGFLOPS(b *testing.B, m, n, k int) {
+	b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func BenchmarkSgemm(b *testing.B) {
+	for _, n := range []int{16, 64, 256, 512, 1024} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			x, c := make([]float32, n*n), make([]float32, n*n)
+			for i := range x {
+				x[i] = float32(i%7) - 3
+			}
+			for b.Loop() {
+				Sgemm(false, false, n, n, n, x, n, x, n, 0, c, n)
+			}
+			reportGFLOPS(b, n, n, n)
+		})
+	}
+}
+
+func BenchmarkDgemm(b *testing.B) {
+	for _, n := range []int{256} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			x, c := make([]float64, n*n), make([]float64, n*n)
+			for i := range x {
+				x[i] = float64(i%7) - 3
+			}
+			for b.Loop() {
+				Dgemm(false, false, n, n, n, x, n, x, n, 0, c, n)
+			}
+			reportGFLOPS(b, n, n, n)
+		})
+	}
+}
+
+// BenchmarkF32BF16Weights multiplies float32 activations by the transpose
+// of BF16 weights stored [out, in], as a Linear layer does.
+func BenchmarkF32BF16Weights(b *testing.B) {
+	for _, n := range []int{512} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			x, c := make([]float32, n*n), make([]float32, n*n)
+			for i := range x {
+				x[i] = float32(i%7) - 3
+			}
+			w := make([]byte, dtype.BF16.StorageBytes(n*n))
+			dtype.Encode(dtype.BF16, w, x, false)
+			a := Matrix{DType: dtype.F32, Data: bytesOf(x), LD: n}
+			wm := Matrix{DType: dtype.BF16, Data: w, LD: n, Trans: true}
+			for b.Loop() {
+				F32(n, n, n, a, wm, 0, c, n)
+			}
+			reportGFLOPS(b, n, n, n)
+		})
+	}
+}

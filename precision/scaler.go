@@ -1,0 +1,133 @@
+package precision
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
+)
+
+// Scaler is the loss-scaling protocol the fabric drives each step:
+// Scale the loss, optionally Unscale (before clipping), Step, Update.
+type Scaler interface {
+	// Scale is the factor the loss is multiplied by before backward.
+	Scale() float64
+	// Unscale divides the gradients by the scale, at most once per step,
+	// and notes whether any was inf or NaN.
+	Unscale(params []nn.NamedParam) error
+	// Step unscales if not done yet and steps opt unless a gradient was
+	// non-finite; it reports whether the step was skipped.
+	Step(opt optim.Optimizer) (skipped bool, err error)
+	// Update adjusts the scale after a step and starts the next one.
+	Update()
+}
+
+// noScaler is the Scaler of plugins that do not scale the loss.
+type noScaler struct{}
+
+func (noScaler) Scale() float64                         { return 1 }
+func (noScaler) Unscale([]nn.NamedParam) error          { return nil }
+func (noScaler) Step(opt optim.Optimizer) (bool, error) { opt.Step(); return false, nil }
+func (noScaler) Update()                                {}
+
+// GradScaler is PyTorch's dynamic loss scaler (torch.amp.GradScaler): the
+// scale is a float32, halved on a non-finite gradient (the step is then
+// skipped) and doubled after GrowthInterval finite steps in a row.
+type GradScaler struct {
+	GrowthFactor   float64 // 2
+	BackoffFactor  float64 // 0.5
+	GrowthInterval int     // 2000
+
+	scale         float32
+	growthTracker int
+	unscaled      bool // Unscale ran since the last Update
+	foundInf      bool
+}
+
+// NewGradScaler returns a scaler with PyTorch's defaults: scale 65536,
+// growth 2, backoff 0.5, interval 2000.
+func NewGradScaler() *GradScaler {
+	return &GradScaler{scale: 65536, GrowthFactor: 2, BackoffFactor: 0.5, GrowthInterval: 2000}
+}
+
+// SetScale sets the current scale (the init_scale before training).
+func (s *GradScaler) SetScale(v float64) { s.scale = float32(v) }
+
+func (s *GradScaler) Name() string   { return "grad-scaler" }
+func (s *GradScaler) Scaler() Scaler { return s }
+func (s *GradScaler) Scale() float64 { return float64(s.scale) }
+
+// ErrUnscaledTwice is returned when Unscale runs twice in one step.
+var ErrUnscaledTwice = errors.New("precision: gradients were already unscaled in this step")
+
+func (s *GradScaler) Unscale(params []nn.NamedParam) error {
+	if s.unscaled {
+		return ErrUnscaledTwice
+	}
+	s.unscaled = true
+	inv := float64(float32(1 / float64(s.scale))) // PyTorch: scale.double().reciprocal().float()
+	for _, p := range params {
+		if g := p.Var.Grad; g != nil {
+			if g.HasNonFinite() {
+				s.foundInf = true
+			}
+			g.ScaleInPlace(inv)
+		}
+	}
+	return nil
+}
+
+func (s *GradScaler) Step(opt optim.Optimizer) (bool, error) {
+	if !s.unscaled {
+		if err := s.Unscale(opt.Params()); err != nil {
+			return false, err
+		}
+	}
+	if s.foundInf {
+		return true, nil
+	}
+	opt.Step()
+	return false, nil
+}
+
+func (s *GradScaler) Update() {
+	if s.foundInf {
+		s.scale = float32(float64(s.scale) * s.BackoffFactor)
+		s.growthTracker = 0
+	} else if s.growthTracker++; s.growthTracker == s.GrowthInterval {
+		if grown := float32(float64(s.scale) * s.GrowthFactor); !math.IsInf(float64(grown), 0) {
+			s.scale = grown
+		}
+		s.growthTracker = 0
+	}
+	s.unscaled, s.foundInf = false, false
+}
+
+// scalerState mirrors GradScaler.state_dict().
+type scalerState struct {
+	Scale          float64 `json:"scale"`
+	GrowthFactor   float64 `json:"growth_factor"`
+	BackoffFactor  float64 `json:"backoff_factor"`
+	GrowthInterval int     `json:"growth_interval"`
+	GrowthTracker  int     `json:"_growth_tracker"`
+}
+
+func (s *GradScaler) MarshalState() ([]byte, error) {
+	return json.Marshal(scalerState{float64(s.scale), s.GrowthFactor, s.BackoffFactor, s.GrowthInterval, s.growthTracker})
+}
+
+func (s *GradScaler) UnmarshalState(b []byte) error {
+	var st scalerState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("precision: grad scaler state: %w", err)
+	}
+	if st.Scale <= 0 || st.GrowthInterval < 1 {
+		return fmt.Errorf("precision: grad scaler state has scale %g, growth interval %d", st.Scale, st.GrowthInterval)
+	}
+	s.scale, s.GrowthFactor, s.BackoffFactor = float32(st.Scale), st.GrowthFactor, st.BackoffFactor
+	s.GrowthInterval, s.growthTracker = st.GrowthInterval, st.GrowthTracker
+	return nil
+}

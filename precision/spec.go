@@ -1,0 +1,86 @@
+package precision
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/weftml/weft/dtype"
+)
+
+// Options configure the plugins a spec string builds.
+type Options struct {
+	// GradScaler settings of "16-mixed"; zero values take PyTorch's
+	// defaults (65536, 2, 0.5, 2000).
+	InitScale      float64
+	GrowthFactor   float64
+	BackoffFactor  float64
+	GrowthInterval int
+	// Warn receives deprecation notices (the aliases "16" and "bf16"); nil drops them.
+	Warn func(msg string)
+}
+
+// specs builds each canonical spec string's plugin, in Lightning's order.
+var specs = []struct {
+	name  string
+	build func(Options) Plugin
+}{
+	{"64-true", func(Options) Plugin { return True{DType: dtype.F64} }},
+	{"32-true", func(Options) Plugin { return True{DType: dtype.F32} }},
+	{"16-mixed", func(o Options) Plugin {
+		return MixedScaled{Mixed: &Mixed{DType: dtype.F16}, GradScaler: o.gradScaler()}
+	}},
+	{"bf16-mixed", func(Options) Plugin { return &Mixed{DType: dtype.BF16} }},
+	{"16-true", func(Options) Plugin { return True{DType: dtype.F16} }},
+	{"bf16-true", func(Options) Plugin { return True{DType: dtype.BF16} }},
+}
+
+// aliases are Lightning's historical spellings; those with a notice warn.
+var aliases = map[string]struct{ target, notice string }{
+	"64":   {"64-true", ""},
+	"32":   {"32-true", ""},
+	"16":   {"16-mixed", "precision 16 is supported for historical reasons but its usage is discouraged; use 16-mixed"},
+	"bf16": {"bf16-mixed", "precision bf16 is supported for historical reasons but its usage is discouraged; use bf16-mixed"},
+}
+
+func (o Options) gradScaler() *GradScaler {
+	s := NewGradScaler()
+	if o.InitScale != 0 {
+		s.SetScale(o.InitScale)
+	}
+	if o.GrowthFactor != 0 {
+		s.GrowthFactor = o.GrowthFactor
+	}
+	if o.BackoffFactor != 0 {
+		s.BackoffFactor = o.BackoffFactor
+	}
+	if o.GrowthInterval != 0 {
+		s.GrowthInterval = o.GrowthInterval
+	}
+	return s
+}
+
+// Specs lists every accepted spec string: canonical names, then aliases.
+func Specs() []string {
+	out := make([]string, 0, len(specs)+len(aliases))
+	for _, s := range specs {
+		out = append(out, s.name)
+	}
+	return append(out, "64", "32", "16", "bf16")
+}
+
+// Parse builds the plugin a spec string names.
+func Parse(spec string, opts Options) (Plugin, error) {
+	name := strings.TrimSpace(spec)
+	if a, ok := aliases[name]; ok {
+		if a.notice != "" && opts.Warn != nil {
+			opts.Warn(a.notice)
+		}
+		name = a.target
+	}
+	for _, s := range specs {
+		if s.name == name {
+			return s.build(opts), nil
+		}
+	}
+	return nil, fmt.Errorf("precision %q is not known; accepted: %s", spec, strings.Join(Specs(), ", "))
+}
