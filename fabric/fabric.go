@@ -149,7 +149,10 @@ func (f *Fabric) diagnose() string {
 		if !p.Var.Value.HasNonFinite() {
 			continue
 		}
-		why := fmt.Sprintf("parameter %s (%s) became inf/NaN in an earlier optimizer step", p.Path, p.Var.Value.DType())
+		why := fmt.Sprintf("parameter %s (%s) holds inf/NaN since an optimizer step", p.Path, p.Var.Value.DType())
+		if f.step > 0 {
+			why = fmt.Sprintf("after the optimizer step of step %d, parameter %s (%s) holds inf/NaN", f.step-1, p.Path, p.Var.Value.DType())
+		}
 		if e, ok := f.opt.(interface{ Underflow(path string) error }); ok {
 			if err := e.Underflow(p.Path); err != nil {
 				why += ": " + err.Error()
