@@ -3,7 +3,6 @@ package precision
 import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/nn"
 )
 
 // True trains everything in one dtype, as Lightning's DoublePrecision
@@ -15,10 +14,10 @@ type True struct {
 	DType dtype.DType
 }
 
-func (p True) Name() string                    { return trueNames[p.DType] }
-func (p True) InputDType() dtype.DType         { return p.DType }
-func (p True) OutputDType() dtype.DType        { return dtype.F32 }
-func (p True) ConvertModule(m nn.Module) error { nn.Cast(m, p.DType); return nil }
+func (p True) Name() string              { return trueNames[p.DType] }
+func (p True) InputDType() dtype.DType   { return p.DType }
+func (p True) OutputDType() dtype.DType  { return dtype.F32 }
+func (p True) StorageDType() dtype.DType { return p.DType }
 
 var trueNames = map[dtype.DType]string{dtype.F64: "64-true", dtype.F32: "32-true", dtype.F16: "16-true", dtype.BF16: "bf16-true"}
 
@@ -28,9 +27,9 @@ type Pure struct {
 	DType dtype.DType
 }
 
-func (p Pure) Name() string                    { return p.DType.String() }
-func (p Pure) InputDType() dtype.DType         { return p.DType }
-func (p Pure) ConvertModule(m nn.Module) error { nn.Cast(m, p.DType); return nil }
+func (p Pure) Name() string              { return p.DType.String() }
+func (p Pure) InputDType() dtype.DType   { return p.DType }
+func (p Pure) StorageDType() dtype.DType { return p.DType }
 
 // Mixed is Lightning's MixedPrecision without a scaler ("bf16-mixed"):
 // float32 parameters, CUDA autocast to DType inside the forward scope,

@@ -1,7 +1,8 @@
 // Package precision makes numeric precision composable. A plugin is any
 // value with a Name; what it does is the set of role interfaces below that it
 // implements. The fabric and the strategies ask for roles through the helper
-// functions at the bottom of this file, never for a concrete plugin type.
+// functions at the bottom of this file, never for a concrete plugin type;
+// the helpers also see through Compose.
 package precision
 
 import (
@@ -17,10 +18,18 @@ type Plugin interface {
 	Name() string
 }
 
-// ModuleConverter converts the model before training: casts parameters,
-// replaces layers. If no plugin implements it, the model trains as built.
+// ModuleConverter replaces layers before training (an FP8 Linear, a
+// quantized Linear). Converters run in composition order, before the
+// storage cast. If no plugin implements it, the model trains as built.
 type ModuleConverter interface {
 	ConvertModule(m nn.Module) error
+}
+
+// StorageOwner stores the parameters it governs in StorageDType (the master
+// weights the optimizer updates). If no plugin implements it, parameters
+// keep the dtype they were built in (float32).
+type StorageOwner interface {
+	StorageDType() dtype.DType
 }
 
 // Autocaster is the compute role: inside the forward scope it picks the
@@ -31,13 +40,13 @@ type Autocaster interface {
 }
 
 // InputCaster gives the dtype floating inputs are cast to on entering the
-// forward scope. If no plugin implements it, inputs pass unchanged.
+// plugin's scope. If no plugin implements it, inputs pass unchanged.
 type InputCaster interface {
 	InputDType() dtype.DType
 }
 
 // OutputCaster gives the dtype floating outputs are cast to on leaving the
-// forward scope. If no plugin implements it, outputs pass unchanged.
+// forward pass. If no plugin implements it, outputs pass unchanged.
 type OutputCaster interface {
 	OutputDType() dtype.DType
 }
@@ -55,24 +64,55 @@ type OptimizerStater interface {
 }
 
 // Stateful plugins have state that belongs in a checkpoint (a loss scale, a
-// growth tracker), saved under the plugin's Name. Plugins without it save nothing.
+// growth tracker, amax histories), saved under the plugin's Name. Plugins
+// without it save nothing.
 type Stateful interface {
 	MarshalState() ([]byte, error)
 	UnmarshalState([]byte) error
 }
 
+// role returns the member of p (p itself, or one of the plugins it
+// composes) that implements R. Compose guarantees exclusive roles have one.
+func role[R any](p Plugin) (R, bool) {
+	for _, m := range Members(p) {
+		if r, ok := m.(R); ok {
+			return r, true
+		}
+	}
+	var zero R
+	return zero, false
+}
+
+// Members lists the plugins p is made of: p's own members if it is a
+// composition, else p alone.
+func Members(p Plugin) []Plugin {
+	if c, ok := p.(interface{ Unwrap() []Plugin }); ok {
+		return c.Unwrap()
+	}
+	return []Plugin{p}
+}
+
 // Autocast returns p's compute role, or nil (ops run in their inputs' dtype).
 func Autocast(p Plugin) autograd.Caster {
-	if a, ok := p.(Autocaster); ok {
+	if a, ok := role[Autocaster](p); ok {
 		return a
 	}
 	return nil
 }
 
+// StorageDType returns the dtype p stores parameters in; ok is false when
+// parameters keep their dtype.
+func StorageDType(p Plugin) (dt dtype.DType, ok bool) {
+	if s, ok := role[StorageOwner](p); ok {
+		return s.StorageDType(), true
+	}
+	return dtype.Invalid, false
+}
+
 // InputDType returns the dtype p casts floating inputs to; ok is false when
 // inputs pass unchanged.
 func InputDType(p Plugin) (dt dtype.DType, ok bool) {
-	if c, ok := p.(InputCaster); ok {
+	if c, ok := role[InputCaster](p); ok {
 		return c.InputDType(), true
 	}
 	return dtype.Invalid, false
@@ -81,7 +121,7 @@ func InputDType(p Plugin) (dt dtype.DType, ok bool) {
 // OutputDType returns the dtype p casts floating outputs to; ok is false
 // when outputs pass unchanged.
 func OutputDType(p Plugin) (dt dtype.DType, ok bool) {
-	if c, ok := p.(OutputCaster); ok {
+	if c, ok := role[OutputCaster](p); ok {
 		return c.OutputDType(), true
 	}
 	return dtype.Invalid, false
@@ -89,25 +129,51 @@ func OutputDType(p Plugin) (dt dtype.DType, ok bool) {
 
 // ScalerOf returns p's loss scaler, or one that does nothing.
 func ScalerOf(p Plugin) Scaler {
-	if s, ok := p.(LossScaler); ok {
+	if s, ok := role[LossScaler](p); ok {
 		return s.Scaler()
 	}
 	return noScaler{}
 }
 
+// ScalesLoss reports whether p owns loss scaling.
+func ScalesLoss(p Plugin) bool {
+	_, ok := role[LossScaler](p)
+	return ok
+}
+
 // OptimizerStateDType returns the dtype p wants optimizer state in;
 // ok is false when state follows the parameters.
 func OptimizerStateDType(p Plugin) (dt dtype.DType, ok bool) {
-	if o, ok := p.(OptimizerStater); ok {
+	if o, ok := role[OptimizerStater](p); ok {
 		return o.OptimizerStateDType(), true
 	}
 	return dtype.Invalid, false
 }
 
-// ConvertModule applies p's module conversion, if it has one.
+// States returns p's checkpointable members by name.
+func States(p Plugin) map[string]Stateful {
+	out := map[string]Stateful{}
+	for _, m := range Members(p) {
+		if s, ok := m.(Stateful); ok {
+			out[m.Name()] = s
+		}
+	}
+	return out
+}
+
+// ConvertModule runs p's module conversion pipeline on m: every layer
+// replacement in composition order, then the cast of every parameter to
+// p's storage dtype.
 func ConvertModule(p Plugin, m nn.Module) error {
-	if c, ok := p.(ModuleConverter); ok {
-		return c.ConvertModule(m)
+	for _, member := range Members(p) {
+		if c, ok := member.(ModuleConverter); ok {
+			if err := c.ConvertModule(m); err != nil {
+				return err
+			}
+		}
+	}
+	if dt, ok := StorageDType(p); ok {
+		nn.Cast(m, dt)
 	}
 	return nil
 }

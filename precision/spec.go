@@ -68,9 +68,27 @@ func Specs() []string {
 	return append(out, "64", "32", "16", "bf16")
 }
 
-// Parse builds the plugin a spec string names.
+// Parse builds the plugin a spec string names: one of Specs, a jmp-style
+// policy ("params=float32,compute=bfloat16,output=float32"), or several
+// joined with "+" and composed ("bf16-mixed+fp8").
 func Parse(spec string, opts Options) (Plugin, error) {
+	parts := strings.Split(spec, "+")
+	plugins := make([]Plugin, len(parts))
+	for i, part := range parts {
+		p, err := parseOne(part, opts)
+		if err != nil {
+			return nil, err
+		}
+		plugins[i] = p
+	}
+	return Compose(plugins...)
+}
+
+func parseOne(spec string, opts Options) (Plugin, error) {
 	name := strings.TrimSpace(spec)
+	if strings.Contains(name, "=") {
+		return ParseJMP(name)
+	}
 	if a, ok := aliases[name]; ok {
 		if a.notice != "" && opts.Warn != nil {
 			opts.Warn(a.notice)
@@ -82,5 +100,5 @@ func Parse(spec string, opts Options) (Plugin, error) {
 			return s.build(opts), nil
 		}
 	}
-	return nil, fmt.Errorf("precision %q is not known; accepted: %s", spec, strings.Join(Specs(), ", "))
+	return nil, fmt.Errorf("precision %q is not known; accepted: %s, a policy like params=float32,compute=bfloat16,output=float32, or several joined by +", spec, strings.Join(Specs(), ", "))
 }

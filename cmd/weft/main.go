@@ -2,16 +2,19 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/weftml/weft/precision"
 )
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "weft:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
@@ -24,4 +27,14 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(trainCmd(), parityCmd())
 	return root
+}
+
+// exitCode is 2 for a precision composition whose plugins genuinely
+// conflict (a usage error), 1 for anything else.
+func exitCode(err error) int {
+	var conflict *precision.ConflictError
+	if errors.As(err, &conflict) {
+		return 2
+	}
+	return 1
 }

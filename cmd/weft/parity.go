@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -60,8 +61,8 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 				fmt.Fprintln(out, res.NonFinite)
 			}
 			run, ok := traj.Models[model].Runs[c.Run]
-			if !ok {
-				return fmt.Errorf("%s has no %s run in %s/trajectories.json to compare with", model, c.Run, dir)
+			if !ok || c.Tol == (parity.Tolerance{}) {
+				return compareBaseline(out, res, traj.Models[model].Runs[baselineRun])
 			}
 			if err := parity.Compare(res, run, c.Tol); err != nil {
 				return fmt.Errorf("%s %s differs from PyTorch's %s run: %w", model, res.Precision, c.Run, err)
@@ -77,4 +78,21 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 	cmd.Flags().StringVar(&dt, "dtype", "", "float64 or float32: the pure-float runs (alias for --precision float64-manual / float32)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of comparing")
 	return cmd
+}
+
+// baselineRun is what a composition PyTorch cannot run is compared with.
+const baselineRun = "bf16-mixed"
+
+// compareBaseline prints how a run without a PyTorch counterpart ends
+// relative to the bf16-mixed reference run.
+func compareBaseline(out io.Writer, res *parity.Result, base parity.Run) error {
+	last := float64(res.Losses[len(res.Losses)-1])
+	if len(base.Losses) != len(res.Losses) || base.Losses[len(base.Losses)-1] == nil {
+		fmt.Fprintf(out, "%s %s: no PyTorch run to compare with; final loss %.6f\n", res.Model, res.Precision, last)
+		return nil
+	}
+	ref := *base.Losses[len(base.Losses)-1]
+	fmt.Fprintf(out, "%s %s: no PyTorch run of this composition; final loss %.6f is %+.2f%% of PyTorch's %s (%.6f)\n",
+		res.Model, res.Precision, last, 100*(last-ref)/ref, baselineRun, ref)
+	return nil
 }

@@ -92,13 +92,17 @@ func (x operand[T]) from(r int) operand[T] {
 	return x
 }
 
-// row returns n elements of stored row i from column j on, decoding them
-// into dec if the operand is encoded.
+// row returns n elements of stored row i from column j on.
 func (x *operand[T]) row(i, j, n int, dec []T) []T {
 	e := x.off + i*x.ld + j
-	if x.enc == nil {
-		return x.f[e : e+n]
+	if x.enc != nil {
+		return x.decode(e, n, dec)
 	}
+	return x.f[e : e+n]
+}
+
+// decode returns n encoded elements from element e on, decoded into dec.
+func (x *operand[T]) decode(e, n int, dec []T) []T {
 	lead := 0
 	if x.dt == dtype.E2M1 {
 		lead = e & 1 // two codes per byte: decode from the byte's low nibble
@@ -123,11 +127,11 @@ func (x *operand[T]) pack(dst []T, r0, rows, p0, kc, w int, dec []T) {
 		}
 	} else { // stored rows are op(X) columns: one k step at a time
 		for p := range kc {
-			src := x.row(p0+p, r0, rows, dec)
-			for q := 0; q < rows; q += w {
-				d := dst[q*kc+p*w:]
-				for i, v := range src[q:min(q+w, rows)] {
-					d[i] = v * s
+			d, i := p*w, 0
+			for _, v := range x.row(p0+p, r0, rows, dec) {
+				dst[d+i] = v * s
+				if i++; i == w {
+					d, i = d+w*kc, 0
 				}
 			}
 		}

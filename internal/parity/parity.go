@@ -103,7 +103,7 @@ func Train(ref *models.Reference, model string, steps int, p precision.Plugin, o
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err
 	}
-	_, scaled := p.(precision.LossScaler)
+	scaled := precision.ScalesLoss(p)
 	res := &Result{Model: model, Precision: p.Name(), FinalNorms: map[string]Float{}}
 	for s := range steps {
 		batch, err := ref.Batch(model, s)
