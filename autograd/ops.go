@@ -24,16 +24,20 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 	}, x, w, b)
 }
 
-// MatMul returns a·b, or a·bᵀ with transB, over the last two axes of
-// same-batched a and b.
+// MatMul returns a·b, or a·bᵀ with transB, over the last two axes of a
+// and b, where b is batched like a or is one matrix shared by every batch.
 func (tp *Tape) MatMul(a, b *Var, transB bool) *Var {
 	a, b = tp.autocast(OpMatMul, a), tp.autocast(OpMatMul, b)
 	return tp.record(tensor.MatMul(a.Value, b.Value, false, transB), func(dy *tensor.Tensor) {
 		accumulate(a, tensor.MatMul(dy, b.Value, false, !transB))
+		av := a.Value
+		if len(b.Value.Shape()) == 2 { // shared b: its gradient sums over the batch
+			av, dy = av.Reshape(-1, av.Dim(-1)), dy.Reshape(-1, dy.Dim(-1))
+		}
 		if transB { // c = a·bᵀ: db = dyᵀ·a
-			accumulate(b, tensor.MatMul(dy, a.Value, true, false))
+			accumulate(b, tensor.MatMul(dy, av, true, false))
 		} else { // c = a·b: db = aᵀ·dy
-			accumulate(b, tensor.MatMul(a.Value, dy, true, false))
+			accumulate(b, tensor.MatMul(av, dy, true, false))
 		}
 	}, a, b)
 }

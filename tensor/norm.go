@@ -193,8 +193,11 @@ func crossEntropy[T float](zs []T, targets []int, c int) T {
 }
 
 // nllThreads is the block size of PyTorch's nll_loss reduction:
-// clamp(2^round(log2(n/16)), 32, 1024).
+// clamp(2^round(log2(n/16)), 32, 1024), which is 32 below 16 rows.
 func nllThreads(n int) int {
+	if n < 16 {
+		return 32
+	}
 	return min(max(1<<int(math.Round(math.Log2(float64(n/16)))), 32), 1024)
 }
 
