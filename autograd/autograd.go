@@ -54,12 +54,22 @@ type Caster interface {
 	CastInput(op Op, in dtype.DType) dtype.DType
 }
 
+// A Scoper opens the precision scope of one module (per-module precision
+// policies): it may cast the module's input x at the boundary and switch
+// the tape's Caster; exit casts the module's output for the enclosing
+// scope and restores it.
+type Scoper interface {
+	EnterScope(tp *Tape, module any, x *Var) (in *Var, exit func(out *Var) *Var)
+}
+
 // Tape records one forward pass. Its zero value records ops and casts
 // nothing.
 type Tape struct {
 	// Caster, if set, casts op inputs (autocast); nil runs every op in the
 	// dtype of its inputs, promoting mixed inputs to the wider one.
 	Caster Caster
+	// Scoper, if set, gives modules their own precision scopes.
+	Scoper Scoper
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
 	nodes  []node
@@ -148,6 +158,18 @@ func (tp *Tape) autocast(op Op, x *Var) *Var {
 	}
 	return tp.Cast(x, tp.Caster.CastInput(op, in))
 }
+
+// Enter opens module's precision scope, returning x as the module should
+// see it and the function its output must pass through on the way out.
+// Without a Scoper both are identities. x may be nil (index inputs).
+func (tp *Tape) Enter(module any, x *Var) (*Var, func(*Var) *Var) {
+	if tp.Scoper == nil {
+		return x, identity
+	}
+	return tp.Scoper.EnterScope(tp, module, x)
+}
+
+func identity(v *Var) *Var { return v }
 
 // Cast returns x converted to dt (rounding to nearest even); its gradient
 // is converted back to x's dtype.

@@ -19,20 +19,34 @@ import (
 
 // Fabric drives one model and its optimizer.
 type Fabric struct {
-	plugin precision.Plugin
-	scaler precision.Scaler
-	tape   autograd.Tape
-	model  nn.Module
-	opt    optim.Optimizer
-	step   int
+	plugin  precision.Plugin // the root scope's
+	policy  precision.Policy
+	scaling precision.LossScaling
+	plan    *precision.Resolution // set by Setup
+	scopes  *precision.Scopes
+	scaler  precision.Scaler
+	tape    autograd.Tape
+	model   nn.Module
+	opt     optim.Optimizer
+	step    int
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
 }
 
-// New returns a Fabric for the precision plugin p.
+// New returns a Fabric that trains the whole model with the precision
+// plugin p.
 func New(p precision.Plugin) *Fabric {
-	return &Fabric{plugin: p, scaler: precision.ScalerOf(p)}
+	return NewPolicy(precision.Policy{Default: p}, precision.LossScalingAuto)
 }
+
+// NewPolicy returns a Fabric that gives each module the plugin pol
+// assigns it; scaling NoLossScaling refuses float16 compute.
+func NewPolicy(pol precision.Policy, scaling precision.LossScaling) *Fabric {
+	return &Fabric{plugin: pol.Default, policy: pol, scaling: scaling, scaler: precision.ScalerOf(pol.Default)}
+}
+
+// Plan returns the resolved per-module precision (nil before Setup).
+func (f *Fabric) Plan() *precision.Resolution { return f.plan }
 
 // Precision returns the plugin the fabric was built with.
 func (f *Fabric) Precision() precision.Plugin { return f.plugin }
@@ -41,9 +55,14 @@ func (f *Fabric) Precision() precision.Plugin { return f.plugin }
 // gives the optimizer the precision's optimizer-state dtype. opt must
 // already hold the model's parameters; they keep their identity.
 func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
-	if err := precision.ConvertModule(f.plugin, m); err != nil {
+	plan, err := f.policy.Resolve(m, f.scaling)
+	if err != nil {
 		return fmt.Errorf("fabric: setup: %w", err)
 	}
+	if err := plan.Convert(); err != nil {
+		return fmt.Errorf("fabric: setup: %w", err)
+	}
+	f.plan, f.scaler, f.scopes = plan, plan.Scaler, plan.Scoper()
 	if dt, ok := precision.OptimizerStateDType(f.plugin); ok {
 		s, ok := opt.(interface{ SetStateDType(dtype.DType) })
 		if !ok {
@@ -85,6 +104,10 @@ func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*au
 func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
 	exit := precision.Enter(f.plugin, &f.tape)
 	defer exit()
+	if f.scopes != nil {
+		f.tape.Scoper = f.scopes
+		defer func() { f.scopes.Reset(); f.tape.Scoper = nil }()
+	}
 	return fn(&f.tape)
 }
 

@@ -42,22 +42,34 @@ func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
 }
 
 func (g *GPT) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+	return g.ForwardWith(tp, b, nil)
+}
+
+// ForwardWith adds extra (B, T, C), if not nil, to the token and position
+// embeddings: the conditioning a decoder receives from an encoder.
+func (g *GPT) ForwardWith(tp *autograd.Tape, b Batch, extra *autograd.Var) (*autograd.Var, error) {
+	extra, exit := tp.Enter(g, extra)
 	bs, t := b.Shape[0], b.Shape[1]
 	tok, err := g.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)
 	if err != nil {
+		exit(nil)
 		return nil, err
 	}
 	pos, err := g.Pos.Forward(tp, positions(t), t) // (T, C)
 	if err != nil {
+		exit(nil)
 		return nil, err
 	}
 	x := tp.AddBroadcast(tok, pos, 1) // (B, T, C)
+	if extra != nil {
+		x = tp.Add(x, extra)
+	}
 	for _, blk := range g.Blocks {
 		x = blk.Forward(tp, x)
 	}
 	x = g.LnF.Forward(tp, x)
-	logits := g.Head.Forward(tp, x)          // (B, T, V)
-	return tp.Reshape(logits, bs*t, -1), nil // (B·T, V)
+	logits := g.Head.Forward(tp, x)                // (B, T, V)
+	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
 }
 
 func positions(t int) []int {
@@ -93,9 +105,10 @@ func NewBlock(rng *rand.Rand, width, heads int) *Block {
 }
 
 func (b *Block) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(b, x)
 	x = tp.Add(x, b.Attn.Forward(tp, b.Ln1.Forward(tp, x)))                           // (B, T, C)
 	x = tp.Add(x, b.Out.Forward(tp, tp.GELU(b.FC.Forward(tp, b.Ln2.Forward(tp, x))))) // (B, T, C)
-	return x
+	return exit(x)
 }
 
 func (b *Block) Params() []nn.Param { return nil }
@@ -103,3 +116,6 @@ func (b *Block) Children() []nn.Child {
 	return append(append([]nn.Child{{Name: "ln1", Module: b.Ln1}}, b.Attn.Children()...),
 		nn.Child{Name: "ln2", Module: b.Ln2}, nn.Child{Name: "fc", Module: b.FC}, nn.Child{Name: "out", Module: b.Out})
 }
+
+// ReferenceGPT is the gpt of the PyTorch reference runs.
+var ReferenceGPT = GPTConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, Layers: 2}

@@ -31,11 +31,10 @@ type Model interface {
 
 // constructors builds each reference model with PyTorch's default init.
 var constructors = map[string]func(rng *rand.Rand) Model{
-	"mlp": func(rng *rand.Rand) Model { return NewMLP(rng) },
-	"cnn": func(rng *rand.Rand) Model { return NewCNN(rng) },
-	"gpt": func(rng *rand.Rand) Model {
-		return NewGPT(rng, GPTConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, Layers: 2})
-	},
+	"mlp":    func(rng *rand.Rand) Model { return NewMLP(rng) },
+	"cnn":    func(rng *rand.Rand) Model { return NewCNN(rng) },
+	"gpt":    func(rng *rand.Rand) Model { return NewGPT(rng, ReferenceGPT) },
+	"hybrid": func(rng *rand.Rand) Model { return NewHybrid(rng, DefaultHybrid) },
 }
 
 // Names lists the reference models.

@@ -26,7 +26,8 @@ func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {
 }
 
 func (l *Linear) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
-	return tp.Linear(x, l.Weight, l.Bias)
+	x, exit := tp.Enter(l, x)
+	return exit(tp.Linear(x, l.Weight, l.Bias))
 }
 
 func (l *Linear) Params() []Param {
@@ -50,7 +51,13 @@ func NewEmbedding(rng *rand.Rand, num, dim int) *Embedding {
 
 // Forward looks up ids, laid out with the given shape; the result is append(shape, dim).
 func (e *Embedding) Forward(tp *autograd.Tape, ids []int, shape ...int) (*autograd.Var, error) {
-	return tp.Embedding(e.Weight, ids, shape...)
+	_, exit := tp.Enter(e, nil)
+	out, err := tp.Embedding(e.Weight, ids, shape...)
+	if err != nil {
+		exit(nil)
+		return nil, err
+	}
+	return exit(out), nil
 }
 
 func (e *Embedding) Params() []Param   { return params(Param{Name: "weight", Var: e.Weight}) }
@@ -69,7 +76,8 @@ func NewLayerNorm(dim int) *LayerNorm {
 }
 
 func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
-	return tp.LayerNorm(x, n.Weight, n.Bias, n.Eps)
+	x, exit := tp.Enter(n, x)
+	return exit(tp.LayerNorm(x, n.Weight, n.Bias, n.Eps))
 }
 
 func (n *LayerNorm) Params() []Param {
@@ -91,7 +99,8 @@ func NewConv2d(rng *rand.Rand, in, out, k, stride, pad int) *Conv2d {
 }
 
 func (c *Conv2d) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
-	return tp.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Pad)
+	x, exit := tp.Enter(c, x)
+	return exit(tp.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Pad))
 }
 
 func (c *Conv2d) Params() []Param {

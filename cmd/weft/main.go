@@ -25,7 +25,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), parityCmd())
+	root.AddCommand(trainCmd(), parityCmd(), planCmd())
 	return root
 }
 

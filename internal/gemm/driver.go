@@ -82,15 +82,24 @@ func (x operand[T]) transpose() operand[T] {
 	return x
 }
 
+// strides returns the distance in f between consecutive rows of op(X) and
+// between consecutive columns.
+func (x *operand[T]) strides() (rs, cs int) {
+	if x.trans {
+		return 1, x.ld
+	}
+	return x.ld, 1
+}
+
 // from returns the operand for the rows of op(X) from r on.
 func (x operand[T]) from(r int) operand[T] {
-	if x.trans {
-		x.off += r
-	} else {
-		x.off += r * x.ld
-	}
+	rs, _ := x.strides()
+	x.off += r * rs
 	return x
 }
+
+// inPlace reports whether the kernel can read op(X) where it is stored.
+func (x *operand[T]) inPlace() bool { return x.enc == nil && x.scale == 1 }
 
 // row returns n elements of stored row i from column j on.
 func (x *operand[T]) row(i, j, n int, dec []T) []T {
@@ -155,24 +164,61 @@ type gemm[T float] struct {
 	ldc     int
 }
 
-// run computes g, splitting it between goroutines if it is large enough.
+// directMax is the largest m·n·k that direct computes: for small products,
+// packing costs more than it saves.
+var directMax = 1 << 17
+
+// run computes g: small products directly, large ones split between
+// goroutines, the rest packed on the calling goroutine.
 func (g *gemm[T]) run(ar *arith[T]) {
-	if g.m == 0 || g.n == 0 {
-		return
+	switch {
+	case g.m == 0 || g.n == 0:
+	case g.k == 0:
+		g.scaleC()
+	case g.m*g.n*g.k <= directMax && g.k <= kcMax && g.a.inPlace() && g.bt.inPlace():
+		g.direct()
+	default:
+		if parts, byRows := g.split(); parts > 1 {
+			ar.parallel(g, parts, byRows)
+		} else {
+			g.serial(ar)
+		}
 	}
-	if parts, byRows := g.split(); parts > 1 {
-		ar.parallel(g, parts, byRows)
-		return
-	}
-	g.serial(ar)
 }
 
-// serial computes g on the calling goroutine.
+// direct computes g without packing: the kernel reads full tiles of op(A)
+// and op(B) where they are stored, and the ragged edges are plain dot
+// products. Every sum runs in the same order as in serial, since k fits in
+// one k step, so the result is the same.
+func (g *gemm[T]) direct() {
+	g.scaleC()
+	rsa, csa := g.a.strides()
+	csb, rsb := g.bt.strides() // rows of op(B)ᵀ are columns of op(B)
+	a, b, c, ldc := g.a.f[g.a.off:], g.bt.f[g.bt.off:], g.c, g.ldc
+	mf, nf := g.m-g.m%mr, g.n-g.n%nr
+	for i := 0; i < mf; i += mr {
+		for j := 0; j < nf; j += nr {
+			kernelGo(g.k, a[i*rsa:], rsa, csa, b[j*csb:], rsb, csb, c[i*ldc+j:], ldc)
+		}
+	}
+	for i := range g.m {
+		j := nf
+		if i >= mf {
+			j = 0
+		}
+		for ; j < g.n; j++ {
+			var s T
+			for p := range g.k {
+				s += a[i*rsa+p*csa] * b[p*rsb+j*csb]
+			}
+			c[i*ldc+j] += s
+		}
+	}
+}
+
+// serial computes g on the calling goroutine, for k > 0.
 func (g *gemm[T]) serial(ar *arith[T]) {
 	g.scaleC()
-	if g.k == 0 {
-		return
-	}
 	ws := ar.workspace(g)
 	for jc := 0; jc < g.n; jc += ncMax {
 		nc := min(ncMax, g.n-jc)

@@ -2,41 +2,45 @@ package gemm
 
 import "unsafe"
 
-// mr×nr is the register tile of the micro-kernels: the packing routines lay
+// mr×nr is the register tile of the micro-kernel: the packing routines lay
 // out op(A) in panels of mr rows and op(B) in panels of nr columns. The
-// portable kernel is limited by amd64's 15 allocatable float registers: eight
-// accumulators, four values of A and two of B.
+// portable kernel is bounded by the 15 float registers the Go compiler
+// allocates on amd64: eight accumulators, four values of A and two of B.
 const mr, nr = 4, 2
 
-// kernel32 and kernel64 are the micro-kernels the driver calls. An assembly
-// kernel takes the place of one by moving its declaration to a file built for
-// that architecture.
-func kernel32(kc int, a, b, c []float32, ldc int) { kernelGo(kc, a, b, c, ldc) }
-func kernel64(kc int, a, b, c []float64, ldc int) { kernelGo(kc, a, b, c, ldc) }
+// kernel32 and kernel64 multiply packed panels: a holds an mr×kc panel of
+// op(A) with a[p*mr+i] = op(A)[i][p], b a kc×nr panel of op(B) with
+// b[p*nr+j] = op(B)[p][j]. They are what the driver calls for every full or
+// padded tile, and what an assembly kernel replaces by moving a declaration
+// to a file built for its architecture; kernelGo is their portable twin.
+func kernel32(kc int, a, b, c []float32, ldc int) { kernelGo(kc, a, 1, mr, b, nr, 1, c, ldc) }
+func kernel64(kc int, a, b, c []float64, ldc int) { kernelGo(kc, a, 1, mr, b, nr, 1, c, ldc) }
 
-// kernelGo adds the product of an mr×kc panel of A and a kc×nr panel of B to
-// the mr×nr tile of c with row stride ldc, for kc >= 1. The panels are packed
-// k step by k step: a[p*mr+i] is op(A)[i][p] and b[p*nr+j] is op(B)[p][j].
-// Each sum runs over p in order from zero and is added to c once, so a tile's
-// result does not depend on where the tile lies.
+// kernelGo adds op(A)·op(B) to the mr×nr tile of c with row stride ldc, where
+// op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb], 0 <= p < kc.
+// Each element's products are summed in order of p from zero and the sum is
+// added to c once, so a tile's result does not depend on the strides or on
+// where the tile lies in C.
 //
-// The loop body is unrolled four times with unchecked loads so that it is one
-// basic block: the compiler then interleaves each multiply with its add and
-// keeps every accumulator in a register.
-func kernelGo[T float](kc int, a, b, c []T, ldc int) {
-	_ = a[mr*kc-1]
-	_ = b[nr*kc-1]
-	pa := unsafe.Pointer(unsafe.SliceData(a))
-	pb := unsafe.Pointer(unsafe.SliceData(b))
+// The loads are unchecked (the bounds are checked once up front) and the
+// loop is unrolled four times with its test at the bottom, so that its body
+// is a single basic block: the compiler then issues each multiply next to
+// its add and keeps every accumulator in a register.
+func kernelGo[T float](kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int) {
+	_ = a[(kc-1)*csa+(mr-1)*rsa]
+	_ = b[(kc-1)*rsb+(nr-1)*csb]
 	var c00, c01, c10, c11, c20, c21, c30, c31 T
 	sz := unsafe.Sizeof(c00)
+	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+	ra1, ra2, ra3 := uintptr(rsa)*sz, uintptr(2*rsa)*sz, uintptr(3*rsa)*sz
+	cb1 := uintptr(csb) * sz
+	da, db := uintptr(csa)*sz, uintptr(rsb)*sz
 	p := 0
 	if kc >= 4 {
-		for { // testing at the bottom keeps the body one block
-			av := (*[4 * mr]T)(unsafe.Add(pa, uintptr(p*mr)*sz))
-			bv := (*[4 * nr]T)(unsafe.Add(pb, uintptr(p*nr)*sz))
-			a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
-			b0, b1 := bv[0], bv[1]
+		for {
+			qa, qb := unsafe.Add(pa, uintptr(p)*da), unsafe.Add(pb, uintptr(p)*db)
+			a0, a1, a2, a3 := *(*T)(qa), *(*T)(unsafe.Add(qa, ra1)), *(*T)(unsafe.Add(qa, ra2)), *(*T)(unsafe.Add(qa, ra3))
+			b0, b1 := *(*T)(qb), *(*T)(unsafe.Add(qb, cb1))
 			c00 += a0 * b0
 			c01 += a0 * b1
 			c10 += a1 * b0
@@ -45,8 +49,9 @@ func kernelGo[T float](kc int, a, b, c []T, ldc int) {
 			c21 += a2 * b1
 			c30 += a3 * b0
 			c31 += a3 * b1
-			a0, a1, a2, a3 = av[4], av[5], av[6], av[7]
-			b0, b1 = bv[2], bv[3]
+			qa, qb = unsafe.Add(pa, uintptr(p+1)*da), unsafe.Add(pb, uintptr(p+1)*db)
+			a0, a1, a2, a3 = *(*T)(qa), *(*T)(unsafe.Add(qa, ra1)), *(*T)(unsafe.Add(qa, ra2)), *(*T)(unsafe.Add(qa, ra3))
+			b0, b1 = *(*T)(qb), *(*T)(unsafe.Add(qb, cb1))
 			c00 += a0 * b0
 			c01 += a0 * b1
 			c10 += a1 * b0
@@ -55,8 +60,9 @@ func kernelGo[T float](kc int, a, b, c []T, ldc int) {
 			c21 += a2 * b1
 			c30 += a3 * b0
 			c31 += a3 * b1
-			a0, a1, a2, a3 = av[8], av[9], av[10], av[11]
-			b0, b1 = bv[4], bv[5]
+			qa, qb = unsafe.Add(pa, uintptr(p+2)*da), unsafe.Add(pb, uintptr(p+2)*db)
+			a0, a1, a2, a3 = *(*T)(qa), *(*T)(unsafe.Add(qa, ra1)), *(*T)(unsafe.Add(qa, ra2)), *(*T)(unsafe.Add(qa, ra3))
+			b0, b1 = *(*T)(qb), *(*T)(unsafe.Add(qb, cb1))
 			c00 += a0 * b0
 			c01 += a0 * b1
 			c10 += a1 * b0
@@ -65,8 +71,9 @@ func kernelGo[T float](kc int, a, b, c []T, ldc int) {
 			c21 += a2 * b1
 			c30 += a3 * b0
 			c31 += a3 * b1
-			a0, a1, a2, a3 = av[12], av[13], av[14], av[15]
-			b0, b1 = bv[6], bv[7]
+			qa, qb = unsafe.Add(pa, uintptr(p+3)*da), unsafe.Add(pb, uintptr(p+3)*db)
+			a0, a1, a2, a3 = *(*T)(qa), *(*T)(unsafe.Add(qa, ra1)), *(*T)(unsafe.Add(qa, ra2)), *(*T)(unsafe.Add(qa, ra3))
+			b0, b1 = *(*T)(qb), *(*T)(unsafe.Add(qb, cb1))
 			c00 += a0 * b0
 			c01 += a0 * b1
 			c10 += a1 * b0
@@ -80,19 +87,23 @@ func kernelGo[T float](kc int, a, b, c []T, ldc int) {
 			}
 		}
 	}
-	for ; p < kc; p++ {
-		av := (*[mr]T)(unsafe.Add(pa, uintptr(p*mr)*sz))
-		bv := (*[nr]T)(unsafe.Add(pb, uintptr(p*nr)*sz))
-		a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
-		b0, b1 := bv[0], bv[1]
-		c00 += a0 * b0
-		c01 += a0 * b1
-		c10 += a1 * b0
-		c11 += a1 * b1
-		c20 += a2 * b0
-		c21 += a2 * b1
-		c30 += a3 * b0
-		c31 += a3 * b1
+	if p < kc {
+		for {
+			qa, qb := unsafe.Add(pa, uintptr(p)*da), unsafe.Add(pb, uintptr(p)*db)
+			a0, a1, a2, a3 := *(*T)(qa), *(*T)(unsafe.Add(qa, ra1)), *(*T)(unsafe.Add(qa, ra2)), *(*T)(unsafe.Add(qa, ra3))
+			b0, b1 := *(*T)(qb), *(*T)(unsafe.Add(qb, cb1))
+			c00 += a0 * b0
+			c01 += a0 * b1
+			c10 += a1 * b0
+			c11 += a1 * b1
+			c20 += a2 * b0
+			c21 += a2 * b1
+			c30 += a3 * b0
+			c31 += a3 * b1
+			if p++; p == kc {
+				break
+			}
+		}
 	}
 	c0 := c[:nr]
 	c0[0] += c00

@@ -103,7 +103,6 @@ func Train(ref *models.Reference, model string, steps int, p precision.Plugin, o
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err
 	}
-	scaled := precision.ScalesLoss(p)
 	res := &Result{Model: model, Precision: p.Name(), FinalNorms: map[string]Float{}}
 	for s := range steps {
 		batch, err := ref.Batch(model, s)
@@ -130,7 +129,7 @@ func Train(ref *models.Reference, model string, steps int, p precision.Plugin, o
 		if _, err := f.Step(); err != nil {
 			return nil, err
 		}
-		if scaled {
+		if f.Plan().ScalesLoss() {
 			res.LossScale = append(res.LossScale, Float(f.LossScale()))
 		}
 	}

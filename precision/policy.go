@@ -1,0 +1,256 @@
+package precision
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+)
+
+// Rule gives the modules matching Pattern their own plugin. Patterns are
+// dotted module paths where "*" matches one segment and "**" any number
+// ("vision.**", "blocks.*.fc"), or "kind:" and a module kind ("kind:Conv2d").
+type Rule struct {
+	Pattern string
+	Plugin  Plugin
+}
+
+// ParseRule reads "PATTERN=SPEC" as given to --precision-for.
+func ParseRule(s string, opts Options) (Rule, error) {
+	pattern, spec, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(pattern) == "" {
+		return Rule{}, fmt.Errorf("precision rule %q: want PATTERN=SPEC, e.g. 'vision.**=16-mixed'", s)
+	}
+	p, err := Parse(spec, opts)
+	if err != nil {
+		return Rule{}, fmt.Errorf("precision rule %q: %w", s, err)
+	}
+	return Rule{Pattern: strings.TrimSpace(pattern), Plugin: p}, nil
+}
+
+// specificity ranks how precisely a pattern names modules: a literal path
+// segment counts 2, "*" 1, "**" 0, and a kind rule 1. Zero means no match.
+func (r Rule) specificity(path, kind string) int {
+	if k, ok := strings.CutPrefix(r.Pattern, "kind:"); ok {
+		if k == kind {
+			return 1
+		}
+		return 0
+	}
+	var segs []string
+	if path != "" {
+		segs = strings.Split(path, ".")
+	}
+	return matchSegments(strings.Split(r.Pattern, "."), segs)
+}
+
+// matchSegments returns 1 + the specificity of pattern over path if it
+// matches, else 0.
+func matchSegments(pattern, path []string) int {
+	if len(pattern) == 0 {
+		if len(path) == 0 {
+			return 1
+		}
+		return 0
+	}
+	switch pattern[0] {
+	case "**":
+		for skip := 0; skip <= len(path); skip++ {
+			if s := matchSegments(pattern[1:], path[skip:]); s > 0 {
+				return s
+			}
+		}
+		return 0
+	case "*":
+		if len(path) == 0 {
+			return 0
+		}
+		if s := matchSegments(pattern[1:], path[1:]); s > 0 {
+			return s + 1
+		}
+		return 0
+	}
+	if len(path) == 0 || path[0] != pattern[0] {
+		return 0
+	}
+	if s := matchSegments(pattern[1:], path[1:]); s > 0 {
+		return s + 2
+	}
+	return 0
+}
+
+// Policy assigns plugins to the modules of a model: the most specific
+// matching rule wins, a module no rule matches inherits its parent's
+// plugin, and the root's default is Default.
+type Policy struct {
+	Default Plugin
+	Rules   []Rule
+}
+
+// Scope is one module's resolved precision.
+type Scope struct {
+	Path, Kind string
+	Module     nn.Module
+	Plugin     Plugin
+	Rule       int // index of the rule that chose Plugin; -1 for the default
+}
+
+// Resolution is a policy applied to one model: every module's plugin and
+// the one loss scaler that serves the whole model.
+type Resolution struct {
+	Root   Plugin
+	Scopes []Scope // pre-order, root first
+	Scaler Scaler
+	scaled bool
+}
+
+// LossScaling says whether NoLossScaling was asked for ("--loss-scale none").
+type LossScaling int
+
+const (
+	LossScalingAuto LossScaling = iota
+	NoLossScaling
+)
+
+// Resolve applies the policy to m. It fails on an ambiguous pair of rules,
+// on two different loss scalers, and on float16 autocast without a loss
+// scaler when scaling is NoLossScaling.
+func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error) {
+	res := &Resolution{Root: pol.Default}
+	if err := pol.resolve(res, "", m, Scope{Plugin: pol.Default, Rule: -1}); err != nil {
+		return nil, err
+	}
+	var owner Plugin
+	ownerRule := 0
+	f16 := ""
+	for _, s := range res.Scopes {
+		if ScalesLoss(s.Plugin) {
+			if owner != nil && ownerRule != s.Rule {
+				return nil, &ConflictError{Role: "loss scaling", A: owner.Name(), B: s.Plugin.Name()}
+			}
+			owner, ownerRule = s.Plugin, s.Rule
+		}
+		if a := Autocast(s.Plugin); a != nil && a.CastInput(autograd.OpLinear, dtype.F32) == dtype.F16 && f16 == "" {
+			f16 = s.Path
+		}
+	}
+	switch {
+	case owner != nil && scaling == NoLossScaling:
+		return nil, fmt.Errorf("precision: --loss-scale none, but %s scales the loss", owner.Name())
+	case owner != nil:
+		res.Scaler, res.scaled = ScalerOf(owner), true
+	case f16 != "" && scaling == NoLossScaling:
+		return nil, fmt.Errorf("precision: module %q computes in float16, whose gradients underflow without loss scaling; drop --loss-scale none", f16)
+	case f16 != "":
+		res.Scaler, res.scaled = NewGradScaler(), true // one dynamic scaler serves the whole model
+	default:
+		res.Scaler = noScaler{}
+	}
+	return res, nil
+}
+
+func (pol Policy) resolve(res *Resolution, path string, m nn.Module, inherited Scope) error {
+	kind := nn.Kind(m)
+	plugin, best, bestRule := inherited.Plugin, 0, inherited.Rule
+	for i, r := range pol.Rules {
+		s := r.specificity(path, kind)
+		switch {
+		case s == 0 || s < best:
+		case s == best && best > 0:
+			return fmt.Errorf("precision: rules %q and %q both match module %q equally; make one more specific", pol.Rules[bestRule].Pattern, r.Pattern, path)
+		default:
+			plugin, best, bestRule = r.Plugin, s, i
+		}
+	}
+	scope := Scope{Path: path, Kind: kind, Module: m, Plugin: plugin, Rule: bestRule}
+	res.Scopes = append(res.Scopes, scope)
+	for _, c := range m.Children() {
+		if err := pol.resolve(res, joinPath(path, c.Name), c.Module, scope); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func joinPath(prefix, name string) string {
+	if prefix == "" {
+		return name
+	}
+	return prefix + "." + name
+}
+
+// ScalesLoss reports whether the resolved model has a loss scaler.
+func (r *Resolution) ScalesLoss() bool { return r.scaled }
+
+// Convert runs every module's conversion: its plugin's layer replacements,
+// then the cast of its own parameters to the plugin's storage dtype.
+func (r *Resolution) Convert() error {
+	for _, s := range r.Scopes {
+		for _, member := range Members(s.Plugin) {
+			if c, ok := member.(ModuleConverter); ok {
+				if err := c.ConvertModule(s.Module); err != nil {
+					return fmt.Errorf("precision: converting %q: %w", s.Path, err)
+				}
+			}
+		}
+		if dt, ok := StorageDType(s.Plugin); ok {
+			for _, p := range s.Module.Params() {
+				p.Var.Value, p.Var.Grad = p.Var.Value.To(dt), nil
+			}
+		}
+	}
+	return nil
+}
+
+// Scoper returns the autograd.Scoper that gives each module its plugin's
+// scope during a forward pass started in the root's scope.
+func (r *Resolution) Scoper() *Scopes {
+	s := &Scopes{byModule: map[any]Scope{}, stack: []Scope{{Plugin: r.Root, Rule: -1}}}
+	for _, sc := range r.Scopes {
+		if reflect.TypeOf(sc.Module).Comparable() { // containers such as nn.List have no scope of their own
+			s.byModule[sc.Module] = sc
+		}
+	}
+	return s
+}
+
+// Scopes tracks the nesting of module scopes in a forward pass.
+type Scopes struct {
+	byModule map[any]Scope
+	stack    []Scope
+}
+
+// Reset returns to the root scope (after a forward pass that panicked).
+func (s *Scopes) Reset() { s.stack = s.stack[:1] }
+
+// EnterScope implements autograd.Scoper: entering a module whose plugin
+// differs from the enclosing scope's casts its input to the plugin's input
+// dtype and switches autocast; leaving casts the output to the enclosing
+// plugin's input dtype and switches back.
+func (s *Scopes) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
+	outer := s.stack[len(s.stack)-1]
+	inner, ok := s.byModule[module]
+	if !ok || inner.Rule == outer.Rule {
+		return x, func(out *autograd.Var) *autograd.Var { return out }
+	}
+	s.stack = append(s.stack, inner)
+	prev := tp.Caster
+	tp.Caster = Autocast(inner.Plugin)
+	x = castFloat(tp, x, inner.Plugin)
+	return x, func(out *autograd.Var) *autograd.Var {
+		s.stack = s.stack[:len(s.stack)-1]
+		tp.Caster = prev
+		return castFloat(tp, out, outer.Plugin)
+	}
+}
+
+// castFloat casts a floating x to p's input dtype, if p has one.
+func castFloat(tp *autograd.Tape, x *autograd.Var, p Plugin) *autograd.Var {
+	if dt, ok := InputDType(p); ok && x != nil && x.Value.DType().IsFloat() {
+		return tp.Cast(x, dt)
+	}
+	return x
+}

@@ -1,0 +1,65 @@
+// Package strategy decides where parameters, gradients and optimizer state
+// live across ranks. Strategies ask precision for roles (storage, compute,
+// communication dtypes), never for a plugin type.
+package strategy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Sharding says which training state a strategy splits across ranks
+// rather than replicating; the ZeRO stages are its three prefixes.
+type Sharding struct {
+	OptimizerState bool // ZeRO-1 and up
+	Gradients      bool // ZeRO-2 and up
+	Parameters     bool // ZeRO-3 (FSDP)
+}
+
+// Info describes a strategy.
+type Info struct {
+	Name     string
+	Sharding Sharding
+	Doc      string
+}
+
+// strategies are weft's strategies in order of how much they shard.
+var strategies = []Info{
+	{"single", Sharding{}, "one rank holds everything"},
+	{"ddp", Sharding{}, "replicated parameters, all-reduced gradients"},
+	{"zero1", Sharding{OptimizerState: true}, "optimizer state sharded"},
+	{"zero2", Sharding{OptimizerState: true, Gradients: true}, "gradients and optimizer state sharded"},
+	{"fsdp", Sharding{OptimizerState: true, Gradients: true, Parameters: true}, "ZeRO-3: parameters, gradients and optimizer state sharded"},
+}
+
+// Names lists the strategies.
+func Names() []string {
+	out := make([]string, len(strategies))
+	for i, s := range strategies {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// Lookup returns the strategy called name ("auto" is "single").
+func Lookup(name string) (Info, error) {
+	if name == "auto" || name == "" {
+		name = "single"
+	}
+	for _, s := range strategies {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return Info{}, fmt.Errorf("unknown strategy %q (accepted: %s)", name, strings.Join(Names(), ", "))
+}
+
+// PerRank returns the bytes one of n ranks holds of a tensor of total
+// bytes: all of it when replicated, else its ceil(1/n) shard (every shard
+// is padded to the same length, as FSDP's flat parameters are).
+func PerRank(total int64, sharded bool, n int) int64 {
+	if !sharded || n <= 1 {
+		return total
+	}
+	return (total + int64(n) - 1) / int64(n)
+}
