@@ -97,6 +97,20 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(dy *tensor.Tensor), i
 	return out
 }
 
+// Record adds a custom op to the tape: value is its result, computed from
+// inputs by the caller, and backward maps the result's gradient to one
+// gradient per input (nil for none). Layers with their own arithmetic (an
+// FP8 Linear) are built on it.
+func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
+	return tp.record(value, func(dy *tensor.Tensor) {
+		for i, g := range backward(dy) {
+			if g != nil {
+				accumulate(inputs[i], g)
+			}
+		}
+	}, inputs...)
+}
+
 // accumulate adds g to v's gradient, cast to v's dtype as PyTorch's engine
 // casts a gradient to the dtype of the tensor it belongs to.
 func accumulate(v *Var, g *tensor.Tensor) {

@@ -13,6 +13,15 @@ import (
 type Linear struct {
 	Weight *autograd.Var // [out, in]
 	Bias   *autograd.Var // [out], nil when built without bias
+	// GEMM, if set, computes the layer instead of the tape's Linear: the
+	// hook through which precision plugins replace a layer's arithmetic
+	// (FP8 GEMMs, quantized weights) while its parameters stay in place.
+	GEMM LinearGEMM
+}
+
+// LinearGEMM computes x·wᵀ + b (b may be nil) on the tape.
+type LinearGEMM interface {
+	Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
 }
 
 // NewLinear initialises W and b uniformly in ±1/sqrt(in), as PyTorch does.
@@ -27,6 +36,9 @@ func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {
 
 func (l *Linear) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	x, exit := tp.Enter(l, x)
+	if l.GEMM != nil {
+		return exit(l.GEMM.Linear(tp, x, l.Weight, l.Bias))
+	}
 	return exit(tp.Linear(x, l.Weight, l.Bias))
 }
 

@@ -191,7 +191,7 @@ func (r *Resolution) Convert() error {
 	for _, s := range r.Scopes {
 		for _, member := range Members(s.Plugin) {
 			if c, ok := member.(ModuleConverter); ok {
-				if err := c.ConvertModule(s.Module); err != nil {
+				if err := c.ConvertModule(s.Path, s.Module); err != nil {
 					return fmt.Errorf("precision: converting %q: %w", s.Path, err)
 				}
 			}

@@ -18,11 +18,13 @@ type Plugin interface {
 	Name() string
 }
 
-// ModuleConverter replaces layers before training (an FP8 Linear, a
-// quantized Linear). Converters run in composition order, before the
-// storage cast. If no plugin implements it, the model trains as built.
+// ModuleConverter converts one module before training: replaces its
+// arithmetic (an FP8 Linear, a quantized Linear). It is called for every
+// module its plugin governs, with the module's dotted path; converters run
+// in composition order, before the storage cast. If no plugin implements
+// it, the model trains as built.
 type ModuleConverter interface {
-	ConvertModule(m nn.Module) error
+	ConvertModule(path string, m nn.Module) error
 }
 
 // StorageOwner stores the parameters it governs in StorageDType (the master
@@ -161,21 +163,15 @@ func States(p Plugin) map[string]Stateful {
 	return out
 }
 
-// ConvertModule runs p's module conversion pipeline on m: every layer
-// replacement in composition order, then the cast of every parameter to
-// p's storage dtype.
+// ConvertModule runs p's module conversion pipeline on every module of m:
+// layer replacements in composition order, then the cast of every
+// parameter to p's storage dtype.
 func ConvertModule(p Plugin, m nn.Module) error {
-	for _, member := range Members(p) {
-		if c, ok := member.(ModuleConverter); ok {
-			if err := c.ConvertModule(m); err != nil {
-				return err
-			}
-		}
+	res, err := Policy{Default: p}.Resolve(m, LossScalingAuto)
+	if err != nil {
+		return err
 	}
-	if dt, ok := StorageDType(p); ok {
-		nn.Cast(m, dt)
-	}
-	return nil
+	return res.Convert()
 }
 
 // Enter opens p's forward scope on tp: its compute role becomes the tape's

