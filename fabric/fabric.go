@@ -59,17 +59,18 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	if err != nil {
 		return fmt.Errorf("fabric: setup: %w", err)
 	}
+	stateDType, setsState := precision.OptimizerStateDType(f.plugin)
+	stater, canHold := opt.(interface{ SetStateDType(dtype.DType) })
+	if setsState && !canHold {
+		return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", f.plugin.Name(), opt)
+	}
 	if err := plan.Convert(); err != nil {
 		return fmt.Errorf("fabric: setup: %w", err)
 	}
-	f.plan, f.scaler, f.scopes = plan, plan.Scaler, plan.Scoper()
-	if dt, ok := precision.OptimizerStateDType(f.plugin); ok {
-		s, ok := opt.(interface{ SetStateDType(dtype.DType) })
-		if !ok {
-			return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", f.plugin.Name(), opt)
-		}
-		s.SetStateDType(dt)
+	if setsState {
+		stater.SetStateDType(stateDType)
 	}
+	f.plan, f.scaler, f.scopes = plan, plan.Scaler, plan.Scoper()
 	f.model, f.opt = m, opt
 	return nil
 }
@@ -94,6 +95,9 @@ func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*au
 	out, err := f.scoped(fn)
 	if err != nil {
 		return nil, err
+	}
+	if out == nil {
+		return nil, errors.New("fabric: the forward function returned no output")
 	}
 	if dt, ok := precision.OutputDType(f.plugin); ok && out.Value.DType().IsFloat() {
 		out = f.tape.Cast(out, dt)
@@ -157,6 +161,32 @@ func (f *Fabric) Step() (skipped bool, err error) {
 	f.step++
 	return skipped, nil
 }
+
+// States returns the checkpointable precision state of every plugin in
+// use, keyed by plugin name (prefixed by the rule that chose it, for
+// plugins that per-module rules bring in), and the loss scaler's.
+func (f *Fabric) States() map[string]precision.Stateful {
+	out := map[string]precision.Stateful{}
+	for _, s := range f.plan.Scopes {
+		prefix := ""
+		if s.Rule >= 0 {
+			prefix = fmt.Sprintf("rule%d/", s.Rule)
+		}
+		for name, st := range precision.States(s.Plugin) {
+			out[prefix+name] = st
+		}
+	}
+	if st, ok := f.scaler.(precision.Stateful); ok {
+		out["loss-scaler"] = st
+	}
+	return out
+}
+
+// StepCount returns the number of optimizer steps taken (skipped ones too).
+func (f *Fabric) StepCount() int { return f.step }
+
+// SetStepCount sets the step counter when resuming from a checkpoint.
+func (f *Fabric) SetStepCount(n int) { f.step = n }
 
 // LossScale is the current loss scale (1 without a scaler).
 func (f *Fabric) LossScale() float64 { return f.scaler.Scale() }

@@ -546,27 +546,30 @@ func TestNonFinite(t *testing.T) {
 	}
 }
 
-// countingConverter counts the calls of its ConvertModule.
-type countingConverter struct{ calls *int }
+// pathRecorder records the module paths its ConvertModule is called with.
+type pathRecorder struct{ paths *[]string }
 
-func (countingConverter) Name() string                    { return "counting-converter" }
-func (c countingConverter) ConvertModule(string, nn.Module) error { *c.calls++; return nil }
+func (pathRecorder) Name() string { return "path-recorder" }
+func (r pathRecorder) ConvertModule(path string, _ nn.Module) error {
+	*r.paths = append(*r.paths, path)
+	return nil
+}
 
-var _ precision.ModuleConverter = countingConverter{}
+var _ precision.ModuleConverter = pathRecorder{}
 
-// TestSetupConvertsOnce: Setup runs a plugin's module conversion once, on
-// the model, as precision.ConvertModule does.
-func TestSetupConvertsOnce(t *testing.T) {
-	t.Skip("BUG: precision.Resolution.Convert (precision/policy.go) calls ConvertModule on every module of the tree (5 times for the MLP), precision.ConvertModule once on the root")
-	var viaHelper, viaSetup int
-	if err := precision.ConvertModule(countingConverter{&viaHelper}, newMLP()); err != nil {
+// TestSetupConverts: Setup converts each module of the model once, with its
+// dotted path, in pre-order, as precision.ConvertModule does.
+func TestSetupConverts(t *testing.T) {
+	want := []string{"", "fc1", "fc2", "norm", "head"}
+	var viaHelper, viaSetup []string
+	if err := precision.ConvertModule(pathRecorder{&viaHelper}, newMLP()); err != nil {
 		t.Fatal(err)
 	}
 	m := newMLP()
-	if err := fabric.New(countingConverter{&viaSetup}).Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
+	if err := fabric.New(pathRecorder{&viaSetup}).Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
 		t.Fatal(err)
 	}
-	if viaHelper != 1 || viaSetup != 1 {
-		t.Errorf("ConvertModule ran %d times through precision.ConvertModule and %d times through Setup; want 1 and 1", viaHelper, viaSetup)
+	if !slices.Equal(viaHelper, want) || !slices.Equal(viaSetup, want) {
+		t.Errorf("ConvertModule called for %q by precision.ConvertModule and %q by Setup; want %q", viaHelper, viaSetup, want)
 	}
 }

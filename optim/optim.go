@@ -78,6 +78,22 @@ func (o *AdamW) ZeroGrad()               { zeroGrad(o.params) }
 // State returns the state of the parameter at path, nil before its first step.
 func (o *AdamW) State(path string) *AdamState { return o.state[path] }
 
+// SetState replaces the state of the parameter at path (resuming from a
+// checkpoint); the moments must have the parameter's shape.
+func (o *AdamW) SetState(path string, st *AdamState) error {
+	for _, p := range o.params {
+		if p.Path != path {
+			continue
+		}
+		if !st.ExpAvg.SameShape(p.Var.Value) || !st.ExpAvgSq.SameShape(p.Var.Value) || st.Step < 0 {
+			return fmt.Errorf("optim: state for %s has shape %v, the parameter %v", path, st.ExpAvg.Shape(), p.Var.Value.Shape())
+		}
+		o.state[path] = st
+		return nil
+	}
+	return fmt.Errorf("optim: no parameter %s to restore state for", path)
+}
+
 func (o *AdamW) Step() {
 	for _, p := range o.params {
 		if p.Var.Grad == nil {

@@ -58,13 +58,14 @@ type autocastOnly struct{}
 func (autocastOnly) Name() string                                   { return "autocast-only" }
 func (autocastOnly) CastInput(autograd.Op, dtype.DType) dtype.DType { return dtype.F16 }
 
-// convertOnly implements only ModuleConverter: it rounds every parameter
-// to bf16 in place (a fake quantization), keeping tensors and dtypes.
+// convertOnly implements only ModuleConverter: it rounds the module's own
+// parameters to bf16 in place (a fake quantization), keeping tensors and
+// dtypes.
 type convertOnly struct{}
 
 func (convertOnly) Name() string { return "convert-only" }
 func (convertOnly) ConvertModule(_ string, m nn.Module) error {
-	for _, p := range nn.Parameters(m) {
+	for _, p := range m.Params() {
 		p.Var.Value.CopyFrom(p.Var.Value.To(dtype.BF16))
 	}
 	return nil

@@ -124,10 +124,13 @@ func (s *GradScaler) UnmarshalState(b []byte) error {
 	if err := json.Unmarshal(b, &st); err != nil {
 		return fmt.Errorf("precision: grad scaler state: %w", err)
 	}
-	if st.Scale <= 0 || st.GrowthInterval < 1 {
-		return fmt.Errorf("precision: grad scaler state has scale %g, growth interval %d", st.Scale, st.GrowthInterval)
+	scale := float32(st.Scale)
+	if !(scale > 0) || math.IsInf(float64(scale), 0) || !(st.GrowthFactor > 1) || !(st.BackoffFactor > 0 && st.BackoffFactor < 1) ||
+		st.GrowthInterval < 1 || st.GrowthTracker < 0 {
+		return fmt.Errorf("precision: grad scaler state %+v: want a finite float32 scale > 0, growth > 1, backoff in (0,1), interval ≥ 1, tracker ≥ 0", st)
 	}
-	s.scale, s.GrowthFactor, s.BackoffFactor = float32(st.Scale), st.GrowthFactor, st.BackoffFactor
+	s.scale, s.GrowthFactor, s.BackoffFactor = scale, st.GrowthFactor, st.BackoffFactor
 	s.GrowthInterval, s.growthTracker = st.GrowthInterval, st.GrowthTracker
+	s.unscaled, s.foundInf = false, false
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -45,7 +46,7 @@ under a strategy.`,
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(p)
 			}
-			printPlan(cmd, model, p)
+			printPlanTo(cmd.OutOrStdout(), model, p)
 			return nil
 		},
 	}
@@ -57,8 +58,7 @@ under a strategy.`,
 	return cmd
 }
 
-func printPlan(cmd *cobra.Command, model string, p *fabric.Plan) {
-	out := cmd.OutOrStdout()
+func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	fmt.Fprintf(out, "%s: precision %s", model, p.Precision)
 	for _, r := range p.Rules {
 		fmt.Fprintf(out, ", %s", r)

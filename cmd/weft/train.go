@@ -2,47 +2,149 @@ package main
 
 import (
 	"fmt"
-	"strings"
+	"io"
+	"os"
+	"time"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
-	"github.com/weftml/weft/internal/parity"
-	"github.com/weftml/weft/models"
-	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/train"
 )
 
 func trainCmd() *cobra.Command {
 	var (
-		refs, model, spec string
-		steps             int
+		cfgPath string
+		resume  bool
+		rules   []string
 	)
+	c := train.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train",
-		Short: "Train a model and print its loss at every step",
-		Long:  `train trains a reference model on the bundled reference data.`,
-		Args:  cobra.NoArgs,
+		Short: "Train a model on bundled real data",
+		Long: `train trains a model on data that needs no download: gpt on the Go standard
+library's source, cnn on rendered digits, hybrid reading rendered digit strings.
+It prints the resolved precision plan, shows progress, writes DIR/metrics.jsonl,
+DIR/loss.png and checkpoints under DIR/checkpoints, from which --resume continues
+exactly. A YAML --config sets any field; flags given explicitly override it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if steps < 1 {
-				return fmt.Errorf("--steps %d: must be at least 1", steps)
+			if cfgPath != "" {
+				flagged := c
+				c = train.Defaults()
+				if err := train.LoadConfig(cfgPath, &c); err != nil {
+					return err
+				}
+				overrideChanged(cmd, &c, flagged)
 			}
-			ref, err := models.LoadReference(models.ReferenceDir(refs))
+			for _, r := range rules {
+				m, err := parseModuleFor(r)
+				if err != nil {
+					return err
+				}
+				c.Modules = append(c.Modules, m)
+			}
+			obs := newProgress(cmd.OutOrStdout(), c.Model)
+			sum, err := train.Run(cmd.Context(), c, resume, obs)
+			obs.finish()
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			p, err := precision.Parse(spec, precision.Options{Warn: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "weft: warning:", msg) }})
-			if err != nil {
-				return err
-			}
-			_, err = parity.Train(ref, model, steps, p, func(step int, loss float64) {
-				fmt.Fprintf(out, "step %4d  loss %.6f\n", step, loss)
-			})
-			return err
+			fmt.Fprintf(cmd.OutOrStdout(), "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
+				sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, c.Out, c.Out)
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&refs, "refs", models.DefaultReferenceDir, "reference data folder")
-	cmd.Flags().StringVar(&model, "model", "gpt", "model: "+fmt.Sprint(models.Names()))
-	cmd.Flags().StringVar(&spec, "precision", "32-true", "precision spec: "+strings.Join(precision.Specs(), ", "))
-	cmd.Flags().IntVar(&steps, "steps", 200, "optimizer steps")
+	fs := cmd.Flags()
+	fs.StringVar(&cfgPath, "config", "", "YAML file with any of the run's settings")
+	fs.BoolVar(&resume, "resume", false, "continue from the latest checkpoint in --out")
+	fs.StringVar(&c.Model, "model", c.Model, "model: gpt, cnn or hybrid")
+	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec, e.g. bf16-mixed, 16-mixed, bf16-true, bf16-mixed+fp8")
+	fs.StringArrayVar(&rules, "precision-for", nil, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed'")
+	fs.StringVar(&c.LossScale, "loss-scale", c.LossScale, "auto or none")
+	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy (single)")
+	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
+	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
+	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "steps between validation passes")
+	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
+	fs.StringVar(&c.Out, "out", c.Out, "run folder")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
 	return cmd
+}
+
+// overrideChanged copies into c the settings whose flags were given
+// explicitly (flagged holds the flag values), so flags beat the config file.
+func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) {
+	set := map[string]func(){
+		"model": func() { c.Model = flagged.Model }, "precision": func() { c.Precision = flagged.Precision },
+		"loss-scale": func() { c.LossScale = flagged.LossScale }, "strategy": func() { c.Strategy = flagged.Strategy },
+		"devices": func() { c.Devices = flagged.Devices }, "steps": func() { c.Steps = flagged.Steps },
+		"batch-size": func() { c.BatchSize = flagged.BatchSize }, "lr": func() { c.LR = flagged.LR },
+		"eval-every": func() { c.EvalEvery = flagged.EvalEvery }, "save-every": func() { c.SaveEvery = flagged.SaveEvery },
+		"out": func() { c.Out = flagged.Out }, "seed": func() { c.Seed = flagged.Seed },
+	}
+	for name, apply := range set {
+		if cmd.Flags().Changed(name) {
+			apply()
+		}
+	}
+}
+
+func parseModuleFor(s string) (train.ModuleFor, error) {
+	for i := range len(s) {
+		if s[i] == '=' {
+			return train.ModuleFor{Match: s[:i], Precision: s[i+1:]}, nil
+		}
+	}
+	return train.ModuleFor{}, fmt.Errorf("--precision-for %q: want GLOB=SPEC, e.g. 'vision.**=16-mixed'", s)
+}
+
+// progress shows a bar with loss, throughput and ETA on a terminal and a
+// log line every few steps otherwise.
+type progress struct {
+	out   io.Writer
+	model string
+	bar   *progressbar.ProgressBar
+	start time.Time
+	first int
+}
+
+func newProgress(out io.Writer, model string) *progress { return &progress{out: out, model: model} }
+
+func (p *progress) Plan(plan *fabric.Plan, start int) {
+	printPlanTo(p.out, p.model, plan)
+	p.start, p.first = time.Now(), start
+}
+
+func (p *progress) Step(m train.Metrics, total int) {
+	val := ""
+	if m.ValLoss != nil {
+		val = fmt.Sprintf(" val %.4f", *m.ValLoss)
+	}
+	line := fmt.Sprintf("loss %.4f%s scale %g %.0f/s", m.Loss, val, m.LossScale, m.TokensPerS)
+	if f, ok := p.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if p.bar == nil {
+			p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.out), progressbar.OptionShowCount(),
+				progressbar.OptionSetPredictTime(true), progressbar.OptionSetWidth(30))
+			p.bar.Set(p.first)
+		}
+		p.bar.Describe(line)
+		p.bar.Set(m.Step + 1)
+		return
+	}
+	if done := m.Step + 1 - p.first; m.ValLoss != nil || done%10 == 0 {
+		eta := time.Duration(float64(time.Since(p.start)) / float64(done) * float64(total-m.Step-1)).Round(time.Second)
+		fmt.Fprintf(p.out, "step %d/%d %s eta %s\n", m.Step+1, total, line, eta)
+	}
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+		fmt.Fprintln(p.out)
+	}
 }

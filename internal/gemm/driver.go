@@ -164,25 +164,26 @@ type gemm[T float] struct {
 	ldc     int
 }
 
-// directMax is the largest m·n·k that direct computes: for small products,
-// packing costs more than it saves.
-var directMax = 1 << 17
+// smallMax is the largest m·n·k computed on the calling goroutine alone and,
+// when the kernel can read the operands in place, without packing: for
+// smaller products, packing and handing parts to other goroutines cost more
+// than they save.
+const smallMax = 1 << 17
 
-// run computes g: small products directly, large ones split between
-// goroutines, the rest packed on the calling goroutine.
+// run computes g: small products directly, large ones packed and split
+// between goroutines.
 func (g *gemm[T]) run(ar *arith[T]) {
+	small := g.m*g.n*g.k <= smallMax
 	switch {
 	case g.m == 0 || g.n == 0:
 	case g.k == 0:
 		g.scaleC()
-	case g.m*g.n*g.k <= directMax && g.k <= kcMax && g.a.inPlace() && g.bt.inPlace():
+	case small && g.k <= kcMax && g.a.inPlace() && g.bt.inPlace():
 		g.direct()
+	case small:
+		g.serial(ar)
 	default:
-		if parts, byRows := g.split(); parts > 1 {
-			ar.parallel(g, parts, byRows)
-		} else {
-			g.serial(ar)
-		}
+		ar.parallel(g)
 	}
 }
 

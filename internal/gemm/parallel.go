@@ -5,20 +5,12 @@ import (
 	"sync"
 )
 
-// parallelMin is the least m·n·k worth splitting: below it, handing a part
-// to another goroutine costs more than it saves.
-const parallelMin = 1 << 17
-
 // split returns how many parts to cut g into, one per goroutine, and whether
 // to cut its rows (else its columns). The longer side is cut, as each part
 // packs all of the other operand.
 func (g *gemm[T]) split() (parts int, byRows bool) {
 	procs := runtime.GOMAXPROCS(0)
-	if procs < 2 || g.m*g.n*g.k < parallelMin {
-		return 1, false
-	}
-	byRows = g.m >= g.n
-	if byRows {
+	if g.m >= g.n {
 		return min(procs, (g.m+mr-1)/mr), true
 	}
 	return min(procs, (g.n+nr-1)/nr), false
@@ -73,9 +65,14 @@ type fork[T float] struct {
 	wg    sync.WaitGroup
 }
 
-// parallel computes g in n parts cut along its rows or columns at tile
+// parallel computes g in parts cut along its rows or columns at tile
 // boundaries, running the first itself and queuing the rest for helpers.
-func (ar *arith[T]) parallel(g *gemm[T], n int, byRows bool) {
+func (ar *arith[T]) parallel(g *gemm[T]) {
+	n, byRows := g.split()
+	if n == 1 {
+		g.serial(ar)
+		return
+	}
 	s, _ := ar.forks.Get().(*fork[T])
 	if s == nil {
 		s = new(fork[T])

@@ -1,0 +1,102 @@
+// Package train runs weft's main job: a model trained on bundled real data
+// with a precision and a strategy, logging metrics, plotting the loss, and
+// checkpointing so that a resumed run continues exactly.
+package train
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/weftml/weft/models"
+)
+
+// Config is one training run. Every field has a YAML key; a config file may
+// set any subset, and flags override it.
+type Config struct {
+	Model        string      `yaml:"model"`         // gpt, cnn or hybrid
+	GPT          GPTSize     `yaml:"gpt"`           // size of the gpt model
+	Precision    string      `yaml:"precision"`     // "bf16-mixed"
+	Modules      []ModuleFor `yaml:"modules"`       // per-module precision rules
+	LossScale    string      `yaml:"loss_scale"`    // auto or none
+	Strategy     string      `yaml:"strategy"`      // single
+	Devices      int         `yaml:"devices"`       // 1
+	Steps        int         `yaml:"steps"`         // optimizer steps
+	BatchSize    int         `yaml:"batch_size"`    // sequences or images per step
+	LR           float64     `yaml:"lr"`            // AdamW learning rate
+	EvalEvery    int         `yaml:"eval_every"`    // steps between validation passes
+	EvalBatches  int         `yaml:"eval_batches"`  // batches per validation pass
+	SaveEvery    int         `yaml:"save_every"`    // steps between checkpoints (and at the end)
+	Out          string      `yaml:"out"`           // run folder: checkpoints, metrics.jsonl, loss.png
+	Seed         uint64      `yaml:"seed"`          // data order and initial weights
+	CorpusBytes  int         `yaml:"corpus_bytes"`  // bytes of Go source to train gpt on
+	CorpusPart   string      `yaml:"corpus_part"`   // path prefix of GOROOT/src to read ("" = all)
+}
+
+// GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').
+type GPTSize struct {
+	Layers  int `yaml:"layers"`  // 4
+	Width   int `yaml:"width"`   // 128
+	Heads   int `yaml:"heads"`   // 4
+	Context int `yaml:"context"` // 64 tokens
+}
+
+// ModuleFor gives the modules matching Match their own precision, as
+// --precision-for 'MATCH=PRECISION' does.
+type ModuleFor struct {
+	Match     string `yaml:"match"`     // "vision.**", "kind:Conv2d"
+	Precision string `yaml:"precision"` // "16-mixed"
+}
+
+// Defaults trains a small gpt on Go source in bf16-mixed in a few minutes
+// on two cores.
+func Defaults() Config {
+	return Config{
+		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
+		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1,
+		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
+		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20,
+	}
+}
+
+// LoadConfig overlays the YAML file at path on c; unknown keys are errors.
+func LoadConfig(path string, c *Config) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// validate reports the first setting that cannot run.
+func (c Config) validate() error {
+	switch {
+	case c.Steps < 1:
+		return fmt.Errorf("steps %d: must be at least 1", c.Steps)
+	case c.BatchSize < 1:
+		return fmt.Errorf("batch size %d: must be at least 1", c.BatchSize)
+	case !(c.LR > 0):
+		return fmt.Errorf("lr %g: must be positive", c.LR)
+	case c.EvalBatches < 1 || c.EvalEvery < 1 || c.SaveEvery < 1:
+		return fmt.Errorf("eval_every, eval_batches and save_every must be at least 1")
+	case c.Out == "":
+		return fmt.Errorf("out: a run folder is needed")
+	case c.Model == "gpt" && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
+		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
+	case c.Devices != 1 || (c.Strategy != "single" && c.Strategy != "auto"):
+		return fmt.Errorf("strategy %s on %d devices: training runs on one device until the distributed strategies land (weft plan accounts for them already)", c.Strategy, c.Devices)
+	}
+	for _, name := range models.Names() {
+		if name == c.Model {
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown model %q (accepted: %v)", c.Model, models.Names())
+}

@@ -1,0 +1,65 @@
+package train
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// plotLoss draws metrics.jsonl's train and validation loss into png.
+func plotLoss(metrics, png string) error { return PlotRuns(png, metrics) }
+
+// PlotRuns draws the train and validation loss of one or more runs (their
+// metrics.jsonl files) into one PNG, each run labelled by its folder.
+func PlotRuns(png string, metricsFiles ...string) error {
+	p := plot.New()
+	p.Title.Text = "weft: loss"
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = "cross-entropy"
+	var lines []any
+	for _, path := range metricsFiles {
+		ms, err := readMetrics(path)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		var train, val plotter.XYs
+		for _, m := range ms {
+			train = append(train, plotter.XY{X: float64(m.Step), Y: m.Loss})
+			if m.ValLoss != nil {
+				val = append(val, plotter.XY{X: float64(m.Step), Y: *m.ValLoss})
+			}
+		}
+		name := ""
+		if len(metricsFiles) > 1 {
+			name = filepath.Base(filepath.Dir(path)) + " "
+		}
+		lines = append(lines, name+"train", smooth(train, 10), name+"validation", val)
+	}
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, png); err != nil {
+		return fmt.Errorf("plot %s: %w", strings.TrimSpace(png), err)
+	}
+	return nil
+}
+
+// smooth averages each point with the window-1 before it, so the train
+// curve's trend is visible through batch noise.
+func smooth(xys plotter.XYs, window int) plotter.XYs {
+	out := make(plotter.XYs, len(xys))
+	var sum float64
+	for i, xy := range xys {
+		sum += xy.Y
+		if i >= window {
+			sum -= xys[i-window].Y
+		}
+		out[i] = plotter.XY{X: xy.X, Y: sum / float64(min(i+1, window))}
+	}
+	return out
+}

@@ -1,0 +1,74 @@
+package train
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/models"
+)
+
+// task is one model on its bundled dataset. Batches are pure functions of
+// the step (or validation index), so a resumed run sees the same data.
+type task struct {
+	model models.Model
+	batch func(step uint64) models.Batch
+	val   func(i int) models.Batch
+	// units counts what a batch trains on for throughput: tokens or images.
+	units int
+	unit  string
+}
+
+func newTask(c Config) (*task, error) {
+	rng := rand.New(rand.NewPCG(c.Seed, 0))
+	switch c.Model {
+	case "gpt":
+		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
+		if err != nil {
+			return nil, err
+		}
+		cfg := models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
+		train := data.NewTokenSampler(corpus.Train, c.BatchSize, c.GPT.Context, c.Seed)
+		val := data.NewTokenSampler(corpus.Val, c.BatchSize, c.GPT.Context, c.Seed+1)
+		return &task{
+			model: models.NewGPT(rng, cfg),
+			batch: func(step uint64) models.Batch { train.Seek(step); return train.Next() },
+			val:   func(i int) models.Batch { val.Seek(uint64(i)); return val.Next() },
+			units: c.BatchSize * c.GPT.Context, unit: "tokens",
+		}, nil
+	case "cnn":
+		cfg := data.GlyphConfig{Seed: c.Seed}
+		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
+		return &task{
+			model: models.NewCNN(rng),
+			batch: func(step uint64) models.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
+			val:   func(i int) models.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
+			units: c.BatchSize, unit: "images",
+		}, nil
+	case "hybrid":
+		h := models.DefaultHybrid
+		cfg := data.TextImageConfig{Height: h.Height, Width: h.Width, Chars: h.Chars, Seed: c.Seed}
+		valCfg := cfg
+		valCfg.Seed++
+		return &task{
+			model: models.NewHybrid(rng, h),
+			batch: func(step uint64) models.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
+			val:   func(i int) models.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
+			units: c.BatchSize, unit: "images",
+		}, nil
+	}
+	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, cnn, hybrid do; mlp is for weft parity)", c.Model)
+}
+
+// hybridBatch turns rendered text into a decoder batch: inputs are a start
+// token (id start) then the first T-1 characters, targets all T characters.
+func hybridBatch(cfg data.TextImageConfig, n int, step uint64, start int) models.Batch {
+	images, text := data.TextImageBatch(cfg, n, step)
+	t := len(text[0])
+	b := models.Batch{X: images, Shape: []int{n, t}}
+	for _, chars := range text {
+		b.Tokens = append(append(b.Tokens, start), chars[:t-1]...)
+		b.Targets = append(b.Targets, chars...)
+	}
+	return b
+}
