@@ -16,23 +16,23 @@ import (
 // Config is one training run. Every field has a YAML key; a config file may
 // set any subset, and flags override it.
 type Config struct {
-	Model        string      `yaml:"model"`         // gpt, cnn or hybrid
-	GPT          GPTSize     `yaml:"gpt"`           // size of the gpt model
-	Precision    string      `yaml:"precision"`     // "bf16-mixed"
-	Modules      []ModuleFor `yaml:"modules"`       // per-module precision rules
-	LossScale    string      `yaml:"loss_scale"`    // auto or none
-	Strategy     string      `yaml:"strategy"`      // single
-	Devices      int         `yaml:"devices"`       // 1
-	Steps        int         `yaml:"steps"`         // optimizer steps
-	BatchSize    int         `yaml:"batch_size"`    // sequences or images per step
-	LR           float64     `yaml:"lr"`            // AdamW learning rate
-	EvalEvery    int         `yaml:"eval_every"`    // steps between validation passes
-	EvalBatches  int         `yaml:"eval_batches"`  // batches per validation pass
-	SaveEvery    int         `yaml:"save_every"`    // steps between checkpoints (and at the end)
-	Out          string      `yaml:"out"`           // run folder: checkpoints, metrics.jsonl, loss.png
-	Seed         uint64      `yaml:"seed"`          // data order and initial weights
-	CorpusBytes  int         `yaml:"corpus_bytes"`  // bytes of Go source to train gpt on
-	CorpusPart   string      `yaml:"corpus_part"`   // path prefix of GOROOT/src to read ("" = all)
+	Model       string      `yaml:"model"`        // gpt, cnn or hybrid
+	GPT         GPTSize     `yaml:"gpt"`          // size of the gpt model
+	Precision   string      `yaml:"precision"`    // "bf16-mixed"
+	Modules     []ModuleFor `yaml:"modules"`      // per-module precision rules
+	LossScale   string      `yaml:"loss_scale"`   // auto or none
+	Strategy    string      `yaml:"strategy"`     // single
+	Devices     int         `yaml:"devices"`      // 1
+	Steps       int         `yaml:"steps"`        // optimizer steps
+	BatchSize   int         `yaml:"batch_size"`   // sequences or images per step
+	LR          float64     `yaml:"lr"`           // AdamW learning rate
+	EvalEvery   int         `yaml:"eval_every"`   // steps between validation passes
+	EvalBatches int         `yaml:"eval_batches"` // batches per validation pass
+	SaveEvery   int         `yaml:"save_every"`   // steps between checkpoints (and at the end)
+	Out         string      `yaml:"out"`          // run folder: checkpoints, metrics.jsonl, loss.png
+	Seed        uint64      `yaml:"seed"`         // data order and initial weights
+	CorpusBytes int         `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
+	CorpusPart  string      `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
 }
 
 // GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').

@@ -1,0 +1,90 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
+)
+
+// Sample continues prompt by n characters with the gpt of the run folder
+// run (its latest checkpoint), drawing each from the softmax of the logits
+// divided by temperature (0: always the most likely).
+func Sample(run, prompt string, n int, temperature float64, seed uint64) (string, error) {
+	dir := filepath.Join(run, "checkpoints")
+	m, _, err := ReadManifest(dir)
+	if err != nil {
+		return "", err
+	}
+	c := m.Config
+	if c.Model != "gpt" {
+		return "", fmt.Errorf("sample: the run trained %s; only gpt generates text", c.Model)
+	}
+	pol, scaling, err := c.policy()
+	if err != nil {
+		return "", err
+	}
+	gpt := models.NewGPT(rand.New(rand.NewPCG(c.Seed, 0)), models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers})
+	opt, err := optim.NewAdamW(nn.Parameters(gpt), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
+	if err != nil {
+		return "", err
+	}
+	f := fabric.NewPolicy(pol, scaling)
+	if err := f.Setup(gpt, opt); err != nil {
+		return "", err
+	}
+	k := checkpointer{dir: dir, model: gpt, opt: opt, fabric: f}
+	if _, err := k.load(c); err != nil {
+		return "", err
+	}
+	f.Tape().NoGrad = true
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ids := data.EncodeText(prompt)
+	if len(ids) == 0 {
+		ids = data.EncodeText("\n")
+	}
+	for range n {
+		window := ids[max(0, len(ids)-c.GPT.Context):]
+		b := models.Batch{Tokens: window, Shape: []int{1, len(window)}}
+		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return gpt.Forward(tp, b) })
+		if err != nil {
+			return "", err
+		}
+		v := logits.Value.Float64s()
+		ids = append(ids, pick(v[len(v)-data.VocabSize:], temperature, rng))
+	}
+	return data.DecodeText(ids), nil
+}
+
+// pick draws an index from softmax(logits/temperature), or the argmax.
+func pick(logits []float64, temperature float64, rng *rand.Rand) int {
+	best := 0
+	for i, l := range logits {
+		if l > logits[best] {
+			best = i
+		}
+	}
+	if temperature <= 0 {
+		return best
+	}
+	var sum float64
+	p := make([]float64, len(logits))
+	for i, l := range logits {
+		p[i] = math.Exp((l - logits[best]) / temperature)
+		sum += p[i]
+	}
+	u := rng.Float64() * sum
+	for i, w := range p {
+		if u -= w; u <= 0 {
+			return i
+		}
+	}
+	return best
+}

@@ -1,0 +1,110 @@
+package train
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/weftml/weft/fabric"
+)
+
+// quiet ignores progress.
+type quiet struct{}
+
+func (quiet) Plan(*fabric.Plan, int) {}
+func (quiet) Step(Metrics, int)      {}
+
+func tinyConfig(t *testing.T, precision string) Config {
+	c := Defaults()
+	c.GPT = GPTSize{Layers: 1, Width: 32, Heads: 2, Context: 16}
+	c.Precision, c.Steps, c.BatchSize, c.EvalEvery, c.EvalBatches, c.SaveEvery = precision, 20, 4, 5, 2, 10
+	c.CorpusBytes, c.Out = 1<<20, t.TempDir()
+	return c
+}
+
+func losses(t *testing.T, out string) []float64 {
+	ms, err := readMetrics(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls []float64
+	for _, m := range ms {
+		ls = append(ls, m.Loss)
+	}
+	return ls
+}
+
+// TestResumeIsExact: 20 steps straight and 10 + resume 10 give bit-identical
+// losses, loss scales included (scaler state) and in bf16 (AdamW state).
+func TestResumeIsExact(t *testing.T) {
+	for _, spec := range []string{"32-true", "16-mixed", "bf16-true"} {
+		t.Run(spec, func(t *testing.T) {
+			straight := tinyConfig(t, spec)
+			if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			split := tinyConfig(t, spec)
+			split.Steps = 10
+			if _, err := Run(context.Background(), split, false, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			split.Steps = 20
+			if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			want, got := losses(t, straight.Out), losses(t, split.Out)
+			if len(got) != len(want) {
+				t.Fatalf("%d losses after resuming, %d straight", len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("step %d: resumed loss %v, straight %v", i, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestInterruptedCheckpointLeavesLatest: a checkpoint folder left half
+// written (the process killed mid-write) is never what resume loads.
+func TestInterruptedCheckpointLeavesLatest(t *testing.T) {
+	c := tinyConfig(t, "32-true")
+	c.Steps = 10
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(c.Out, "checkpoints")
+	half := filepath.Join(dir, ".tmp-step-000020")
+	if err := os.MkdirAll(half, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(half, stateFile), []byte("\x10\x00\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, _, err := ReadManifest(dir)
+	if err != nil || m.Step != 10 {
+		t.Fatalf("latest after an interrupted write: %+v, %v", m, err)
+	}
+	c.Steps = 12
+	if _, err := Run(context.Background(), c, true, quiet{}); err != nil {
+		t.Fatalf("resume past an interrupted write: %v", err)
+	}
+}
+
+func TestBadInputs(t *testing.T) {
+	c := tinyConfig(t, "32-true")
+	if _, err := Run(context.Background(), c, true, quiet{}); err == nil {
+		t.Error("resume without a checkpoint must fail")
+	}
+	bad := c
+	bad.Precision = "fp9"
+	if _, err := Run(context.Background(), bad, false, quiet{}); err == nil {
+		t.Error("unknown precision must fail")
+	}
+	cfg := filepath.Join(t.TempDir(), "run.yaml")
+	os.WriteFile(cfg, []byte("model: gpt\nstepz: 3\n"), 0o644)
+	if err := LoadConfig(cfg, &c); err == nil {
+		t.Error("an unknown config key must fail")
+	}
+}
