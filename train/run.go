@@ -82,6 +82,9 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		return nil, err
 	}
 	defer metrics.Close()
+	if err := writePlan(filepath.Join(c.Out, "plan.json"), plan); err != nil {
+		return nil, err
+	}
 	obs.Plan(plan, start)
 
 	sum := &Summary{FirstValLoss: math.NaN()}
@@ -228,4 +231,13 @@ func readMetrics(path string) ([]Metrics, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// writePlan records the resolved precision and memory plan beside the metrics.
+func writePlan(path string, p *fabric.Plan) error {
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(path, b)
 }

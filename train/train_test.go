@@ -108,3 +108,43 @@ func TestBadInputs(t *testing.T) {
 		t.Error("an unknown config key must fail")
 	}
 }
+
+// TestHybridTwoPrecisions trains the hybrid model with its CNN in 16-mixed
+// and its transformer in bf16-true: the loss at least halves, and the plan
+// shows the two compute dtypes in the two parts.
+func TestHybridTwoPrecisions(t *testing.T) {
+	c := Defaults()
+	c.Model, c.Precision, c.Modules = "hybrid", "bf16-true", []ModuleFor{{Match: "vision.**", Precision: "16-mixed"}}
+	c.Steps, c.BatchSize, c.EvalEvery, c.EvalBatches, c.SaveEvery, c.Out = 120, 16, 60, 2, 120, t.TempDir()
+	var plan *fabric.Plan
+	if _, err := Run(context.Background(), c, false, planSpy{&plan}); err != nil {
+		t.Fatal(err)
+	}
+	ls := losses(t, c.Out)
+	first, last := mean(ls[:5]), mean(ls[len(ls)-5:])
+	if !(last <= first/2) {
+		t.Fatalf("loss went from %.3f to %.3f, want at least halved", first, last)
+	}
+	for _, m := range plan.Modules {
+		want := map[string]string{"vision.conv1": "float16", "vision.proj": "float16", "decoder.blocks.0.fc": "bfloat16", "decoder.head": "bfloat16"}[m.Path]
+		if want != "" && m.Compute["gemm"] != want {
+			t.Errorf("%s computes GEMMs in %s, want %s", m.Path, m.Compute["gemm"], want)
+		}
+	}
+	if plan.LossScaling == "none" {
+		t.Error("float16 vision must bring a loss scaler")
+	}
+}
+
+type planSpy struct{ plan **fabric.Plan }
+
+func (s planSpy) Plan(p *fabric.Plan, _ int) { *s.plan = p }
+func (planSpy) Step(Metrics, int)            {}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
