@@ -124,14 +124,14 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 		return nil, err
 	}
 	var owner Plugin
-	ownerRule := 0
+	ownerRule, ownerPath := 0, ""
 	f16 := ""
 	for _, s := range res.Scopes {
 		if ScalesLoss(s.Plugin) {
 			if owner != nil && ownerRule != s.Rule {
-				return nil, &ConflictError{Role: "loss scaling", A: owner.Name(), B: s.Plugin.Name()}
+				return nil, &ConflictError{Role: "loss scaling", A: describe(owner, "module "+displayPath(ownerPath)), B: describe(s.Plugin, "module "+displayPath(s.Path))}
 			}
-			owner, ownerRule = s.Plugin, s.Rule
+			owner, ownerRule, ownerPath = s.Plugin, s.Rule, s.Path
 		}
 		if a := Autocast(s.Plugin); a != nil && a.CastInput(autograd.OpLinear, dtype.F32) == dtype.F16 && f16 == "" {
 			f16 = s.Path
@@ -173,6 +173,14 @@ func (pol Policy) resolve(res *Resolution, path string, m nn.Module, inherited S
 		}
 	}
 	return nil
+}
+
+// displayPath names the root module "(root)".
+func displayPath(path string) string {
+	if path == "" {
+		return "(root)"
+	}
+	return path
 }
 
 func joinPath(prefix, name string) string {

@@ -33,7 +33,10 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 			if err != nil {
 				return err
 			}
-			dir := models.ReferenceDir(refs)
+			dir := refs
+			if !cmd.Flags().Changed("refs") {
+				dir = models.ReferenceDir(refs)
+			}
 			ref, err := models.LoadReference(dir)
 			if err != nil {
 				return err

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// run executes weft with args in-process and returns its output and exit status.
+func run(args ...string) (string, int) {
+	var out bytes.Buffer
+	root := newRoot()
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&out)
+	if err := root.Execute(); err != nil {
+		return out.String() + err.Error(), exitCode(err)
+	}
+	return out.String(), 0
+}
+
+func TestCLI(t *testing.T) {
+	tests := []struct {
+		args []string
+		code int
+		want []string // substrings of the output
+	}{
+		{[]string{"plan", "--model", "mlp", "--precision", "bf16-mixed"}, 0, []string{"fc1", "bfloat16", "float32"}},
+		{[]string{"plan", "--model", "hybrid", "--precision", "bf16-true", "--precision-for", "vision.**=16-mixed", "--json"}, 0,
+			[]string{`"path":"vision.conv1"`, `"gemm":"float16"`, `"gemm":"bfloat16"`, "dynamic"}},
+		{[]string{"plan", "--model", "gpt", "--precision", "transformer-engine", "--strategy", "fsdp", "--devices", "2"}, 0, []string{"fsdp on 2"}},
+		{[]string{"plan", "--precision", "16-mixed+bf16-mixed"}, 2, []string{"role compute", "16-mixed", "bf16-mixed"}},
+		{[]string{"plan", "--precision", "bf16-true+16-true"}, 2, []string{"role storage", "bf16-true", "16-true"}},
+		{[]string{"plan", "--model", "hybrid", "--precision-for", "vision.**=16-mixed", "--precision-for", "decoder.**=16-mixed"}, 2,
+			[]string{"role loss scaling", "module vision", "module decoder"}},
+		{[]string{"plan", "--model", "hybrid", "--precision-for", "vision.**=params=float32,compute=float16", "--loss-scale", "none"}, 1, []string{"float16", "loss scaling"}},
+		{[]string{"plan", "--precision", "fp9"}, 1, []string{`"fp9" is not known`, "bf16-mixed"}},
+		{[]string{"plan", "--model", "resnet"}, 1, []string{"unknown model", "gpt"}},
+		{[]string{"plan", "--strategy", "deepspeed"}, 1, []string{"unknown strategy", "fsdp"}},
+		{[]string{"parity", "--model", "mlp", "--precision", "bf16-mixed"}, 0, []string{"matches PyTorch's bf16-mixed run"}},
+		{[]string{"parity", "--model", "mlp", "--dtype", "float64"}, 0, []string{"float64-manual"}},
+		{[]string{"parity", "--model", "mlp", "--refs", "/nonexistent"}, 1, []string{"reference folder /nonexistent not found"}},
+		{[]string{"train", "--steps", "0"}, 1, []string{"steps 0"}},
+		{[]string{"inspect", "../../testdata/reference/fp8gemm.safetensors"}, 0, []string{"64x32x64.x", "float32", "8192"}},
+		{[]string{"train", "--bogus"}, 1, []string{"unknown flag"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			if tt.args[0] == "parity" {
+				tt.args = append(tt.args, "--refs", "../../testdata/reference")
+				if strings.Contains(strings.Join(tt.args, " "), "/nonexistent") {
+					tt.args = tt.args[:len(tt.args)-2]
+				}
+			}
+			out, code := run(tt.args...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d; output:\n%s", code, tt.code, out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if strings.Contains(out, "panic") || strings.Contains(out, "goroutine") {
+				t.Errorf("a panic reached the user:\n%s", out)
+			}
+		})
+	}
+}
