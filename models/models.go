@@ -35,6 +35,7 @@ var constructors = map[string]func(rng *rand.Rand) Model{
 	"cnn":    func(rng *rand.Rand) Model { return NewCNN(rng) },
 	"gpt":    func(rng *rand.Rand) Model { return NewGPT(rng, ReferenceGPT) },
 	"hybrid": func(rng *rand.Rand) Model { return NewHybrid(rng, DefaultHybrid) },
+	"mlp784": func(rng *rand.Rand) Model { return NewMLP784(rng) },
 }
 
 // Names lists the reference models.

@@ -1,0 +1,31 @@
+package models
+
+import (
+	"math/rand/v2"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
+)
+
+// MLP784 is the benchmark MLP 784-1024-1024-10 with ReLU: an MNIST-sized
+// classifier whose step time is dominated by its GEMMs.
+type MLP784 struct {
+	FC1  *nn.Linear // 784 -> 1024
+	FC2  *nn.Linear // 1024 -> 1024
+	Head *nn.Linear // 1024 -> 10
+}
+
+func NewMLP784(rng *rand.Rand) *MLP784 {
+	return &MLP784{FC1: nn.NewLinear(rng, 784, 1024, true), FC2: nn.NewLinear(rng, 1024, 1024, true), Head: nn.NewLinear(rng, 1024, 10, true)}
+}
+
+func (m *MLP784) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+	x := tp.ReLU(m.FC1.Forward(tp, autograd.Const(b.X))) // (B, 1024)
+	x = tp.ReLU(m.FC2.Forward(tp, x))                    // (B, 1024)
+	return m.Head.Forward(tp, x), nil                    // (B, 10)
+}
+
+func (m *MLP784) Params() []nn.Param { return nil }
+func (m *MLP784) Children() []nn.Child {
+	return []nn.Child{{Name: "fc1", Module: m.FC1}, {Name: "fc2", Module: m.FC2}, {Name: "head", Module: m.Head}}
+}
