@@ -193,7 +193,7 @@ func storeAs(out *Tensor, vals any) {
 }
 
 func broadcastDims(a, b []int, from int) (outer, mid, inner int) {
-	if from < 0 || from+len(b) > len(a) || !equalShape(a[from:from+len(b)], b) {
+	if from < 0 || from+len(b) > len(a) || !EqualShape(a[from:from+len(b)], b) {
 		panic(fmt.Sprintf("tensor: cannot broadcast %v into %v at axis %d", b, a, from))
 	}
 	return numel(a[:from]), numel(b), numel(a[from+len(b):])

@@ -60,7 +60,7 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 	}
 	batch := numel(a.shape[:ra-2])
 	sharedB := rb == 2
-	if k != kb || (!sharedB && !equalShape(a.shape[:ra-2], b.shape[:rb-2])) {
+	if k != kb || (!sharedB && !EqualShape(a.shape[:ra-2], b.shape[:rb-2])) {
 		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a.shape, b.shape, transA, transB))
 	}
 	shape := append(append([]int(nil), a.shape[:ra-2]...), m, n)

@@ -79,7 +79,7 @@ func (t *Tensor) Data() []byte             { return t.data }
 func (t *Tensor) Bytes() int               { return len(t.data) }
 func (t *Tensor) Dim(i int) int            { return t.shape[axis(i, len(t.shape))] }
 func (t *Tensor) String() string           { return fmt.Sprintf("%s%v", t.dtype, t.shape) }
-func (t *Tensor) SameShape(u *Tensor) bool { return equalShape(t.shape, u.shape) }
+func (t *Tensor) SameShape(u *Tensor) bool { return EqualShape(t.shape, u.shape) }
 
 // Float32s returns a copy of the elements as float32.
 func (t *Tensor) Float32s() []float32 {
@@ -232,7 +232,8 @@ func mustFit(n int, shape []int) {
 	}
 }
 
-func equalShape(a, b []int) bool {
+// EqualShape reports whether two shapes are the same.
+func EqualShape(a, b []int) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -245,7 +246,7 @@ func equalShape(a, b []int) bool {
 }
 
 func mustSameShape(op string, a, b *Tensor) {
-	if !equalShape(a.shape, b.shape) {
+	if !EqualShape(a.shape, b.shape) {
 		panic(fmt.Sprintf("tensor: %s: shapes %v and %v differ", op, a.shape, b.shape))
 	}
 }

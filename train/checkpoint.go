@@ -136,7 +136,7 @@ func (k *checkpointer) load(c Config) (int, error) {
 		if !ok {
 			return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", dir, name)
 		}
-		if t.DType != like.DType() || !sameShape(t.Shape, like.Shape()) {
+		if t.DType != like.DType() || !tensor.EqualShape(t.Shape, like.Shape()) {
 			return nil, fmt.Errorf("checkpoint %s: tensor %s is %s%v, the run needs %s%v (was it saved with another precision?)", dir, name, t.DType, t.Shape, like.DType(), like.Shape())
 		}
 		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
@@ -209,17 +209,6 @@ func ReadManifest(dir string) (*Manifest, string, error) {
 	return &m, ckpt, nil
 }
 
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 // writeAtomic writes b to path through a synced temporary file and a rename.
 func writeAtomic(path string, b []byte) error {
