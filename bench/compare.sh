@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${STEPS:-20}
-torch=$(python3 bench/torch_step.py "$steps")
+py=${PYTHON:-/usr/bin/python3} # Debian's, which has python3-torch
+torch=$("$py" bench/torch_step.py "$steps")
 weft=$(go run ./cmd/weft bench step --steps "$steps" --json)
-python3 - "$torch" "$weft" <<'PY'
+"$py" - "$torch" "$weft" <<'PY'
 import json, sys
 torch, weft = (json.loads(a) for a in sys.argv[1:3])
 t = {(r["model"], r["precision"]): r["ms"] for r in torch["step"]}

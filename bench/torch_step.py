@@ -16,6 +16,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm in float32, as CUDA autocast runs it (PyTorch 1.13's CPU
+    autocast leaves it to fail on bfloat16 inputs)."""
+
+    def forward(self, x):
+        return super().forward(x.float())
+
+
 class MLP784(nn.Module):
     def __init__(self):
         super().__init__()
@@ -28,7 +36,7 @@ class MLP784(nn.Module):
 class MLP(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1, self.fc2, self.norm, self.head = nn.Linear(32, 64), nn.Linear(64, 64), nn.LayerNorm(64), nn.Linear(64, 10)
+        self.fc1, self.fc2, self.norm, self.head = nn.Linear(32, 64), nn.Linear(64, 64), LayerNorm(64), nn.Linear(64, 10)
 
     def forward(self, x):
         return self.head(F.gelu(self.norm(self.fc2(F.gelu(self.fc1(x))))))
@@ -48,8 +56,8 @@ class Block(nn.Module):
     def __init__(self, c=32, heads=2):
         super().__init__()
         self.heads = heads
-        self.ln1, self.qkv, self.proj = nn.LayerNorm(c), nn.Linear(c, 3 * c), nn.Linear(c, c)
-        self.ln2, self.fc, self.out = nn.LayerNorm(c), nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        self.ln1, self.qkv, self.proj = LayerNorm(c), nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.ln2, self.fc, self.out = LayerNorm(c), nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
 
     def forward(self, x):
         b, t, c = x.shape
@@ -66,7 +74,7 @@ class GPT(nn.Module):
         super().__init__()
         self.tok, self.pos = nn.Embedding(48, 32), nn.Embedding(16, 32)
         self.blocks = nn.ModuleList([Block(), Block()])
-        self.ln_f, self.head = nn.LayerNorm(32), nn.Linear(32, 48, bias=False)
+        self.ln_f, self.head = LayerNorm(32), nn.Linear(32, 48, bias=False)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/precision/fp8"
 )
 
 // Options configure the plugins a spec string builds.
@@ -32,6 +33,21 @@ var specs = []struct {
 	{"bf16-mixed", func(Options) Plugin { return &Mixed{DType: dtype.BF16} }},
 	{"16-true", func(Options) Plugin { return True{DType: dtype.F16} }},
 	{"bf16-true", func(Options) Plugin { return True{DType: dtype.BF16} }},
+	{"fp8", func(Options) Plugin { return fp8.NewDelayed() }},
+	{"fp8-current", func(Options) Plugin { return fp8.NewCurrent() }},
+	{"fp8-mx", func(Options) Plugin { return fp8.NewMX() }},
+	// Lightning's TransformerEnginePrecision: weights, inputs and every op
+	// in its dtype, Linear GEMMs in FP8 with delayed scaling. The members
+	// claim disjoint roles, so the composition needs no check.
+	{"transformer-engine", func(Options) Plugin {
+		return &composite{members: []Plugin{True{DType: dtype.BF16}, fp8.NewDelayed()}}
+	}},
+	{"transformer-engine-float16", func(Options) Plugin {
+		return &composite{members: []Plugin{True{DType: dtype.F16}, fp8.NewDelayed()}}
+	}},
+	{"bf16-fp8", func(Options) Plugin { // bf16-mixed+fp8
+		return &composite{members: []Plugin{&Mixed{DType: dtype.BF16}, fp8.NewDelayed()}}
+	}},
 }
 
 // aliases are Lightning's historical spellings; those with a notice warn.

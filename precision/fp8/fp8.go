@@ -1,0 +1,215 @@
+// Package fp8 trains Linear layers with FP8 GEMMs, as NVIDIA's Transformer
+// Engine does: the operands of a layer's three GEMMs (forward, input
+// gradient, weight gradient) are scaled, cast to an 8-bit float with
+// saturation, and multiplied with float32 accumulation.
+//
+// Its plugins hold only the module-conversion role: they install their
+// arithmetic through nn.Linear's GEMM hook and claim no storage, autocast
+// or loss scaling, so they compose with any plugin that does. Package
+// precision registers them as the specs "fp8" (Delayed), "fp8-current"
+// (Current) and "fp8-mx" (MX); this package does not import it.
+package fp8
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// Format names a recipe's FP8 dtypes, as Transformer Engine's
+// recipe.Format does: Forward for inputs and weights, Backward for output
+// gradients.
+type Format struct {
+	Forward, Backward dtype.DType
+}
+
+var (
+	// Hybrid spends E4M3's extra mantissa bit on values and E5M2's extra
+	// range on gradients, which span more orders of magnitude.
+	Hybrid = Format{Forward: dtype.E4M3FN, Backward: dtype.E5M2}
+	E4M3   = Format{Forward: dtype.E4M3FN, Backward: dtype.E4M3FN}
+	E5M2   = Format{Forward: dtype.E5M2, Backward: dtype.E5M2}
+)
+
+// valid reports whether both of f's dtypes are 8-bit floats that hold
+// values (E8M0 holds only scales).
+func (f Format) valid() bool {
+	for _, dt := range []dtype.DType{f.Forward, f.Backward} {
+		if dt.Bits() != 8 || !dt.IsFloat() || dt == dtype.E8M0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Filter decides from a Linear's in and out features whether it gets FP8
+// GEMMs; the others keep their arithmetic.
+type Filter func(in, out int) bool
+
+// DefaultFilter admits the Linears Lightning hands to Transformer Engine:
+// in divisible by 8 and out by 16, the alignment FP8 tensor cores need.
+func DefaultFilter(in, out int) bool { return in%8 == 0 && out%16 == 0 }
+
+// admits applies f, or DefaultFilter when f is nil.
+func (f Filter) admits(in, out int) bool {
+	if f == nil {
+		return DefaultFilter(in, out)
+	}
+	return f(in, out)
+}
+
+// role is the part a tensor plays in a layer's GEMMs; delayed scaling keeps
+// its state per role.
+type role int
+
+const (
+	roleX  role = iota // the input
+	roleW              // the weight
+	roleDY             // the output gradient
+	numRoles
+)
+
+var roleNames = [numRoles]string{"x", "w", "dy"}
+
+// quantizer casts the matrices of one layer's GEMMs to FP8: each scaling
+// recipe is one.
+type quantizer interface {
+	// quantize casts the matrix t, which plays role r, to dt.
+	quantize(r role, t *tensor.Tensor, dt dtype.DType) quantized
+}
+
+// quantized is a matrix cast for the GEMMs that read it.
+type quantized interface {
+	// along returns the operand for a GEMM that reduces along axis of the
+	// stored matrix: 1 along its rows, 0 down its columns.
+	along(axis int) operand
+}
+
+// operand is what a GEMM multiplies: t's elements times scale.
+type operand struct {
+	t     *tensor.Tensor
+	scale float32
+}
+
+// along implements quantized: one per-tensor scale serves every GEMM.
+func (o operand) along(int) operand { return o }
+
+func matmul(a, b operand, transA, transB bool, out dtype.DType) *tensor.Tensor {
+	return tensor.ScaledMatMul(a.t, b.t, transA, transB, a.scale, b.scale, out)
+}
+
+// linear is the FP8 arithmetic of one Linear layer (its nn.LinearGEMM).
+type linear struct {
+	owner  any // the plugin that installed it
+	format Format
+	q      quantizer
+}
+
+// Linear computes y = x·wᵀ + b with three FP8 GEMMs, Q being the recipe's
+// cast:
+//
+//	forward          y  = Q(x)·Q(w)ᵀ   x, w in format.Forward
+//	input gradient   dx = Q(dy)·Q(w)   dy in format.Backward
+//	weight gradient  dw = Q(dy)ᵀ·Q(x)
+//
+// Products accumulate in float32. The bias is added in float32 before y is
+// rounded once to the dtype autocast gives linear (x's dtype without
+// autocast), and its gradient is dy summed in float32. Each gradient is
+// rounded once to the dtype of its tensor.
+func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var {
+	xShape := x.Value.Shape()
+	in, out := w.Value.Dim(1), w.Value.Dim(0)
+	outDType := x.Value.DType()
+	if tp.Caster != nil {
+		outDType = tp.Caster.CastInput(autograd.OpLinear, outDType)
+	}
+	qx := l.q.quantize(roleX, x.Value.Reshape(-1, in), l.format.Forward)
+	qw := l.q.quantize(roleW, w.Value, l.format.Forward)
+	y := matmul(qx.along(1), qw.along(1), false, true, dtype.F32) // (M, out)
+	if b != nil {
+		y = tensor.AddBroadcast(y, b.Value, 1)
+	}
+	y = y.To(outDType).Reshape(append(slices.Clone(xShape[:len(xShape)-1]), out)...)
+	return tp.Record(y, func(dy *tensor.Tensor) []*tensor.Tensor {
+		dy2 := dy.Reshape(-1, out)
+		qdy := l.q.quantize(roleDY, dy2, l.format.Backward)
+		grads := make([]*tensor.Tensor, 3) // for x, w, b
+		if x.RequiresGrad() {
+			grads[0] = matmul(qdy.along(1), qw.along(0), false, false, x.Value.DType()).Reshape(xShape...)
+		}
+		if w.RequiresGrad() {
+			grads[1] = matmul(qdy.along(0), qx.along(0), true, false, w.Value.DType())
+		}
+		if b != nil {
+			grads[2] = tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, b.Value.DType())
+		}
+		return grads
+	}, x, w, b)
+}
+
+// eligible returns m as a Linear that owner should give FP8 GEMMs, or nil
+// when m is not a Linear, filter rejects its shape, or owner has already
+// converted it (converting twice changes nothing). A Linear whose GEMM
+// another plugin has replaced is an error: one of the two would be lost.
+// So is a format that is not FP8, whatever m is.
+func eligible(m nn.Module, format Format, filter Filter, owner any) (*nn.Linear, error) {
+	if !format.valid() {
+		return nil, fmt.Errorf("fp8: format {%v %v}: want 8-bit float dtypes such as Hybrid's {%v %v}", format.Forward, format.Backward, Hybrid.Forward, Hybrid.Backward)
+	}
+	l, ok := m.(*nn.Linear)
+	if !ok {
+		return nil, nil
+	}
+	if w := l.Weight.Value; len(w.Shape()) != 2 || !filter.admits(w.Dim(1), w.Dim(0)) {
+		return nil, nil
+	}
+	if g, ok := l.GEMM.(*linear); ok && g.owner == owner {
+		return nil, nil
+	}
+	if l.GEMM != nil {
+		return nil, fmt.Errorf("fp8: the Linear's arithmetic is already replaced by %T", l.GEMM)
+	}
+	return l, nil
+}
+
+// amaxOf returns the largest |v| in vals, or NaN if one is NaN (as
+// torch.amax, so that a NaN reaches the scale update).
+func amaxOf(vals []float32) float32 {
+	var m float32
+	for _, v := range vals {
+		m = max(m, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
+	}
+	return m
+}
+
+// castScaled returns vals·scale cast to dt with saturation, shaped as
+// shape, as the operand that multiplies it back by 1/scale. It overwrites
+// vals.
+func castScaled(vals []float32, shape []int, scale float32, dt dtype.DType) operand {
+	for i := range vals {
+		vals[i] *= scale
+	}
+	q := tensor.New(dt, shape...)
+	dtype.Encode(dt, q.Data(), vals, true)
+	return operand{t: q, scale: 1 / scale}
+}
+
+// updateScale is Transformer Engine's scale update: the scale that maps
+// amax to fp8Max, divided by 2^margin for headroom. An amax that is 0, inf
+// or NaN says nothing about the range, so prev is kept; a scale beyond
+// float32 (a subnormal amax) becomes float32's max.
+func updateScale(amax, prev, fp8Max float32, margin int) float32 {
+	if !(amax > 0) || math.IsInf(float64(amax), 1) {
+		return prev
+	}
+	s := float32(math.Ldexp(float64(fp8Max/amax), -margin))
+	if math.IsInf(float64(s), 1) {
+		return math.MaxFloat32
+	}
+	return s
+}

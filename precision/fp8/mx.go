@@ -1,0 +1,89 @@
+package fp8
+
+import (
+	"math"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// MX is the "fp8-mx" plugin: MXFP8 (Transformer Engine's
+// MXFP8BlockScaling, the OCP microscaling format). Every block of
+// BlockSize consecutive elements along a GEMM's reduction axis shares a
+// power-of-two scale, an E8M0 value, so an outlier costs precision only in
+// its own block, and nothing is carried from step to step.
+type MX struct {
+	Format Format // E4M3, Transformer Engine's default for MXFP8
+	Filter Filter // DefaultFilter
+}
+
+// BlockSize is the number of elements that share one MX scale.
+const BlockSize = 32
+
+// NewMX returns the recipe with Transformer Engine's defaults.
+func NewMX() *MX { return &MX{Format: E4M3, Filter: DefaultFilter} }
+
+func (*MX) Name() string { return "fp8-mx" }
+
+// ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
+func (p *MX) ConvertModule(_ string, m nn.Module) error {
+	l, err := eligible(m, p.Format, p.Filter, p)
+	if l != nil {
+		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{}}
+	}
+	return err
+}
+
+// blockScaling is MX's quantizer.
+type blockScaling struct{}
+
+func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType) quantized {
+	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt}
+}
+
+// blocks is a matrix to be cast in MX blocks. The blocks follow each GEMM's
+// reduction axis, so a matrix read along its rows by one GEMM and down its
+// columns by another is cast twice, as MXFP8 hardware needs.
+type blocks struct {
+	vals       []float32 // row-major
+	rows, cols int
+	dt         dtype.DType
+}
+
+// along casts the blocks along axis and returns their values in float32:
+// a float32 GEMM over them accumulates the products an MXFP8 GEMM does.
+func (b blocks) along(axis int) operand {
+	lines, length, lineStride, step := b.rows, b.cols, b.cols, 1
+	if axis == 0 {
+		lines, length, lineStride, step = b.cols, b.rows, 1, b.cols
+	}
+	out := make([]float32, len(b.vals))
+	var blk [BlockSize]float32
+	for l := range lines {
+		for start := 0; start < length; start += BlockSize {
+			n := min(BlockSize, length-start)
+			for i := range n {
+				blk[i] = b.vals[l*lineStride+(start+i)*step]
+			}
+			roundBlock(blk[:n], b.dt)
+			for i := range n {
+				out[l*lineStride+(start+i)*step] = blk[i]
+			}
+		}
+	}
+	return operand{t: tensor.FromFloat32(out, b.rows, b.cols), scale: 1}
+}
+
+// roundBlock replaces blk by the values MXFP8 holds for it: the shared
+// scale is 2^e with e = floor(log2(amax)) - emax(dt) (8 for E4M3, 15 for
+// E5M2), clamped to E8M0's 2^-127..2^127, and each element is blk/2^e cast
+// to dt with saturation.
+func roundBlock(blk []float32, dt dtype.DType) {
+	e := math.Ilogb(float64(amaxOf(blk))) - math.Ilogb(dt.Max()) // Ilogb(0) is very negative, of inf and NaN very positive
+	e = min(max(e, -127), 127)
+	for i, v := range blk {
+		q := dt.RoundSat(float32(math.Ldexp(float64(v), -e)))
+		blk[i] = float32(math.Ldexp(float64(q), e))
+	}
+}

@@ -1,0 +1,225 @@
+package fp8
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// AmaxAlgo is how delayed scaling reduces a tensor's amax history to the
+// amax its scale is computed from.
+type AmaxAlgo int
+
+const (
+	AmaxMax        AmaxAlgo = iota // the largest in the history ("max")
+	AmaxMostRecent                 // the last one ("most_recent")
+)
+
+func (a AmaxAlgo) reduce(history []float32) float32 {
+	if a == AmaxMostRecent {
+		return history[len(history)-1]
+	}
+	return amaxOf(history) // amaxes are not negative: the largest |·| is the largest
+}
+
+// Delayed is the "fp8" plugin: Transformer Engine's DelayedScaling. Each
+// tensor of an FP8 Linear (input, weight, output gradient) is cast with a
+// scale computed from the amaxes of its earlier casts, so the cast needs no
+// pass over the tensor first: the first cast uses scale 1, and after each
+// one the tensor's amax enters its history and the scale is recomputed.
+// Set the fields before the model is converted.
+type Delayed struct {
+	Format     Format   // Hybrid
+	HistoryLen int      // 1024: amaxes remembered per tensor
+	Algo       AmaxAlgo // AmaxMax
+	Margin     int      // 0: scales are divided by 2^Margin
+	Filter     Filter   // DefaultFilter
+
+	layers map[string]*delayedLayer // by module path
+}
+
+// NewDelayed returns the recipe with Transformer Engine's defaults.
+func NewDelayed() *Delayed {
+	return &Delayed{Format: Hybrid, HistoryLen: 1024, Filter: DefaultFilter}
+}
+
+func (*Delayed) Name() string { return "fp8" }
+
+// ConvertModule gives m FP8 GEMMs if it is an eligible Linear; its scaling
+// state is kept under path.
+func (p *Delayed) ConvertModule(path string, m nn.Module) error {
+	if p.HistoryLen < 1 {
+		return fmt.Errorf("fp8: amax history length %d, want at least 1", p.HistoryLen)
+	}
+	l, err := eligible(m, p.Format, p.Filter, p)
+	if l == nil {
+		return err
+	}
+	layer := p.layer(path)
+	if layer.mod != nil && layer.mod != l {
+		return fmt.Errorf("fp8: a Linear at %q is already converted by this plugin; use one plugin per model", path)
+	}
+	layer.mod = l
+	l.GEMM = &linear{owner: p, format: p.Format, q: layer}
+	return nil
+}
+
+// layer returns the state kept under path, creating it if needed: state
+// may be restored before the model is converted.
+func (p *Delayed) layer(path string) *delayedLayer {
+	l, ok := p.layers[path]
+	if !ok {
+		if p.layers == nil { // a Delayed built without NewDelayed
+			p.layers = map[string]*delayedLayer{}
+		}
+		l = &delayedLayer{recipe: p, scales: freshScales()}
+		p.layers[path] = l
+	}
+	return l
+}
+
+// delayedLayer is the delayed-scaling state of one Linear.
+type delayedLayer struct {
+	recipe *Delayed
+	mod    *nn.Linear // nil until the Linear is converted
+	scales [numRoles]scaleState
+}
+
+// scaleState is one tensor's: the scale of its next cast and the amaxes of
+// its last casts, oldest first.
+type scaleState struct {
+	scale   float32
+	history []float32
+}
+
+func freshScales() [numRoles]scaleState {
+	return [numRoles]scaleState{{scale: 1}, {scale: 1}, {scale: 1}}
+}
+
+func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quantized {
+	s := &l.scales[r]
+	vals := t.Float32s()
+	amax := amaxOf(vals)
+	q := castScaled(vals, t.Shape(), s.scale, dt)
+	if drop := len(s.history) - l.recipe.HistoryLen + 1; drop > 0 {
+		s.history = s.history[drop:]
+	}
+	s.history = append(s.history, amax)
+	s.scale = updateScale(l.recipe.Algo.reduce(s.history), s.scale, float32(dt.Max()), l.recipe.Margin)
+	return q
+}
+
+// savedScale is a scaleState in a checkpoint: float32 values as their bits,
+// so that a restore is exact.
+type savedScale struct {
+	Scale   uint32   `json:"scale"`
+	History []uint32 `json:"amax_history,omitempty"`
+}
+
+// MarshalState saves every layer's scales and amax histories as JSON,
+// by module path and role ("x", "w", "dy").
+func (p *Delayed) MarshalState() ([]byte, error) {
+	saved := make(map[string]map[string]savedScale, len(p.layers))
+	for path, l := range p.layers {
+		roles := make(map[string]savedScale, numRoles)
+		for r, s := range l.scales {
+			h := make([]uint32, len(s.history))
+			for i, a := range s.history {
+				h[i] = math.Float32bits(a)
+			}
+			roles[roleNames[r]] = savedScale{Scale: math.Float32bits(s.scale), History: h}
+		}
+		saved[path] = roles
+	}
+	return json.Marshal(saved)
+}
+
+// UnmarshalState restores what MarshalState saved. Layers the state does
+// not mention return to their initial state; on error nothing changes.
+func (p *Delayed) UnmarshalState(b []byte) error {
+	var saved map[string]map[string]savedScale
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("fp8: state: %w", err)
+	}
+	restored := make(map[string][numRoles]scaleState, len(saved))
+	for path, roles := range saved {
+		scales, err := p.restore(roles)
+		if err != nil {
+			return fmt.Errorf("fp8: state of %q: %w", path, err)
+		}
+		restored[path] = scales
+	}
+	for path, l := range p.layers {
+		if _, ok := restored[path]; !ok {
+			l.scales = freshScales()
+		}
+	}
+	for path, scales := range restored {
+		p.layer(path).scales = scales
+	}
+	return nil
+}
+
+// restore checks and decodes the saved scales of one layer.
+func (p *Delayed) restore(roles map[string]savedScale) ([numRoles]scaleState, error) {
+	var scales [numRoles]scaleState
+	if len(roles) != int(numRoles) {
+		return scales, fmt.Errorf("%d roles, want x, w and dy", len(roles))
+	}
+	for r, name := range roleNames {
+		s, ok := roles[name]
+		if !ok {
+			return scales, fmt.Errorf("no role %q", name)
+		}
+		scale := math.Float32frombits(s.Scale)
+		if !(scale > 0) || math.IsInf(float64(scale), 1) {
+			return scales, fmt.Errorf("%s: scale %v, want finite and positive", name, scale)
+		}
+		if len(s.History) > p.HistoryLen {
+			return scales, fmt.Errorf("%s: %d amaxes, history length is %d", name, len(s.History), p.HistoryLen)
+		}
+		h := make([]float32, len(s.History))
+		for i, bits := range s.History {
+			if h[i] = math.Float32frombits(bits); h[i] < 0 {
+				return scales, fmt.Errorf("%s: negative amax %v", name, h[i])
+			}
+		}
+		scales[r] = scaleState{scale: scale, history: h}
+	}
+	return scales, nil
+}
+
+// Current is the "fp8-current" plugin: Transformer Engine's
+// Float8CurrentScaling. Each cast scales a tensor by its own amax, which
+// costs a pass over the tensor but follows its range exactly and keeps no
+// state; a tensor whose amax is 0, inf or NaN is cast with scale 1.
+type Current struct {
+	Format Format // Hybrid
+	Filter Filter // DefaultFilter
+}
+
+// NewCurrent returns the recipe with Transformer Engine's defaults.
+func NewCurrent() *Current { return &Current{Format: Hybrid, Filter: DefaultFilter} }
+
+func (*Current) Name() string { return "fp8-current" }
+
+// ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
+func (p *Current) ConvertModule(_ string, m nn.Module) error {
+	l, err := eligible(m, p.Format, p.Filter, p)
+	if l != nil {
+		l.GEMM = &linear{owner: p, format: p.Format, q: currentScaling{}}
+	}
+	return err
+}
+
+// currentScaling is Current's quantizer.
+type currentScaling struct{}
+
+func (currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType) quantized {
+	vals := t.Float32s()
+	return castScaled(vals, t.Shape(), updateScale(amaxOf(vals), 1, float32(dt.Max()), 0), dt)
+}
