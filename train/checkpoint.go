@@ -209,7 +209,6 @@ func ReadManifest(dir string) (*Manifest, string, error) {
 	return &m, ckpt, nil
 }
 
-
 // writeAtomic writes b to path through a synced temporary file and a rename.
 func writeAtomic(path string, b []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")

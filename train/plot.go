@@ -63,3 +63,35 @@ func smooth(xys plotter.XYs, window int) plotter.XYs {
 	}
 	return out
 }
+
+// Final is how a run ended: its last validation loss and the mean training
+// loss of its last 10 steps (one step's loss is too noisy to compare).
+type Final struct {
+	Step       int
+	Val, Train float64
+}
+
+// FinalLosses reads the final losses of run folders.
+func FinalLosses(runs []string) ([]Final, error) {
+	out := make([]Final, len(runs))
+	for i, r := range runs {
+		ms, err := readMetrics(filepath.Join(r, "metrics.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		if len(ms) == 0 {
+			return nil, fmt.Errorf("compare: %s has no metrics", r)
+		}
+		f := &out[i]
+		tail := ms[max(0, len(ms)-10):]
+		for _, m := range tail {
+			f.Train += m.Loss / float64(len(tail))
+		}
+		for _, m := range ms {
+			if m.ValLoss != nil {
+				f.Step, f.Val = m.Step, *m.ValLoss
+			}
+		}
+	}
+	return out, nil
+}
