@@ -31,18 +31,19 @@ func view[T float](t *Tensor) []T {
 }
 
 // get returns t's elements in compute type T: a view of the storage when t
-// stores T, otherwise a decoded copy.
+// stores T, otherwise a decoded copy in pooled scratch, which the caller
+// may hand back with drop once done with it.
 func get[T float](t *Tensor) []T {
 	if native[T](t) {
 		return view[T](t)
 	}
 	n := t.Len()
 	if isF64[T]() {
-		out := make([]float64, n)
+		out := scratch[float64](n)
 		dtype.DecodeF64(t.dtype, out, t.data)
 		return any(out).([]T)
 	}
-	out := make([]float32, n)
+	out := scratch[float32](n)
 	if t.dtype == dtype.F64 {
 		for i, v := range t.f64() {
 			out[i] = float32(v)
@@ -59,10 +60,11 @@ func buf[T float](t *Tensor) []T {
 	if native[T](t) {
 		return view[T](t)
 	}
-	return make([]T, t.Len())
+	return scratch[T](t.Len())
 }
 
-// put rounds vals (from buf) into t's storage; a no-op for native tensors.
+// put rounds vals (from buf or get) into t's storage and releases the
+// scratch; a no-op for native tensors.
 func put[T float](t *Tensor, vals []T) {
 	if native[T](t) {
 		return
@@ -73,6 +75,7 @@ func put[T float](t *Tensor, vals []T) {
 	case []float32:
 		dtype.Encode(t.dtype, t.data, v, false)
 	}
+	release(vals)
 }
 
 // Promote returns the dtype PyTorch gives an op over inputs of dtypes a and

@@ -24,6 +24,7 @@ func mapInto[T float](out, x *Tensor, f func(T) T) {
 		ys[i] = f(v)
 	}
 	put(out, ys)
+	drop(x, xs)
 }
 
 // binary returns f(a, b) elementwise for same-shaped a and b, in their promoted dtype.
@@ -44,6 +45,8 @@ func zipInto[T float](out, a, b *Tensor, f func(x, y T) T) {
 		ys[i] = f(as[i], bs[i])
 	}
 	put(out, ys)
+	drop(a, as)
+	drop(b, bs)
 }
 
 // Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
@@ -146,6 +149,8 @@ func addBroadcast[T float](out, a, b *Tensor, outer, mid, inner int) {
 		}
 	}
 	put(out, ys)
+	drop(a, as)
+	drop(b, bs)
 }
 
 // ReduceBroadcast sums dy over the axes a tensor of shape was repeated over
@@ -164,6 +169,7 @@ func ReduceBroadcast(dy *Tensor, shape []int, from int, dt dtype.DType) *Tensor 
 
 func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
 	gs := get[T](dy)
+	defer drop(dy, gs)
 	sums := make([]T, mid)
 	for o := range outer {
 		for m := range mid {
