@@ -5,15 +5,18 @@
 package fabric
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -25,6 +28,8 @@ type Fabric struct {
 	plan    *precision.Resolution // set by Setup
 	scopes  *precision.Scopes
 	scaler  precision.Scaler
+	dist    *strategy.Rank // nil on one device
+	distCfg *distConfig
 	tape    autograd.Tape
 	model   nn.Module
 	opt     optim.Optimizer
@@ -44,6 +49,43 @@ func New(p precision.Plugin) *Fabric {
 func NewPolicy(pol precision.Policy, scaling precision.LossScaling) *Fabric {
 	return &Fabric{plugin: pol.Default, policy: pol, scaling: scaling, scaler: precision.ScalerOf(pol.Default)}
 }
+
+type distConfig struct {
+	info strategy.Info
+	comm comm.Communicator
+}
+
+// Distribute makes the fabric one rank of strategy info over c; call it
+// before Setup. Each rank trains its own replica on its share of the batch.
+func (f *Fabric) Distribute(info strategy.Info, c comm.Communicator) {
+	f.distCfg = &distConfig{info: info, comm: c}
+}
+
+// RankBytes is what this rank holds now for parameters and gradients.
+func (f *Fabric) RankBytes() (params, grads int64) {
+	if f.dist != nil {
+		return f.dist.Bytes()
+	}
+	for _, p := range f.opt.Params() {
+		params += int64(p.Var.Value.Bytes())
+		if p.Var.Grad != nil {
+			grads += int64(p.Var.Grad.Bytes())
+		}
+	}
+	return params, grads
+}
+
+// Gather makes every parameter whole on this rank again (after ZeRO-3
+// training, before evaluating or saving the full model).
+func (f *Fabric) Gather() error {
+	if f.dist == nil {
+		return nil
+	}
+	return f.dist.BeforeForward(context.Background())
+}
+
+// Rank returns the strategy's rank, nil on one device.
+func (f *Fabric) Rank() *strategy.Rank { return f.dist }
 
 // Plan returns the resolved per-module precision (nil before Setup).
 func (f *Fabric) Plan() *precision.Resolution { return f.plan }
@@ -71,6 +113,17 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 		stater.SetStateDType(stateDType)
 	}
 	f.plan, f.scaler, f.scopes = plan, plan.Scaler, plan.Scoper()
+	if f.distCfg != nil {
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, nn.Parameters(m)); err != nil {
+			return fmt.Errorf("fabric: setup: %w", err)
+		}
+		opt.SetParams(f.dist.OptimizerParams())
+		if s, ok := f.scaler.(interface {
+			SetAgreement(func(bool) (bool, error))
+		}); ok {
+			s.SetAgreement(f.dist.AnyNonFinite)
+		}
+	}
 	f.model, f.opt = m, opt
 	return nil
 }
@@ -92,6 +145,11 @@ func (f *Fabric) Input(t *tensor.Tensor) *tensor.Tensor {
 // floating output to the precision's output dtype. The scope is closed on
 // return, on error and on panic.
 func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+	if f.dist != nil {
+		if err := f.dist.BeforeForward(context.Background()); err != nil {
+			return nil, err
+		}
+	}
 	out, err := f.scoped(fn)
 	if err != nil {
 		return nil, err
@@ -120,7 +178,13 @@ func (f *Fabric) Backward(loss *autograd.Var) error {
 	if l := loss.Value.Float64s(); len(l) == 1 && f.nonFinite == nil && (math.IsNaN(l[0]) || math.IsInf(l[0], 0)) {
 		f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.step, l[0], f.diagnose())
 	}
-	return f.tape.BackwardScaled(loss, f.scaler.Scale())
+	if err := f.tape.BackwardScaled(loss, f.scaler.Scale()); err != nil {
+		return err
+	}
+	if f.dist != nil {
+		return f.dist.SyncGrads(context.Background())
+	}
+	return nil
 }
 
 // ClipGradNorm unscales the gradients (once per step) and rescales them so
@@ -158,6 +222,11 @@ func (f *Fabric) Step() (skipped bool, err error) {
 	}
 	f.scaler.Update()
 	f.opt.ZeroGrad()
+	if f.dist != nil {
+		if err := f.dist.AfterStep(context.Background()); err != nil {
+			return false, fmt.Errorf("fabric: step %d: %w", f.step, err)
+		}
+	}
 	f.step++
 	return skipped, nil
 }

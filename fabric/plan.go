@@ -91,7 +91,8 @@ func planModule(s precision.Scope, sh strategy.Sharding, n int) ModulePlan {
 	}
 	gemm := computeDType(s.Plugin, autograd.OpLinear, storage)
 	mp := ModulePlan{
-		Path: s.Path, Kind: s.Kind, Storage: storage.String(), Communication: gemm.String(),
+		// Strategies gather parameters and reduce gradients in the storage dtype.
+		Path: s.Path, Kind: s.Kind, Storage: storage.String(), Communication: storage.String(),
 		Compute: map[string]string{
 			"gemm":        gemm.String(),
 			"norm":        computeDType(s.Plugin, autograd.OpLayerNorm, storage).String(),

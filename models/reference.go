@@ -77,7 +77,7 @@ func (r *Reference) Batch(model string, s int) (Batch, error) {
 		if start+rows > n {
 			return Batch{}, fmt.Errorf("reference %s: batch of step %d runs past %d rows", model, s, n)
 		}
-		return Batch{X: sliceRows(x, start, rows), Targets: y.Ints()[start : start+rows]}, nil
+		return Batch{X: tensor.SliceRows(x, start, rows), Targets: y.Ints()[start : start+rows]}, nil
 	case "gpt":
 		tok, err := r.Tensor("gpt.tokens")
 		if err != nil {
@@ -94,13 +94,4 @@ func (r *Reference) Batch(model string, s int) (Batch, error) {
 		return b, nil
 	}
 	return Batch{}, fmt.Errorf("no reference data schedule for model %q", model)
-}
-
-// sliceRows returns rows [start, start+n) of x along its first axis.
-func sliceRows(x *tensor.Tensor, start, n int) *tensor.Tensor {
-	per := x.Len() / x.Dim(0)
-	size := x.DType().StorageBytes(per)
-	shape := append([]int{n}, x.Shape()[1:]...)
-	out, _ := tensor.FromBytes(x.DType(), x.Data()[start*size:(start+n)*size], shape...)
-	return out
 }

@@ -19,6 +19,9 @@ type Optimizer interface {
 	ZeroGrad()
 	// Params lists the parameters the optimizer updates.
 	Params() []nn.NamedParam
+	// SetParams replaces them before the first step: a sharding strategy
+	// hands the optimizer this rank's chunks.
+	SetParams([]nn.NamedParam)
 }
 
 // SGD is plain stochastic gradient descent: p = p - lr·g.
@@ -29,8 +32,9 @@ type SGD struct {
 
 func NewSGD(params []nn.NamedParam, lr float64) *SGD { return &SGD{LR: lr, params: params} }
 
-func (o *SGD) Params() []nn.NamedParam { return o.params }
-func (o *SGD) ZeroGrad()               { zeroGrad(o.params) }
+func (o *SGD) Params() []nn.NamedParam     { return o.params }
+func (o *SGD) SetParams(p []nn.NamedParam) { o.params = p }
+func (o *SGD) ZeroGrad()                   { zeroGrad(o.params) }
 
 func (o *SGD) Step() {
 	for _, p := range o.params {
@@ -72,8 +76,9 @@ func NewAdamW(params []nn.NamedParam, cfg AdamWConfig) (*AdamW, error) {
 	return &AdamW{AdamWConfig: cfg, params: params, state: map[string]*AdamState{}}, nil
 }
 
-func (o *AdamW) Params() []nn.NamedParam { return o.params }
-func (o *AdamW) ZeroGrad()               { zeroGrad(o.params) }
+func (o *AdamW) Params() []nn.NamedParam     { return o.params }
+func (o *AdamW) SetParams(p []nn.NamedParam) { o.params = p }
+func (o *AdamW) ZeroGrad()                   { zeroGrad(o.params) }
 
 // State returns the state of the parameter at path, nil before its first step.
 func (o *AdamW) State(path string) *AdamState { return o.state[path] }

@@ -531,9 +531,10 @@ type countingOpt struct {
 	steps  int
 }
 
-func (o *countingOpt) Step()                   { o.steps++ }
-func (o *countingOpt) ZeroGrad()               {}
-func (o *countingOpt) Params() []nn.NamedParam { return o.params }
+func (o *countingOpt) Step()                       { o.steps++ }
+func (o *countingOpt) ZeroGrad()                   {}
+func (o *countingOpt) Params() []nn.NamedParam     { return o.params }
+func (o *countingOpt) SetParams(p []nn.NamedParam) { o.params = p }
 
 func TestFallbacks(t *testing.T) {
 	var p precision.Plugin = nameOnly{}

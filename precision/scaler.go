@@ -45,7 +45,12 @@ type GradScaler struct {
 	growthTracker int
 	unscaled      bool // Unscale ran since the last Update
 	foundInf      bool
+	agree         func(found bool) (bool, error)
 }
+
+// SetAgreement makes Unscale combine its inf/NaN finding with other
+// ranks' through agree, so that all ranks skip a step together.
+func (s *GradScaler) SetAgreement(agree func(found bool) (bool, error)) { s.agree = agree }
 
 // NewGradScaler returns a scaler with PyTorch's defaults: scale 65536,
 // growth 2, backoff 0.5, interval 2000.
@@ -76,6 +81,13 @@ func (s *GradScaler) Unscale(params []nn.NamedParam) error {
 			}
 			g.ScaleInPlace(inv)
 		}
+	}
+	if s.agree != nil {
+		found, err := s.agree(s.foundInf)
+		if err != nil {
+			return err
+		}
+		s.foundInf = found
 	}
 	return nil
 }

@@ -156,6 +156,14 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 	return out
 }
 
+// SliceRows returns a copy of rows [start, start+n) along the first axis.
+func SliceRows(x *Tensor, start, n int) *Tensor {
+	size := x.dtype.StorageBytes(x.Len() / x.shape[0])
+	out := New(x.dtype, append([]int{n}, x.shape[1:]...)...)
+	copy(out.data, x.data[start*size:(start+n)*size])
+	return out
+}
+
 // Clone returns a deep copy.
 func (t *Tensor) Clone() *Tensor {
 	out := New(t.dtype, t.shape...)

@@ -4,16 +4,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/weftml/weft/internal/parity"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
 )
 
 func parityCmd() *cobra.Command {
 	var (
 		refs, model, spec, dt string
+		strat, backend        string
+		devices               int
 		asJSON                bool
 	)
 	cmd := &cobra.Command{
@@ -49,7 +54,11 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 			if steps == 0 {
 				return fmt.Errorf("model %q has no runs in %s/trajectories.json (models: %v)", model, dir, traj.ModelNames())
 			}
-			res, err := parity.Train(ref, model, steps, c.Plugin, nil)
+			if backend != "local" {
+				return fmt.Errorf("--comm %s: this build runs in-process ranks (local); Open MPI ranks are launched with mpirun once the mpi backend is wired in", backend)
+			}
+			fresh := func() precision.Plugin { c, _ := parity.CaseFor(spec); return c.Plugin }
+			res, err := parity.TrainOn(ref, model, steps, fresh, parity.Dist{Strategy: strat, Devices: devices}, nil)
 			if err != nil {
 				return err
 			}
@@ -80,6 +89,9 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 	cmd.Flags().StringVar(&spec, "precision", "32-true", "precision spec (64-true, 32-true, 16-mixed, bf16-mixed, 16-true, bf16-true ...)")
 	cmd.Flags().StringVar(&dt, "dtype", "", "float64 or float32: the pure-float runs (alias for --precision float64-manual / float32)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of comparing")
+	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", ")+" (the global batch is split evenly over the ranks)")
+	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
+	cmd.Flags().StringVar(&backend, "comm", "local", "collectives backend: local (in-process ranks)")
 	return cmd
 }
 

@@ -3,19 +3,27 @@
 package parity
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/comm/local"
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/tensor"
 )
 
 // Trajectories is trajectories.json: PyTorch's losses per model and run.
@@ -70,6 +78,7 @@ type Result struct {
 	LossScale  []Float          `json:"loss_scale,omitempty"`
 	FinalNorms map[string]Float `json:"final_norms"`
 	NonFinite  string           `json:"non_finite,omitempty"`
+	Ranks      []RankReport     `json:"ranks,omitempty"`
 	Params     []nn.NamedParam  `json:"-"`
 }
 
@@ -88,6 +97,67 @@ func (l Float) MarshalJSON() ([]byte, error) {
 // in p's scope, cross-entropy on the (float32) logits outside it, backward
 // through the loss scaler, AdamW. onStep, if not nil, sees each loss.
 func Train(ref *models.Reference, model string, steps int, p precision.Plugin, onStep func(step int, loss float64)) (*Result, error) {
+	return TrainOn(ref, model, steps, func() precision.Plugin { return p }, Dist{Strategy: "single", Devices: 1}, onStep)
+}
+
+// Dist places a replay on in-process ranks: the global batch is split
+// evenly across Devices ranks of Strategy.
+type Dist struct {
+	Strategy string
+	Devices  int
+}
+
+// RankReport is what one rank held and sent at the end of a replay.
+type RankReport struct {
+	Rank           int              `json:"rank"`
+	ParamBytes     int64            `json:"param_bytes"`
+	GradBytes      int64            `json:"grad_bytes"` // at the optimizer step
+	OptimizerBytes int64            `json:"optimizer_state_bytes"`
+	Sent           map[string]int64 `json:"bytes_sent"` // by "collective/dtype"
+}
+
+// TrainOn is Train on the ranks d describes; newPlugin builds each rank's
+// own plugin (plugins hold per-rank state such as a loss scale). The
+// reported loss is computed from every rank's logits, gathered, exactly as
+// one device computes it.
+func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() precision.Plugin, d Dist, onStep func(step int, loss float64)) (*Result, error) {
+	info, err := strategy.Lookup(d.Strategy)
+	if err != nil {
+		return nil, err
+	}
+	if d.Devices < 1 {
+		return nil, fmt.Errorf("devices %d: must be at least 1", d.Devices)
+	}
+	comms := local.NewGroup(d.Devices, local.Options{})
+	results := make([]*Result, d.Devices)
+	errs := make([]error, d.Devices)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			step := onStep
+			if r != 0 {
+				step = nil
+			}
+			results[r], errs[r] = replayRank(ref, model, steps, newPlugin(), info, c, step)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	res := *results[0]
+	res.Ranks = nil
+	for _, r := range results {
+		res.Ranks = append(res.Ranks, r.Ranks...)
+	}
+	return &res, nil
+}
+
+// replayRank is one rank's replay; rank 0's Result carries the losses.
+func replayRank(ref *models.Reference, model string, steps int, p precision.Plugin, info strategy.Info, c comm.Communicator, onStep func(int, float64)) (*Result, error) {
 	m, err := models.New(model, 0)
 	if err != nil {
 		return nil, err
@@ -100,12 +170,20 @@ func Train(ref *models.Reference, model string, steps int, p precision.Plugin, o
 		return nil, err
 	}
 	f := fabric.New(p)
+	if c.Size() > 1 || info.Sharding.OptimizerState {
+		f.Distribute(info, c)
+	}
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err
 	}
 	res := &Result{Model: model, Precision: p.Name(), FinalNorms: map[string]Float{}}
+	report := RankReport{Rank: c.Rank()}
 	for s := range steps {
-		batch, err := ref.Batch(model, s)
+		global, err := ref.Batch(model, s)
+		if err != nil {
+			return nil, err
+		}
+		batch, err := shareOf(global, c.Rank(), c.Size())
 		if err != nil {
 			return nil, err
 		}
@@ -118,13 +196,19 @@ func Train(ref *models.Reference, model string, steps int, p precision.Plugin, o
 		if err != nil {
 			return nil, err
 		}
-		l := loss.Value.Float64s()[0]
+		l, err := globalLoss(c, logits.Value, loss.Value, global.Targets)
+		if err != nil {
+			return nil, err
+		}
 		res.Losses = append(res.Losses, Float(l))
 		if onStep != nil {
 			onStep(s, l)
 		}
 		if err := f.Backward(loss); err != nil {
 			return nil, err
+		}
+		if f.Rank() != nil {
+			_, report.GradBytes = f.Rank().Bytes()
 		}
 		if _, err := f.Step(); err != nil {
 			return nil, err
@@ -136,9 +220,79 @@ func Train(ref *models.Reference, model string, steps int, p precision.Plugin, o
 	if err := f.NonFinite(); err != nil {
 		res.NonFinite = err.Error()
 	}
-	res.Params = opt.Params()
+	report.ParamBytes, _ = f.RankBytes()
+	for _, p := range opt.Params() {
+		if st := opt.State(p.Path); st != nil {
+			report.OptimizerBytes += int64(st.ExpAvg.Bytes() + st.ExpAvgSq.Bytes())
+		}
+	}
+	report.Sent = sentBytes(c.Stats())
+	res.Ranks = []RankReport{report}
+	if err := f.Gather(); err != nil {
+		return nil, err
+	}
+	res.Params = nn.Parameters(m)
 	for _, p := range res.Params {
 		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
 	}
 	return res, nil
+}
+
+// shareOf returns rank r's contiguous 1/n of a batch's rows (sequences for gpt).
+func shareOf(b models.Batch, r, n int) (models.Batch, error) {
+	rows := len(b.Targets)
+	if b.Shape != nil {
+		rows = b.Shape[0]
+	}
+	if rows%n != 0 {
+		return models.Batch{}, fmt.Errorf("a batch of %d rows does not split evenly over %d ranks", rows, n)
+	}
+	per := rows / n
+	out := models.Batch{}
+	if b.X != nil {
+		out.X = tensor.SliceRows(b.X, r*per, per)
+	}
+	if b.Shape != nil {
+		t := b.Shape[1]
+		out.Shape = []int{per, t}
+		out.Tokens = b.Tokens[r*per*t : (r+1)*per*t]
+		out.Targets = b.Targets[r*per*t : (r+1)*per*t]
+		return out, nil
+	}
+	out.Targets = b.Targets[r*per : (r+1)*per]
+	return out, nil
+}
+
+// globalLoss is the loss one device would report: every rank's logits
+// gathered in rank order (the batch's row order) and reduced as one batch.
+func globalLoss(c comm.Communicator, logits, local *tensor.Tensor, targets []int) (float64, error) {
+	if c.Size() == 1 {
+		return local.Float64s()[0], nil
+	}
+	all := make([]byte, c.Size()*len(logits.Data()))
+	if err := c.AllGather(context.Background(), logits.Data(), all); err != nil {
+		return 0, err
+	}
+	full, err := tensor.FromBytes(logits.DType(), all, c.Size()*logits.Dim(0), logits.Dim(-1))
+	if err != nil {
+		return 0, err
+	}
+	l, err := tensor.CrossEntropy(full, targets)
+	if err != nil {
+		return 0, err
+	}
+	return l.Float64s()[0], nil
+}
+
+// sentBytes flattens comm.Stats into "collective/dtype" keys.
+func sentBytes(s comm.Stats) map[string]int64 {
+	out := map[string]int64{}
+	for k, b := range s.Bytes {
+		dt := "bytes"
+		if k.DType != dtype.Invalid {
+			dt = k.DType.String()
+		}
+		out[k.Collective.String()+"/"+dt] += b
+	}
+	return out
 }

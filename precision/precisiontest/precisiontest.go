@@ -469,8 +469,9 @@ type countingOpt struct {
 	steps  int
 }
 
-func (o *countingOpt) Step()                   { o.steps++ }
-func (o *countingOpt) ZeroGrad()               {}
-func (o *countingOpt) Params() []nn.NamedParam { return o.params }
+func (o *countingOpt) Step()                       { o.steps++ }
+func (o *countingOpt) ZeroGrad()                   {}
+func (o *countingOpt) Params() []nn.NamedParam     { return o.params }
+func (o *countingOpt) SetParams(p []nn.NamedParam) { o.params = p }
 
 var _ optim.Optimizer = (*countingOpt)(nil)

@@ -1,0 +1,203 @@
+package strategy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// Rank is one rank's share of a data-parallel strategy. Every parameter
+// is split flat into Size equal chunks (the last padded with zeros); rank
+// r owns chunk r. What a rank keeps of each parameter, its gradient and its
+// optimizer state follows the strategy's Sharding: a sharded optimizer
+// updates only the rank's chunk, through a Var of its own.
+type Rank struct {
+	Info   Info
+	comm   comm.Communicator
+	params []nn.NamedParam
+	shards []shard
+}
+
+// shard is one parameter's chunk on this rank.
+type shard struct {
+	full  *autograd.Var // the model's parameter
+	local *autograd.Var // the chunk the optimizer updates (sharded optimizers)
+	shape []int
+	n     int // elements of the parameter
+	chunk int // elements per rank, padded
+}
+
+// NewRank prepares rank c.Rank() of strategy info over the model's
+// parameters, which must be identical on every rank.
+func NewRank(info Info, c comm.Communicator, params []nn.NamedParam) (*Rank, error) {
+	r := &Rank{Info: info, comm: c, params: params}
+	size, me := c.Size(), c.Rank()
+	for _, p := range params {
+		v := p.Var.Value
+		if v.DType().Bits() < 8 {
+			return nil, fmt.Errorf("strategy %s: %s is %s, which has no byte-addressable shards", info.Name, p.Path, v.DType())
+		}
+		n := v.Len()
+		chunk := (n + size - 1) / size
+		s := shard{full: p.Var, shape: v.Shape(), n: n, chunk: chunk}
+		if info.Sharding.OptimizerState {
+			s.local = autograd.Param(slice(v, me*chunk, chunk))
+		}
+		r.shards = append(r.shards, s)
+	}
+	return r, nil
+}
+
+// OptimizerParams are what this rank's optimizer updates: the full
+// parameters, or this rank's chunks of them.
+func (r *Rank) OptimizerParams() []nn.NamedParam {
+	if !r.Info.Sharding.OptimizerState {
+		return r.params
+	}
+	out := make([]nn.NamedParam, len(r.shards))
+	for i, s := range r.shards {
+		out[i] = nn.NamedParam{Path: r.params[i].Path, Var: s.local}
+	}
+	return out
+}
+
+// BeforeForward gathers full parameters from their chunks (ZeRO-3: between
+// steps a rank holds only its chunks).
+func (r *Rank) BeforeForward(ctx context.Context) error {
+	if !r.Info.Sharding.Parameters {
+		return nil
+	}
+	for i := range r.shards {
+		if err := r.gather(ctx, &r.shards[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SyncGrads makes every rank's gradient the mean over ranks: all-reduced in
+// full (DDP, ZeRO-1) or reduce-scattered so each rank keeps only its chunk's
+// (ZeRO-2, ZeRO-3). Ranks must hold equal shares of the global batch.
+func (r *Rank) SyncGrads(ctx context.Context) error {
+	if r.comm.Size() == 1 && !r.Info.Sharding.OptimizerState {
+		return nil
+	}
+	inv := 1 / float64(r.comm.Size())
+	for i := range r.shards {
+		s := &r.shards[i]
+		g := s.full.Grad
+		if g == nil {
+			continue
+		}
+		dt := g.DType()
+		padded := pad(g, s.chunk*r.comm.Size())
+		if r.Info.Sharding.Gradients {
+			chunk := tensor.New(dt, s.chunk)
+			if err := r.comm.ReduceScatter(ctx, padded.Data(), chunk.Data(), dt, comm.Sum); err != nil {
+				return fmt.Errorf("strategy %s: reduce-scatter %s: %w", r.Info.Name, r.params[i].Path, err)
+			}
+			chunk.ScaleInPlace(inv)
+			s.local.Grad, s.full.Grad = chunk, nil // the full gradient is freed
+			continue
+		}
+		if err := r.comm.AllReduce(ctx, padded.Data(), dt, comm.Sum); err != nil {
+			return fmt.Errorf("strategy %s: all-reduce %s: %w", r.Info.Name, r.params[i].Path, err)
+		}
+		padded.ScaleInPlace(inv)
+		if s.local != nil {
+			s.local.Grad = slice(padded, r.comm.Rank()*s.chunk, s.chunk)
+		}
+		s.full.Grad = slice(padded, 0, s.n).Reshape(s.shape...)
+	}
+	return nil
+}
+
+// AnyNonFinite reports whether any rank's found is true, so that all ranks
+// skip a step together.
+func (r *Rank) AnyNonFinite(found bool) (bool, error) {
+	flag := tensor.New(dtype.F32, 1)
+	if found {
+		flag.Fill(1)
+	}
+	if err := r.comm.AllReduce(context.Background(), flag.Data(), dtype.F32, comm.Max); err != nil {
+		return false, fmt.Errorf("strategy %s: agreeing on inf/NaN: %w", r.Info.Name, err)
+	}
+	return flag.Float32s()[0] != 0, nil
+}
+
+// AfterStep brings every rank's updated chunks back into the parameters:
+// an all-gather (ZeRO-1, ZeRO-2); ZeRO-3 instead frees the full
+// parameters until the next forward gathers them.
+func (r *Rank) AfterStep(ctx context.Context) error {
+	if !r.Info.Sharding.OptimizerState {
+		return nil
+	}
+	for i := range r.shards {
+		s := &r.shards[i]
+		s.full.Grad = nil
+		if r.Info.Sharding.Parameters {
+			s.full.Value = nil
+			continue
+		}
+		if err := r.gather(ctx, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// gather rebuilds s's full parameter from every rank's chunk.
+func (r *Rank) gather(ctx context.Context, s *shard) error {
+	chunk := s.local.Value
+	all := tensor.New(chunk.DType(), s.chunk*r.comm.Size())
+	if err := r.comm.AllGather(ctx, chunk.Data(), all.Data()); err != nil {
+		return fmt.Errorf("strategy %s: all-gather: %w", r.Info.Name, err)
+	}
+	s.full.Value = slice(all, 0, s.n).Reshape(s.shape...)
+	return nil
+}
+
+// Bytes is what this rank holds now for parameters, gradients and the
+// given optimizer state, for the memory report.
+func (r *Rank) Bytes() (params, grads int64) {
+	for _, s := range r.shards {
+		switch {
+		case s.full.Value != nil:
+			params += int64(s.full.Value.Bytes())
+		case s.local != nil:
+			params += int64(s.local.Value.Bytes())
+		}
+		for _, g := range []*tensor.Tensor{s.full.Grad, gradOf(s.local)} {
+			if g != nil {
+				grads += int64(g.Bytes())
+			}
+		}
+	}
+	return params, grads
+}
+
+func gradOf(v *autograd.Var) *tensor.Tensor {
+	if v == nil {
+		return nil
+	}
+	return v.Grad
+}
+
+// slice returns a 1-D copy of n elements of t's flat storage from start,
+// zero-padded past t's end.
+func slice(t *tensor.Tensor, start, n int) *tensor.Tensor {
+	out := tensor.New(t.DType(), n)
+	size := t.DType().Bits() / 8
+	if start < t.Len() {
+		copy(out.Data(), t.Data()[start*size:min(t.Len(), start+n)*size])
+	}
+	return out
+}
+
+// pad returns t flattened to n elements, zero-padded.
+func pad(t *tensor.Tensor, n int) *tensor.Tensor { return slice(t, 0, n) }
