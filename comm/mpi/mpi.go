@@ -1,0 +1,385 @@
+// Package mpi runs a group's ranks as the processes of an Open MPI job
+// (mpirun -np N prog). It loads libmpi when first used, with purego, so
+// weft builds without cgo and without MPI installed. Importing the package
+// registers it as the "mpi" backend.
+//
+// Reductions move bytes through MPI and reduce with comm.Reduce, never
+// MPI_SUM, so results are bitwise those of every other backend, whatever
+// the dtype: AllReduce is an MPI_Alltoallv that hands each rank its chunk
+// from every rank, a reduction of that chunk in rank order, and an
+// MPI_Allgatherv of the reduced chunks, the traffic of a ring.
+//
+// Dead peers: before each collective, ranks send each other a notice of
+// the call they are making, on a second communicator, and poll for their
+// peers' notices until the timeout. A rank that never arrives is named in a
+// comm.PeerError, and ranks making different calls are caught before any
+// data moves; a call's context bounds this wait. The collective itself then
+// runs on a goroutine under a watchdog: if it does not finish within the
+// timeout (a peer died mid-call), it fails with a PeerError for "a peer",
+// the call is left running inside MPI, and the process should exit
+// non-zero, which makes mpirun end the job.
+package mpi
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/comm/internal/call"
+	"github.com/weftml/weft/dtype"
+)
+
+func init() {
+	comm.Register("mpi", func(n int) ([]comm.Communicator, error) {
+		c, err := New(Options{})
+		if err != nil {
+			return nil, err
+		}
+		if n != 0 && n != c.Size() {
+			return nil, errors.Join(fmt.Errorf("mpi: mpirun started %d ranks, not %d", c.Size(), n), c.Close())
+		}
+		return []comm.Communicator{c}, nil
+	})
+}
+
+// Options configures a communicator.
+type Options struct {
+	// Timeout bounds how long a collective waits for its peers to arrive,
+	// and then how long it may run (e.g. 30s); 0 means comm.DefaultTimeout.
+	Timeout time.Duration
+	// Library is the path of libmpi (e.g. /opt/openmpi/lib/libmpi.so); ""
+	// lets the dynamic loader find it. Only the first New loads it.
+	Library string
+}
+
+// state is the process's MPI, which can be initialized only once: the
+// first New initializes it and the last Close finalizes it.
+var state struct {
+	sync.Mutex
+	lib      *lib
+	open     int     // communicators not yet closed
+	err      error   // why MPI cannot be used (again)
+	orphaned []*conn // closed communicators whose notices MPI may still hold
+}
+
+// New returns this process's communicator on all the processes of the
+// job, a duplicate of MPI_COMM_WORLD. Like MPI_Comm_dup it is collective:
+// every process must call New (and Close) the same number of times, in the
+// same order. A process that needs several communicators in turn should
+// keep one open throughout, or MPI is finalized when the last one closes
+// and cannot start again.
+func New(opts Options) (comm.Communicator, error) {
+	state.Lock()
+	defer state.Unlock()
+	if state.err != nil {
+		return nil, state.err
+	}
+	if state.lib == nil {
+		l, err := load(opts.Library)
+		if err != nil {
+			return nil, err
+		}
+		if err := start(l); err != nil {
+			state.err = fmt.Errorf("mpi: init: %w", err)
+			return nil, state.err
+		}
+		state.lib = l
+	}
+	c, err := newConn(state.lib, cmp.Or(opts.Timeout, comm.DefaultTimeout))
+	if err != nil {
+		return nil, err
+	}
+	state.open++
+	return comm.New(c), nil
+}
+
+// start initializes MPI for calls from any goroutine (so from any
+// thread), with errors returned instead of aborting the job.
+func start(l *lib) error {
+	var provided int32
+	if err := l.check(l.initThread(nil, nil, threadMultiple, &provided)); err != nil {
+		return err
+	}
+	if provided < threadMultiple {
+		return errors.Join(errors.New("this Open MPI lacks MPI_THREAD_MULTIPLE, which goroutines need"), l.check(l.finalize()))
+	}
+	// Communicators duplicated from MPI_COMM_WORLD inherit its handler.
+	return l.check(l.setErrhandler(l.world, l.errorsReturn))
+}
+
+// words is the length of an arrival notice: sequence number, collective,
+// dtype, op, root and bytes.
+const words = 6
+
+// conn is one process's comm.Transport.
+type conn struct {
+	l          *lib
+	data       uintptr // communicator that collectives run on
+	ctrl       uintptr // its duplicate for notices, so they never match a collective's messages
+	rank, size int
+	timeout    time.Duration
+
+	seq     int64
+	notes   []int64   // this rank's notice, then peer p's at words*(p+1)
+	reqs    []uintptr // the requests receiving peer p's notice (2p) and sending it ours (2p+1)
+	pin     runtime.Pinner
+	scratch []byte // reduction staging, kept between calls
+
+	err     error // why an earlier call failed; every later call fails with it
+	orphans bool  // peers may never receive notices that were sent them
+	stuck   bool  // a timed-out collective is still running inside MPI
+}
+
+func newConn(l *lib, timeout time.Duration) (*conn, error) {
+	c := &conn{l: l, timeout: timeout}
+	for _, dup := range []*uintptr{&c.data, &c.ctrl} {
+		if err := l.check(l.commDup(l.world, dup)); err != nil {
+			return nil, fmt.Errorf("mpi: duplicate MPI_COMM_WORLD: %w", err)
+		}
+	}
+	var rank, size int32
+	if err := errors.Join(l.check(l.commRank(c.data, &rank)), l.check(l.commSize(c.data, &size))); err != nil {
+		return nil, fmt.Errorf("mpi: %w", err)
+	}
+	c.rank, c.size = int(rank), int(size)
+	c.notes = make([]int64, words*(c.size+1))
+	c.reqs = make([]uintptr, 2*c.size)
+	// MPI keeps the notice buffers between Isend or Irecv and completion.
+	c.pin.Pin(&c.notes[0])
+	return c, nil
+}
+
+func (c *conn) Rank() int { return c.rank }
+func (c *conn) Size() int { return c.size }
+
+func (c *conn) AllReduce(ctx context.Context, buf []byte, dt dtype.DType, op comm.Op) error {
+	return c.run(ctx, call.Call{Collective: comm.AllReduce, DType: dt, Op: op, Bytes: len(buf)}, func() error {
+		counts, displs := make([]int32, c.size), make([]int32, c.size)
+		for k := range c.size {
+			lo, hi := call.Chunk(len(buf), dt, c.size, k)
+			counts[k], displs[k] = int32(hi-lo), int32(lo)
+		}
+		// Gather this rank's chunk from every rank, reduce it, share it.
+		m := int(counts[c.rank])
+		from := c.buffer(c.size * m)
+		mine, at := make([]int32, c.size), make([]int32, c.size)
+		for k := range c.size {
+			mine[k], at[k] = int32(m), int32(k*m)
+		}
+		b := c.l.byteType
+		if err := c.l.check(c.l.alltoallv(buf, counts, displs, b, from, mine, at, b, c.data)); err != nil {
+			return err
+		}
+		lo := int(displs[c.rank])
+		if err := comm.Reduce(dt, op, buf[lo:lo+m], blocks(from, c.size)...); err != nil {
+			return err
+		}
+		return c.l.check(c.l.allgatherv(inPlace, 0, b, buf, counts, displs, b, c.data))
+	})
+}
+
+func (c *conn) AllGather(ctx context.Context, send, recv []byte) error {
+	return c.run(ctx, call.Call{Collective: comm.AllGather, Bytes: len(send)}, func() error {
+		n, b := int32(len(send)), c.l.byteType
+		return c.l.check(c.l.allgather(send, n, b, recv, n, b, c.data))
+	})
+}
+
+func (c *conn) ReduceScatter(ctx context.Context, send, recv []byte, dt dtype.DType, op comm.Op) error {
+	return c.run(ctx, call.Call{Collective: comm.ReduceScatter, DType: dt, Op: op, Bytes: len(recv)}, func() error {
+		n, b := int32(len(recv)), c.l.byteType
+		from := c.buffer(len(send))
+		if err := c.l.check(c.l.alltoall(send, n, b, from, n, b, c.data)); err != nil {
+			return err
+		}
+		return comm.Reduce(dt, op, recv, blocks(from, c.size)...)
+	})
+}
+
+func (c *conn) Broadcast(ctx context.Context, buf []byte, root int) error {
+	return c.run(ctx, call.Call{Collective: comm.Broadcast, Root: root, Bytes: len(buf)}, func() error {
+		return c.l.check(c.l.bcast(buf, int32(len(buf)), c.l.byteType, int32(root), c.data))
+	})
+}
+
+// Barrier needs only the notices: no rank has every peer's notice before
+// every peer has arrived.
+func (c *conn) Barrier(ctx context.Context) error {
+	return c.run(ctx, call.Call{Collective: comm.Barrier}, nil)
+}
+
+// Close frees the communicator, and finalizes MPI if it is the last one.
+// It leaves MPI alone after a collective timed out, since that collective
+// is still running in it.
+func (c *conn) Close() error {
+	if c.stuck {
+		return fmt.Errorf("mpi: not finalizing, a timed-out collective is still running (%w); exit the process", c.err)
+	}
+	state.Lock()
+	defer state.Unlock()
+	err := c.l.check(c.l.commFree(&c.data))
+	// A notice left unreceived stays queued at its peer, and would be
+	// delivered out of turn to the next communicator given the freed one's
+	// context: keep the context, and the notices' memory, to the end.
+	if c.orphans {
+		state.orphaned = append(state.orphaned, c)
+	} else {
+		err = errors.Join(err, c.l.check(c.l.commFree(&c.ctrl)))
+		c.pin.Unpin()
+	}
+	if state.open--; state.open == 0 {
+		state.err = errors.New("mpi: MPI was finalized when the last communicator closed, and cannot start again")
+		err = errors.Join(err, c.l.check(c.l.finalize()))
+	}
+	if err != nil {
+		return fmt.Errorf("mpi: close: %w", err)
+	}
+	return nil
+}
+
+// run makes the call cl: it exchanges notices with the peers, then runs
+// the collective f under the watchdog. After a failure every call fails.
+func (c *conn) run(ctx context.Context, cl call.Call, f func() error) error {
+	if c.err != nil {
+		return c.err
+	}
+	if cl.Bytes > math.MaxInt32 {
+		return fmt.Errorf("mpi: %d bytes exceed MPI's int count", cl.Bytes)
+	}
+	err := c.arrive(ctx, cl)
+	if err == nil && f != nil {
+		err = c.watch(cl, f)
+	}
+	c.err = err
+	return err
+}
+
+// arrive sends every peer a notice of call cl and waits for theirs, until
+// the timeout or until ctx is done; it reports peers that did not arrive,
+// and peers whose call differs.
+func (c *conn) arrive(ctx context.Context, cl call.Call) error {
+	c.seq++
+	mine := c.notes[:words]
+	copy(mine, notice(c.seq, cl))
+	var pending []int // indexes into c.reqs
+	for p := range c.size {
+		if p == c.rank {
+			continue
+		}
+		theirs := c.notes[words*(p+1) : words*(p+2)]
+		if err := errors.Join(
+			c.l.check(c.l.irecv(theirs, 8*words, c.l.byteType, int32(p), 0, c.ctrl, &c.reqs[2*p])),
+			c.l.check(c.l.isend(mine, 8*words, c.l.byteType, int32(p), 0, c.ctrl, &c.reqs[2*p+1])),
+		); err != nil {
+			return fmt.Errorf("mpi: notice: %w", err)
+		}
+		pending = append(pending, 2*p, 2*p+1)
+	}
+	deadline := time.Now().Add(c.timeout)
+	for spin := 0; ; spin++ {
+		var err error
+		pending = slices.DeleteFunc(pending, func(i int) bool {
+			var done int32
+			err = cmp.Or(err, c.l.check(c.l.test(&c.reqs[i], &done, nil)))
+			return done != 0
+		})
+		switch {
+		case err != nil:
+			return fmt.Errorf("mpi: notice: %w", err)
+		case len(pending) == 0:
+			return c.compare(mine, cl)
+		case ctx.Err() != nil:
+			c.abandon(pending)
+			return fmt.Errorf("mpi: rank %d: %w", c.rank, ctx.Err())
+		case time.Now().After(deadline):
+			c.abandon(pending)
+			var missing []int
+			for _, i := range pending {
+				if i%2 == 0 {
+					missing = append(missing, i/2)
+				}
+			}
+			return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v", cl.Collective, c.timeout)}
+		}
+		// Notices usually arrive within microseconds: spin, then back off.
+		if spin > 100 {
+			time.Sleep(min(time.Duration(spin-100)*10*time.Microsecond, time.Millisecond))
+		}
+	}
+}
+
+// compare checks every peer's notice against this rank's.
+func (c *conn) compare(mine []int64, cl call.Call) error {
+	for p := range c.size {
+		theirs := c.notes[words*(p+1) : words*(p+2)]
+		if p != c.rank && !slices.Equal(theirs, mine) {
+			return call.Mismatch(p, call.Call{
+				Collective: comm.Collective(theirs[1]),
+				DType:      dtype.DType(theirs[2]),
+				Op:         comm.Op(theirs[3]),
+				Root:       int(theirs[4]),
+				Bytes:      int(theirs[5]),
+			}, c.rank, cl)
+		}
+	}
+	return nil
+}
+
+func notice(seq int64, cl call.Call) []int64 {
+	return []int64{seq, int64(cl.Collective), int64(cl.DType), int64(cl.Op), int64(cl.Root), int64(cl.Bytes)}
+}
+
+// abandon cancels the receipt of notices that never came, and lets sends
+// finish on their own, so that nothing is left pending in MPI. The call
+// has already failed; these are best effort.
+func (c *conn) abandon(pending []int) {
+	c.orphans = true
+	for _, i := range pending {
+		if i%2 == 0 {
+			c.l.cancel(&c.reqs[i])
+			c.l.wait(&c.reqs[i], nil)
+		} else {
+			c.l.requestFree(&c.reqs[i])
+		}
+	}
+}
+
+// watch runs f, giving up after the timeout, when f is left running.
+func (c *conn) watch(cl call.Call, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	timer := time.NewTimer(c.timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		c.stuck = true
+		return &comm.PeerError{Reason: fmt.Sprintf("did not finish %s within %v", cl.Collective, c.timeout)}
+	}
+}
+
+// buffer returns n bytes of scratch space.
+func (c *conn) buffer(n int) []byte {
+	if cap(c.scratch) < n {
+		c.scratch = make([]byte, n)
+	}
+	return c.scratch[:n]
+}
+
+// blocks splits b into n equal blocks.
+func blocks(b []byte, n int) [][]byte {
+	out := make([][]byte, n)
+	m := len(b) / n
+	for k := range out {
+		out[k] = b[k*m : (k+1)*m]
+	}
+	return out
+}

@@ -1,0 +1,126 @@
+package mpi_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/comm/commtest"
+	"github.com/weftml/weft/comm/mpi"
+)
+
+// worldSize is the number of processes mpirun started, or 0 when the test
+// was not launched by mpirun.
+var worldSize, _ = strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_SIZE"))
+
+// TestMain keeps a communicator open for the whole run under mpirun:
+// closing the last one finalizes MPI, which cannot start again.
+func TestMain(m *testing.M) {
+	if worldSize == 0 {
+		os.Exit(m.Run())
+	}
+	keep, err := mpi.New(mpi.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := keep.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func needMpirun(tb testing.TB) {
+	if worldSize == 0 {
+		tb.Skip("not launched by mpirun (OMPI_COMM_WORLD_SIZE is unset); TestMPIUnderMpirun launches it")
+	}
+}
+
+func TestConformance(t *testing.T) {
+	needMpirun(t)
+	commtest.Run(t, func(n int) []comm.Communicator {
+		if n != worldSize {
+			return nil
+		}
+		c, err := mpi.New(mpi.Options{Timeout: time.Second})
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		return []comm.Communicator{c}
+	})
+}
+
+// TestMPIUnderMpirun runs this test binary's MPI tests as two ranks under
+// mpirun, when it was not launched that way itself: the conformance suite,
+// then the watchdog test, which must end its job with a non-zero exit.
+func TestMPIUnderMpirun(t *testing.T) {
+	if worldSize != 0 {
+		t.Skip("already running under mpirun")
+	}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		t.Skip("mpirun not found: install openmpi-bin libopenmpi-dev")
+	}
+	if testing.Short() {
+		t.Skip("starts MPI jobs")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := func(args ...string) (string, error) {
+		args = append([]string{"--oversubscribe", "-np", "2", self}, args...)
+		if os.Geteuid() == 0 {
+			args = append([]string{"--allow-run-as-root"}, args...)
+		}
+		out, err := exec.CommandContext(t.Context(), mpirun, args...).CombinedOutput()
+		return fmt.Sprintf("mpirun %s: %v\n%s", strings.Join(args, " "), err, out), err
+	}
+
+	out, err := job("-test.run=^TestConformance$", "-test.v")
+	if n := strings.Count(out, "--- PASS: TestConformance "); err != nil || n != 2 {
+		t.Errorf("%d of 2 ranks passed: %s", n, out)
+	}
+	out, err = job("-test.run=^TestWatchdog$", "-mpi.watchdog")
+	if err == nil || !strings.Contains(out, "watchdog: a peer did not finish allreduce within 500ms") {
+		t.Errorf("want a failed job and rank 0 reporting the lost peer: %s", out)
+	}
+}
+
+func TestRegistered(t *testing.T) {
+	needMpirun(t)
+	comms, err := comm.Open("mpi", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comms[0].Close()
+	if len(comms) != 1 || comms[0].Size() != worldSize {
+		t.Errorf("Open(mpi, 0) = %d communicators of %d ranks, want 1 of %d", len(comms), comms[0].Size(), worldSize)
+	}
+}
+
+// BenchmarkAllReduce64MiB runs under mpirun with a fixed iteration count,
+// which every rank must share:
+//
+//	mpirun -np 2 ./mpi.test -test.run=^$ -test.bench=AllReduce64MiB -test.benchtime=5x
+func BenchmarkAllReduce64MiB(b *testing.B) {
+	needMpirun(b)
+	if !strings.HasSuffix(flag.Lookup("test.benchtime").Value.String(), "x") {
+		b.Skip("needs -test.benchtime=Nx, so that every rank runs the same iterations")
+	}
+	c, err := mpi.New(mpi.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	commtest.BenchmarkAllReduce(b, []comm.Communicator{c}, 64<<20)
+}

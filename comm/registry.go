@@ -1,0 +1,60 @@
+package comm
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// OpenFunc returns the communicators of the ranks that this process hosts
+// in a group of n ranks: all n for in-process ranks, one for a backend with
+// a process per rank. n == 0 asks for the backend's natural size, such as
+// the number of processes mpirun started.
+type OpenFunc func(n int) ([]Communicator, error)
+
+var (
+	registryMu sync.RWMutex
+	registry   = map[string]OpenFunc{}
+)
+
+// Register makes a backend available to Open under name. Backends register
+// themselves in init, so a duplicate or nil is a programming error, and
+// Register panics like sql.Register rather than let one backend silently
+// replace another.
+func Register(name string, open OpenFunc) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if open == nil {
+		panic("comm: Register of nil backend " + name)
+	}
+	if _, dup := registry[name]; dup {
+		panic("comm: Register called twice for backend " + name)
+	}
+	registry[name] = open
+}
+
+// Open returns this process's communicators in a group of n ranks on the
+// named backend, which must have been registered (by importing its
+// package, as database/sql drivers are).
+func Open(name string, n int) ([]Communicator, error) {
+	registryMu.RLock()
+	open, ok := registry[name]
+	registryMu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("comm: unknown backend %q (registered: %s)", name, strings.Join(Backends(), ", "))
+	}
+	comms, err := open(n)
+	if err != nil {
+		return nil, fmt.Errorf("comm: open %s: %w", name, err)
+	}
+	return comms, nil
+}
+
+// Backends returns the registered backend names, sorted.
+func Backends() []string {
+	registryMu.RLock()
+	defer registryMu.RUnlock()
+	return slices.Sorted(maps.Keys(registry))
+}
