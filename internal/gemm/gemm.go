@@ -1,16 +1,18 @@
 // Package gemm multiplies dense row-major matrices: C = op(A)·op(B) + beta·C.
 //
-// The algorithm is the Goto/BLIS one. C is computed in blocks of nc columns
-// and k in steps of kc; each kc×nc block of op(B) is packed into panels of nr
-// columns sized for L3, each mc×kc block of op(A) into panels of mr rows sized
-// for L2, and a micro-kernel multiplies one A panel by one B panel (L1) into
-// an mr×nr tile of C held in registers. Packing handles transposition and
-// dequantizes low-precision operands, so the kernel sees only contiguous
-// float32 or float64 data.
+// The algorithm is the Goto/BLIS one. C is computed in blocks of ncMax
+// columns and k in steps of kcMax; each kc×nc block of op(B) is packed into
+// panels of nr columns, each mc×kc block of op(A) into panels of mr rows,
+// and a micro-kernel multiplies one A panel by one B panel into an mr×nr
+// tile of C held in registers. Packing handles transposition and dequantizes
+// low-precision operands, so the kernel sees only contiguous float32 or
+// float64 data. Large products are split between goroutines by rows or
+// columns of C. Small ones run on the calling goroutine and, when the kernel
+// can read the operands where they lie, skip packing. Packing buffers are
+// pooled, so calls allocate nothing once warm.
 //
 // Results are deterministic: every element of C is accumulated in the same
-// order whatever GOMAXPROCS is and however the work is split between
-// goroutines.
+// order whatever GOMAXPROCS is and however the work is split.
 package gemm
 
 import (
@@ -33,52 +35,34 @@ type Matrix struct {
 // F32 computes C = op(A)·op(B) + beta·C, op(A) m×k, op(B) k×n, C m×n row-major with leading dim ldc.
 // Accumulation is float32. beta==0 means C is overwritten (never read, so NaNs in C do not leak).
 func F32(m, n, k int, a, b Matrix, beta float32, c []float32, ldc int) {
-	checkDims(m, n, k)
-	g := gemm[float32]{
-		m: m, n: n, k: k,
-		a:    a.operand("A", m, k),
-		bt:   b.operand("B", k, n).transpose(),
-		beta: beta,
-		c:    checkC(c, m, n, ldc), ldc: ldc,
-	}
-	g.run(&single)
+	mul(&single, m, n, k, a.operand("A", m, k), b.operand("B", k, n), beta, c, ldc)
 }
 
 // Sgemm is F32 for float32 slices.
 func Sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	checkDims(m, n, k)
-	g := gemm[float32]{
-		m: m, n: n, k: k,
-		a:    direct("A", a, lda, transA, m, k),
-		bt:   direct("B", b, ldb, transB, k, n).transpose(),
-		beta: beta,
-		c:    checkC(c, m, n, ldc), ldc: ldc,
-	}
-	g.run(&single)
+	mul(&single, m, n, k, fromSlice("A", a, lda, transA, m, k), fromSlice("B", b, ldb, transB, k, n), beta, c, ldc)
 }
 
 // Dgemm is the float64 twin (float64 accumulation), used by float64 training which must match PyTorch to 1e-9.
 func Dgemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	checkDims(m, n, k)
-	g := gemm[float64]{
-		m: m, n: n, k: k,
-		a:    direct("A", a, lda, transA, m, k),
-		bt:   direct("B", b, ldb, transB, k, n).transpose(),
-		beta: beta,
-		c:    checkC(c, m, n, ldc), ldc: ldc,
-	}
-	g.run(&double)
+	mul(&double, m, n, k, fromSlice("A", a, lda, transA, m, k), fromSlice("B", b, ldb, transB, k, n), beta, c, ldc)
 }
 
-func checkDims(m, n, k int) {
-	if m < 0 || n < 0 || k < 0 {
-		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
+// mul computes C = op(A)·op(B) + beta·C once the operands are checked.
+func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc int) {
+	if e := need("C", m, n, ldc); len(c) < e {
+		panic(fmt.Sprintf("gemm: C has %d elements, want >= %d", len(c), e))
 	}
+	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc}
+	g.run(ar)
 }
 
 // need returns the elements a rows×cols matrix with leading dimension ld
-// spans, panicking if ld is shorter than a row.
+// spans, panicking if a dimension is negative or ld is shorter than a row.
 func need(name string, rows, cols, ld int) int {
+	if rows < 0 || cols < 0 {
+		panic(fmt.Sprintf("gemm: %s is %d×%d", name, rows, cols))
+	}
 	if ld < max(1, cols) {
 		panic(fmt.Sprintf("gemm: leading dimension of %s is %d, want >= %d", name, ld, max(1, cols)))
 	}
@@ -86,13 +70,6 @@ func need(name string, rows, cols, ld int) int {
 		return 0
 	}
 	return (rows-1)*ld + cols
-}
-
-func checkC[T float](c []T, m, n, ldc int) []T {
-	if e := need("C", m, n, ldc); len(c) < e {
-		panic(fmt.Sprintf("gemm: C has %d elements, want >= %d", len(c), e))
-	}
-	return c
 }
 
 // stored returns the shape of the stored matrix whose op is rows×cols.
@@ -103,8 +80,8 @@ func stored(rows, cols int, trans bool) (int, int) {
 	return rows, cols
 }
 
-// direct returns the operand for op(x), rows×cols, stored as elements of T.
-func direct[T float](name string, x []T, ld int, trans bool, rows, cols int) operand[T] {
+// fromSlice returns the operand for op(x), rows×cols, stored as elements of T.
+func fromSlice[T float](name string, x []T, ld int, trans bool, rows, cols int) operand[T] {
 	sr, sc := stored(rows, cols, trans)
 	if e := need(name, sr, sc, ld); len(x) < e {
 		panic(fmt.Sprintf("gemm: %s has %d elements, want >= %d", name, len(x), e))

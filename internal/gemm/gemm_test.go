@@ -20,15 +20,17 @@ type shape struct{ m, n, k int }
 var shapes = []shape{
 	{1, 1, 1}, {1, 1, 9}, {2, 3, 4}, {4, 2, 8}, {5, 3, 7}, {7, 9, 1},
 	{16, 16, 16}, {17, 15, 33}, {33, 31, 17}, {64, 64, 64}, {65, 67, 129},
-	{3, ncMax + 3, 5}, {mcMax + 1, 9, kcMax + 44}, {mcMax + 44, kcMax + 2, kcMax + 1},
+	{3, ncMax + 3, 5}, {mcMax + 1, 9, kcMax + 44}, {mcMax + 5, 33, kcMax + 1},
 	{1, 300, 2*kcMax + 1}, {2*mcMax + 1, 1, 3}, {70, 90, 260}, {2, 3, kcMax + 5}, {1, 1, 2*kcMax + 3},
 	{0, 5, 5}, {5, 0, 5}, {5, 5, 0}, {0, 0, 0},
 }
 
 // dtypeShapes are the shapes for each operand format: what the formats add
-// is decoding row segments at any offset, including past kcMax.
+// is decoding row segments at any offset, including past kcMax and in the
+// parts of a parallel call.
 var dtypeShapes = []shape{
 	{1, 1, 1}, {5, 3, 7}, {17, 15, 33}, {33, 31, 17}, {3, 40, kcMax + 3}, {9, 6, 2*kcMax + 1}, {5, 5, 0},
+	{70, 41, 50}, {37, 80, 45},
 }
 
 var betas = []float64{0, 1, 0.5}
@@ -245,7 +247,7 @@ func TestF32DTypes(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, s := range []shape{{300, 130, 600}, {90, 310, 520}, {mcMax + 3, ncMax + 5, 40}} {
+	for _, s := range []shape{{mcMax + 3, 40, kcMax + 7}, {60, 150, 300}, {20, ncMax + 5, 9}} {
 		for _, ta := range []bool{false, true} {
 			a, b := newMat(rng, s.m, s.k, ta, 1), newMat(rng, s.k, s.n, !ta, 0)
 			a32, b32 := to32(a.v), to32(b.v)
@@ -344,6 +346,15 @@ func TestPanics(t *testing.T) {
 
 func reportGFLOPS(b *testing.B, m, n, k int) {
 	b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+// BenchmarkKernel measures the micro-kernel alone on packed panels.
+func BenchmarkKernel(b *testing.B) {
+	a, p, c := make([]float32, mr*kcMax), make([]float32, nr*kcMax), make([]float32, mr*nr)
+	for b.Loop() {
+		kernel32(kcMax, a, p, c, nr)
+	}
+	reportGFLOPS(b, mr, nr, kcMax)
 }
 
 func BenchmarkSgemm(b *testing.B) {

@@ -8,16 +8,20 @@ import "unsafe"
 // allocates on amd64: eight accumulators, four values of A and two of B.
 const mr, nr = 4, 2
 
-// kernel32 and kernel64 multiply packed panels: a holds an mr×kc panel of
-// op(A) with a[p*mr+i] = op(A)[i][p], b a kc×nr panel of op(B) with
-// b[p*nr+j] = op(B)[p][j]. They are what the driver calls for every full or
-// padded tile, and what an assembly kernel replaces by moving a declaration
-// to a file built for its architecture; kernelGo is their portable twin.
+// kernel32 and kernel64 add the product of packed panels to the mr×nr tile
+// of c with row stride ldc: a holds an mr×kc panel of op(A) with
+// a[p*mr+i] = op(A)[i][p], b a kc×nr panel of op(B) with
+// b[p*nr+j] = op(B)[p][j], kc >= 1. The driver calls them for every tile of
+// a packed block; an assembly kernel takes the place of one by moving its
+// declaration to a file built for its architecture, kernelGo remaining the
+// portable twin.
 func kernel32(kc int, a, b, c []float32, ldc int) { kernelGo(kc, a, 1, mr, b, nr, 1, c, ldc) }
 func kernel64(kc int, a, b, c []float64, ldc int) { kernelGo(kc, a, 1, mr, b, nr, 1, c, ldc) }
 
 // kernelGo adds op(A)·op(B) to the mr×nr tile of c with row stride ldc, where
-// op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb], 0 <= p < kc.
+// op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb], 0 <= p < kc,
+// for kc >= 1 and non-negative strides: it reads packed panels and, for
+// small products, matrices where they are stored.
 // Each element's products are summed in order of p from zero and the sum is
 // added to c once, so a tile's result does not depend on the strides or on
 // where the tile lies in C.

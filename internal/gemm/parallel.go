@@ -5,17 +5,6 @@ import (
 	"sync"
 )
 
-// split returns how many parts to cut g into, one per goroutine, and whether
-// to cut its rows (else its columns). The longer side is cut, as each part
-// packs all of the other operand.
-func (g *gemm[T]) split() (parts int, byRows bool) {
-	procs := runtime.GOMAXPROCS(0)
-	if g.m >= g.n {
-		return min(procs, (g.m+mr-1)/mr), true
-	}
-	return min(procs, (g.n+nr-1)/nr), false
-}
-
 // A job is a part of a parallel call.
 type job interface{ do() }
 
@@ -33,6 +22,8 @@ func hire(n int) chan job {
 	helpers.Lock()
 	defer helpers.Unlock()
 	if helpers.jobs == nil {
+		// Room for the parts of several calls; when it is full, callers
+		// wait for helpers, which always make progress.
 		helpers.jobs = make(chan job, 64)
 	}
 	for ; helpers.n < n; helpers.n++ {
@@ -65,10 +56,17 @@ type fork[T float] struct {
 	wg    sync.WaitGroup
 }
 
-// parallel computes g in parts cut along its rows or columns at tile
-// boundaries, running the first itself and queuing the rest for helpers.
+// parallel computes g in one part per goroutine, cut at tile boundaries
+// along the longer side of C, as each part packs all of the other operand.
+// It runs the first part itself and queues the rest for helpers.
 func (ar *arith[T]) parallel(g *gemm[T]) {
-	n, byRows := g.split()
+	byRows := g.m >= g.n
+	dim, tile := g.n, nr
+	if byRows {
+		dim, tile = g.m, mr
+	}
+	units := (dim + tile - 1) / tile
+	n := min(runtime.GOMAXPROCS(0), units)
 	if n == 1 {
 		g.serial(ar)
 		return
@@ -81,11 +79,6 @@ func (ar *arith[T]) parallel(g *gemm[T]) {
 		s.parts = make([]part[T], n)
 	}
 	s.parts = s.parts[:n]
-	dim, tile := g.n, nr
-	if byRows {
-		dim, tile = g.m, mr
-	}
-	units := (dim + tile - 1) / tile
 	for i := range s.parts {
 		lo, hi := i*units/n*tile, min((i+1)*units/n*tile, dim)
 		p := &s.parts[i]

@@ -15,7 +15,8 @@ import (
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
-	"github.com/weftml/weft/comm/local"
+	_ "github.com/weftml/weft/comm/local" // the in-process backend
+	_ "github.com/weftml/weft/comm/mpi"   // Open MPI, under mpirun
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
@@ -97,14 +98,17 @@ func (l Float) MarshalJSON() ([]byte, error) {
 // in p's scope, cross-entropy on the (float32) logits outside it, backward
 // through the loss scaler, AdamW. onStep, if not nil, sees each loss.
 func Train(ref *models.Reference, model string, steps int, p precision.Plugin, onStep func(step int, loss float64)) (*Result, error) {
-	return TrainOn(ref, model, steps, func() precision.Plugin { return p }, Dist{Strategy: "single", Devices: 1}, onStep)
+	return TrainOn(ref, model, steps, func() precision.Plugin { return p }, Dist{Strategy: "single", Devices: 1, Backend: "local"}, onStep)
 }
 
-// Dist places a replay on in-process ranks: the global batch is split
-// evenly across Devices ranks of Strategy.
+// Dist places a replay on ranks: the global batch is split evenly across
+// Devices ranks of Strategy, connected by the comm Backend ("local":
+// goroutines in this process; "mpi": this process is one rank of mpirun's
+// job, and Devices 0 takes mpirun's size).
 type Dist struct {
 	Strategy string
 	Devices  int
+	Backend  string
 }
 
 // RankReport is what one rank held and sent at the end of a replay.
@@ -119,18 +123,22 @@ type RankReport struct {
 // TrainOn is Train on the ranks d describes; newPlugin builds each rank's
 // own plugin (plugins hold per-rank state such as a loss scale). The
 // reported loss is computed from every rank's logits, gathered, exactly as
-// one device computes it.
+// one device computes it. The Result holds the reports of the ranks this
+// process ran; its losses are those of the lowest of them.
 func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() precision.Plugin, d Dist, onStep func(step int, loss float64)) (*Result, error) {
 	info, err := strategy.Lookup(d.Strategy)
 	if err != nil {
 		return nil, err
 	}
-	if d.Devices < 1 {
+	if d.Devices < 0 || (d.Devices == 0 && d.Backend != "mpi") {
 		return nil, fmt.Errorf("devices %d: must be at least 1", d.Devices)
 	}
-	comms := local.NewGroup(d.Devices, local.Options{})
-	results := make([]*Result, d.Devices)
-	errs := make([]error, d.Devices)
+	comms, err := comm.Open(d.Backend, d.Devices)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]*Result, len(comms))
+	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		wg.Add(1)
@@ -138,7 +146,7 @@ func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() pr
 			defer wg.Done()
 			defer c.Close()
 			step := onStep
-			if r != 0 {
+			if c.Rank() != 0 {
 				step = nil
 			}
 			results[r], errs[r] = replayRank(ref, model, steps, newPlugin(), info, c, step)

@@ -24,7 +24,7 @@ func TestParityStrategies(t *testing.T) {
 	newPlugin := func() precision.Plugin { p, _ := precision.Parse("64-true", precision.Options{}); return p }
 	for _, model := range traj.ModelNames() {
 		steps := traj.Models[model].Steps
-		single, err := TrainOn(ref, model, steps, newPlugin, Dist{Strategy: "single", Devices: 1}, nil)
+		single, err := TrainOn(ref, model, steps, newPlugin, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,7 +32,7 @@ func TestParityStrategies(t *testing.T) {
 			for _, n := range []int{2, 4} {
 				t.Run(fmt.Sprintf("%s/%s/%d", model, st, n), func(t *testing.T) {
 					t.Parallel()
-					res, err := TrainOn(ref, model, steps, newPlugin, Dist{Strategy: st, Devices: n}, nil)
+					res, err := TrainOn(ref, model, steps, newPlugin, Dist{Strategy: st, Devices: n, Backend: "local"}, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
