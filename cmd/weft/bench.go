@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -15,32 +17,52 @@ import (
 
 // benchReport is `weft bench --json`'s object; a sub-benchmark fills only its part.
 type benchReport struct {
-	GEMM []bench.GEMMResult `json:"gemm,omitempty"`
-	Step []bench.StepResult `json:"step,omitempty"`
+	GEMM      []bench.GEMMResult      `json:"gemm,omitempty"`
+	Step      []bench.StepResult      `json:"step,omitempty"`
+	AllReduce []bench.AllReduceResult `json:"allreduce,omitempty"`
 }
 
 func benchCmd() *cobra.Command {
 	var (
 		asJSON             bool
+		backend            string
 		sizes, mods, precs string
 		steps              int
 		minTime            time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:       "bench [gemm|step]",
-		Short:     "Measure GEMM speed (beside OpenBLAS) and training-step time per precision",
+		Use:   "bench [gemm|step|allreduce]",
+		Short: "Measure GEMM speed (beside OpenBLAS), training-step time per precision, all-reduce bandwidth",
+		Long: `bench gemm and bench step run by default. bench allreduce measures a 64 MiB
+float32 all-reduce on 2 in-process ranks and, when mpirun is installed, on 2
+Open MPI processes (it launches itself under mpirun), side by side.`,
 		Args:      cobra.MaximumNArgs(1),
-		ValidArgs: []string{"gemm", "step"},
+		ValidArgs: []string{"gemm", "step", "allreduce"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			which := "all"
 			if len(args) == 1 {
 				which = args[0]
 			}
-			if which != "all" && which != "gemm" && which != "step" {
-				return fmt.Errorf("bench %q: accepted are gemm and step", which)
-			}
 			var rep benchReport
 			out := cmd.OutOrStdout()
+			switch which {
+			case "all", "gemm", "step":
+			case "allreduce":
+				r, err := allReduceBench(backend)
+				if err != nil || backend == "mpi" {
+					return printMPIRank(cmd, r, err)
+				}
+				rep.AllReduce = r
+				if asJSON {
+					return json.NewEncoder(out).Encode(rep)
+				}
+				for _, a := range r {
+					fmt.Fprintf(out, "allreduce %-5s %d ranks %d MiB float32: %.2f GB/s per rank\n", a.Backend, a.Ranks, a.Bytes>>20, a.GBPerS)
+				}
+				return nil
+			default:
+				return fmt.Errorf("bench %q: accepted are gemm, step and allreduce", which)
+			}
 			if which != "step" {
 				ns, err := parseInts(sizes)
 				if err != nil {
@@ -88,6 +110,7 @@ func benchCmd() *cobra.Command {
 	cmd.Flags().StringVar(&mods, "models", "mlp784,mlp,cnn,gpt", "models for step")
 	cmd.Flags().StringVar(&precs, "precisions", "32-true,bf16-mixed", "precisions for step")
 	cmd.Flags().IntVar(&steps, "steps", 20, "timed steps per model and precision")
+	cmd.Flags().StringVar(&backend, "comm", "", "allreduce: measure only this backend (mpi: run under mpirun)")
 	return cmd
 }
 
@@ -101,4 +124,53 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+const allReduceBytes = 64 << 20
+
+// allReduceBench measures the local backend and, when mpirun exists, the
+// mpi backend by running this binary under mpirun -np 2; with backend set
+// it measures only that one (the mpi side of the pair).
+func allReduceBench(backend string) ([]bench.AllReduceResult, error) {
+	if backend != "" {
+		r, err := bench.AllReduce(backend, 0, allReduceBytes, 5)
+		return []bench.AllReduceResult{r}, err
+	}
+	r, err := bench.AllReduce("local", 2, allReduceBytes, 5)
+	if err != nil {
+		return nil, err
+	}
+	out := []bench.AllReduceResult{r}
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		return out, nil
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return out, nil
+	}
+	args := []string{"--oversubscribe", "-np", "2"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--allow-run-as-root")
+	}
+	b, err := exec.Command(mpirun, append(args, self, "bench", "allreduce", "--comm", "mpi", "--json")...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("bench allreduce under mpirun: %w", err)
+	}
+	var rep benchReport
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("bench allreduce under mpirun: %w", err)
+	}
+	return append(out, rep.AllReduce...), nil
+}
+
+// printMPIRank prints one mpi rank's measurement: rank 0 as JSON, the others nothing.
+func printMPIRank(cmd *cobra.Command, r []bench.AllReduceResult, err error) error {
+	if err != nil {
+		return err
+	}
+	if os.Getenv("OMPI_COMM_WORLD_RANK") != "0" {
+		return nil
+	}
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(benchReport{AllReduce: r})
 }
