@@ -101,7 +101,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		}
 		m.LossScale = f.LossScale()
 		m.TokensPerS = float64(t.units) / time.Since(began).Seconds()
-		if step == start || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
+		if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
 			v, err := evaluate(f, t, c.EvalBatches)
 			if err != nil {
 				return nil, err

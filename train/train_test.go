@@ -36,9 +36,10 @@ func losses(t *testing.T, out string) []float64 {
 }
 
 // TestResumeIsExact: 20 steps straight and 10 + resume 10 give bit-identical
-// losses, loss scales included (scaler state) and in bf16 (AdamW state).
+// losses, loss scales included (scaler state), in bf16 (AdamW state) and
+// with FP8 delayed scaling (amax histories).
 func TestResumeIsExact(t *testing.T) {
-	for _, spec := range []string{"32-true", "16-mixed", "bf16-true"} {
+	for _, spec := range []string{"32-true", "16-mixed", "bf16-true", "bf16-mixed+fp8"} {
 		t.Run(spec, func(t *testing.T) {
 			straight := tinyConfig(t, spec)
 			if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
