@@ -77,7 +77,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 			return nil, err
 		}
 	}
-	metrics, err := openMetrics(filepath.Join(c.Out, "metrics.jsonl"), start)
+	metrics, kept, err := openMetrics(filepath.Join(c.Out, "metrics.jsonl"), start)
 	if err != nil {
 		return nil, err
 	}
@@ -88,6 +88,9 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	obs.Plan(plan, start)
 
 	sum := &Summary{FirstValLoss: math.NaN()}
+	if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
+		sum.FirstValLoss = *kept[0].ValLoss
+	}
 	enc := json.NewEncoder(metrics)
 	for step := start; step < c.Steps; step++ {
 		if err := ctx.Err(); err != nil {
@@ -191,28 +194,31 @@ func (c Config) policy() (precision.Policy, precision.LossScaling, error) {
 	return pol, scaling, nil
 }
 
-// openMetrics opens metrics.jsonl for appending after step start, dropping
-// lines of steps at or past it (left by a run that went further before
-// being resumed from an earlier checkpoint).
-func openMetrics(path string, start int) (*os.File, error) {
+// openMetrics opens metrics.jsonl for appending after step start, keeping
+// (and returning) the lines of earlier steps and dropping those at or past
+// it, left by a run that went further before being resumed from an
+// earlier checkpoint.
+func openMetrics(path string, start int) (*os.File, []Metrics, error) {
 	lines, err := readMetrics(path)
 	if err != nil && !os.IsNotExist(err) {
-		return nil, err
+		return nil, nil, err
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	enc := json.NewEncoder(f)
+	var kept []Metrics
 	for _, m := range lines {
 		if m.Step < start {
 			if err := enc.Encode(m); err != nil {
 				f.Close()
-				return nil, err
+				return nil, nil, err
 			}
+			kept = append(kept, m)
 		}
 	}
-	return f, nil
+	return f, kept, nil
 }
 
 // readMetrics reads every line of a metrics.jsonl.
