@@ -29,6 +29,7 @@ type Fabric struct {
 	scopes  *precision.Scopes
 	scaler  precision.Scaler
 	dist    *strategy.Rank // nil on one device
+	spy     *nanSpy        // set while FirstNonFinite looks for a blow-up
 	distCfg *distConfig
 	tape    autograd.Tape
 	model   nn.Module
@@ -168,6 +169,9 @@ func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*aut
 	defer exit()
 	if f.scopes != nil {
 		f.tape.Scoper = f.scopes
+		if f.spy != nil {
+			f.spy.inner, f.tape.Scoper = f.scopes, f.spy
+		}
 		defer func() { f.scopes.Reset(); f.tape.Scoper = nil }()
 	}
 	return fn(&f.tape)
@@ -264,6 +268,17 @@ func (f *Fabric) LossScale() float64 { return f.scaler.Scale() }
 // step whose loss was not, and why.
 func (f *Fabric) NonFinite() error { return f.nonFinite }
 
+// NonFiniteParams names a parameter that holds inf/NaN and, if the
+// optimizer can tell, the value that underflowed; "" when all are finite.
+func (f *Fabric) NonFiniteParams() string {
+	if d := f.diagnose(); d != forwardTrouble {
+		return d
+	}
+	return ""
+}
+
+const forwardTrouble = "the forward pass overflowed or underflowed"
+
 // diagnose explains a non-finite loss: a parameter that is no longer
 // finite and, if the optimizer can tell, the value that underflowed.
 func (f *Fabric) diagnose() string {
@@ -282,5 +297,5 @@ func (f *Fabric) diagnose() string {
 		}
 		return why
 	}
-	return "the forward pass overflowed or underflowed in " + f.plugin.Name()
+	return forwardTrouble
 }

@@ -33,6 +33,7 @@ type Config struct {
 	Seed        uint64      `yaml:"seed"`         // data order and initial weights
 	CorpusBytes int         `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
 	CorpusPart  string      `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
+	OnNaN       string      `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
 }
 
 // GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').
@@ -57,7 +58,7 @@ func Defaults() Config {
 		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
 		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1,
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
-		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20,
+		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
 	}
 }
 
@@ -88,6 +89,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("eval_every, eval_batches and save_every must be at least 1")
 	case c.Out == "":
 		return fmt.Errorf("out: a run folder is needed")
+	case c.OnNaN != "stop" && c.OnNaN != "skip":
+		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
 	case c.Model == "gpt" && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
 		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
 	case c.Devices != 1 || (c.Strategy != "single" && c.Strategy != "auto"):

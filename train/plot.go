@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -29,9 +30,11 @@ func PlotRuns(png string, metricsFiles ...string) error {
 		}
 		var train, val plotter.XYs
 		for _, m := range ms {
-			train = append(train, plotter.XY{X: float64(m.Step), Y: m.Loss})
-			if m.ValLoss != nil {
-				val = append(val, plotter.XY{X: float64(m.Step), Y: *m.ValLoss})
+			if finite(float64(m.Loss)) {
+				train = append(train, plotter.XY{X: float64(m.Step), Y: float64(m.Loss)})
+			}
+			if m.ValLoss != nil && finite(float64(*m.ValLoss)) {
+				val = append(val, plotter.XY{X: float64(m.Step), Y: float64(*m.ValLoss)})
 			}
 		}
 		name := ""
@@ -85,13 +88,15 @@ func FinalLosses(runs []string) ([]Final, error) {
 		f := &out[i]
 		tail := ms[max(0, len(ms)-10):]
 		for _, m := range tail {
-			f.Train += m.Loss / float64(len(tail))
+			f.Train += float64(m.Loss) / float64(len(tail))
 		}
 		for _, m := range ms {
 			if m.ValLoss != nil {
-				f.Step, f.Val = m.Step, *m.ValLoss
+				f.Step, f.Val = m.Step, float64(*m.ValLoss)
 			}
 		}
 	}
 	return out, nil
 }
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }

@@ -18,14 +18,32 @@ import (
 	"github.com/weftml/weft/precision"
 )
 
-// Metrics is one line of metrics.jsonl.
+// Metrics is one line of metrics.jsonl; a non-finite loss is written null.
 type Metrics struct {
-	Step       int      `json:"step"`
-	Loss       float64  `json:"loss"`
-	LossScale  float64  `json:"loss_scale"`
-	TokensPerS float64  `json:"tokens_per_s"` // units per second: tokens for gpt, images otherwise
-	Skipped    bool     `json:"skipped,omitempty"`
-	ValLoss    *float64 `json:"val_loss,omitempty"`
+	Step       int     `json:"step"`
+	Loss       Float   `json:"loss"`
+	LossScale  float64 `json:"loss_scale"`
+	TokensPerS float64 `json:"tokens_per_s"` // units per second: tokens for gpt, images otherwise
+	Skipped    bool    `json:"skipped,omitempty"`
+	ValLoss    *Float  `json:"val_loss,omitempty"`
+}
+
+// Float is a float64 that JSON carries as null when it is inf or NaN.
+type Float float64
+
+func (f Float) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(f))
+}
+
+func (f *Float) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*f = Float(math.NaN())
+		return nil
+	}
+	return json.Unmarshal(b, (*float64)(f))
 }
 
 // Observer sees the run as it goes; Plan is called once before the first step.
@@ -89,7 +107,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 
 	sum := &Summary{FirstValLoss: math.NaN()}
 	if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
-		sum.FirstValLoss = *kept[0].ValLoss
+		sum.FirstValLoss = float64(*kept[0].ValLoss)
 	}
 	enc := json.NewEncoder(metrics)
 	for step := start; step < c.Steps; step++ {
@@ -99,9 +117,11 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		began := time.Now()
 		b := t.batch(uint64(step))
 		m := Metrics{Step: step}
-		if m.Loss, m.Skipped, err = trainStep(f, t.model, b); err != nil {
+		loss, skipped, err := trainStep(f, t.model, b, c.OnNaN)
+		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
+		m.Loss, m.Skipped = Float(loss), skipped
 		m.LossScale = f.LossScale()
 		m.TokensPerS = float64(t.units) / time.Since(began).Seconds()
 		if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
@@ -109,7 +129,8 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 			if err != nil {
 				return nil, err
 			}
-			m.ValLoss = &v
+			fv := Float(v)
+			m.ValLoss = &fv
 			if step == 0 {
 				sum.FirstValLoss = v
 			}
@@ -129,10 +150,13 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	return sum, plotLoss(filepath.Join(c.Out, "metrics.jsonl"), filepath.Join(c.Out, "loss.png"))
 }
 
-// trainStep is the five verbs of a step: input, forward, loss, backward, step.
-func trainStep(f *fabric.Fabric, m models.Model, b models.Batch) (loss float64, skipped bool, err error) {
+// trainStep is the five verbs of a step: input, forward, loss, backward,
+// step. A non-finite loss without a loss scaler to absorb it stops the run
+// with a diagnosis, or with onNaN "skip" skips the batch.
+func trainStep(f *fabric.Fabric, m models.Model, b models.Batch, onNaN string) (loss float64, skipped bool, err error) {
 	b.X = f.Input(b.X)
-	logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
+	forward := func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) }
+	logits, err := f.Forward(forward)
 	if err != nil {
 		return 0, false, err
 	}
@@ -140,11 +164,36 @@ func trainStep(f *fabric.Fabric, m models.Model, b models.Batch) (loss float64, 
 	if err != nil {
 		return 0, false, err
 	}
+	loss = l.Value.Float64s()[0]
+	if (math.IsNaN(loss) || math.IsInf(loss, 0)) && !f.Plan().ScalesLoss() {
+		f.Tape().Reset()
+		if onNaN == "skip" {
+			return loss, true, nil
+		}
+		return loss, false, nonFinite(f, forward, loss)
+	}
 	if err := f.Backward(l); err != nil {
 		return 0, false, err
 	}
 	skipped, err = f.Step()
-	return l.Value.Float64s()[0], skipped, err
+	return loss, skipped, err
+}
+
+// nonFinite explains a non-finite loss: the first module whose output went
+// inf/NaN and what the fabric knows of the cause.
+func nonFinite(f *fabric.Fabric, forward func(*autograd.Tape) (*autograd.Var, error), loss float64) error {
+	where, err := f.FirstNonFinite(forward)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("loss is %v", loss)
+	if where != "" {
+		msg += "; the first module whose output is not finite is " + where
+	}
+	if params := f.NonFiniteParams(); params != "" {
+		msg += "; " + params
+	}
+	return fmt.Errorf("%s (the last checkpoint is untouched; on_nan: skip would skip such batches)", msg)
 }
 
 // evaluate returns the mean loss over n validation batches, recording nothing.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/weftml/weft/fabric"
@@ -30,7 +31,7 @@ func losses(t *testing.T, out string) []float64 {
 	}
 	var ls []float64
 	for _, m := range ms {
-		ls = append(ls, m.Loss)
+		ls = append(ls, float64(m.Loss))
 	}
 	return ls
 }
@@ -148,4 +149,28 @@ func mean(xs []float64) float64 {
 		s += x
 	}
 	return s / float64(len(xs))
+}
+
+// TestNonFiniteLossStops: 16-true's AdamW eps underflows, the loss turns NaN
+// at step 1, and the run stops naming the step, the first module whose
+// output went non-finite and the cause, leaving the last checkpoint alone.
+func TestNonFiniteLossStops(t *testing.T) {
+	c := tinyConfig(t, "16-true")
+	c.Steps, c.SaveEvery = 5, 1
+	_, err := Run(context.Background(), c, false, quiet{})
+	if err == nil {
+		t.Fatal("a NaN loss must stop the run")
+	}
+	for _, want := range []string{"step 1:", "NaN", `"tok"`, "eps", "float16"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if m, _, err := ReadManifest(filepath.Join(c.Out, "checkpoints")); err != nil || m.Step != 1 {
+		t.Fatalf("the checkpoint of step 1 must survive: %+v %v", m, err)
+	}
+	c.OnNaN, c.Out = "skip", t.TempDir()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatalf("on_nan skip: %v", err)
+	}
 }

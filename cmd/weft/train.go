@@ -73,6 +73,7 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
 	fs.StringVar(&c.Out, "out", c.Out, "run folder")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
+	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
 	return cmd
 }
 
@@ -86,6 +87,7 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"batch-size": func() { c.BatchSize = flagged.BatchSize }, "lr": func() { c.LR = flagged.LR },
 		"eval-every": func() { c.EvalEvery = flagged.EvalEvery }, "save-every": func() { c.SaveEvery = flagged.SaveEvery },
 		"out": func() { c.Out = flagged.Out }, "seed": func() { c.Seed = flagged.Seed },
+		"on-nan": func() { c.OnNaN = flagged.OnNaN },
 	}
 	for name, apply := range set {
 		if cmd.Flags().Changed(name) {
@@ -123,9 +125,9 @@ func (p *progress) Plan(plan *fabric.Plan, start int) {
 func (p *progress) Step(m train.Metrics, total int) {
 	val := ""
 	if m.ValLoss != nil {
-		val = fmt.Sprintf(" val %.4f", *m.ValLoss)
+		val = fmt.Sprintf(" val %.4f", float64(*m.ValLoss))
 	}
-	line := fmt.Sprintf("loss %.4f%s scale %g %.0f/s", m.Loss, val, m.LossScale, m.TokensPerS)
+	line := fmt.Sprintf("loss %.4f%s scale %g %.0f/s", float64(m.Loss), val, m.LossScale, m.TokensPerS)
 	if f, ok := p.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		if p.bar == nil {
 			p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.out), progressbar.OptionShowCount(),
