@@ -199,14 +199,31 @@ func ReadManifest(dir string) (*Manifest, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("checkpoint: %w", err)
 	}
+	m, err := ParseManifest(mb)
+	if err != nil {
+		return nil, "", fmt.Errorf("checkpoint %s: %w", ckpt, err)
+	}
+	return m, ckpt, nil
+}
+
+// ParseManifest reads and checks a manifest.json.
+func ParseManifest(b []byte) (*Manifest, error) {
 	var m Manifest
-	if err := json.Unmarshal(mb, &m); err != nil {
-		return nil, "", fmt.Errorf("checkpoint %s: manifest: %w", ckpt, err)
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	if m.Format != manifestFormat {
-		return nil, "", fmt.Errorf("checkpoint %s: format %q, want %q", ckpt, m.Format, manifestFormat)
+		return nil, fmt.Errorf("manifest: format %q, want %q", m.Format, manifestFormat)
 	}
-	return &m, ckpt, nil
+	if m.Step < 0 || m.FabricSteps < 0 {
+		return nil, fmt.Errorf("manifest: negative step %d", m.Step)
+	}
+	for path, n := range m.OptimizerSteps {
+		if n < 0 {
+			return nil, fmt.Errorf("manifest: optimizer step %d for %s", n, path)
+		}
+	}
+	return &m, nil
 }
 
 // writeAtomic writes b to path through a synced temporary file and a rename.

@@ -68,12 +68,17 @@ func LoadConfig(path string, c *Config) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil {
+	if err := ParseConfig(b, c); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil
+}
+
+// ParseConfig overlays YAML b on c; unknown keys are errors.
+func ParseConfig(b []byte, c *Config) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(c)
 }
 
 // validate reports the first setting that cannot run.

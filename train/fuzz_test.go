@@ -1,0 +1,36 @@
+package train
+
+import (
+	"testing"
+)
+
+// FuzzParseConfig: any bytes as a config file give a Config or an error,
+// never a panic, and a parsed config validates or explains why not.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("model: gpt\nsteps: 10\nmodules:\n  - match: 'vision.**'\n    precision: 16-mixed\n"))
+	f.Add([]byte("gpt: {layers: 2, width: 64, heads: 4, context: 64}\nlr: 3e-3\n"))
+	f.Add([]byte("steps: -1\nbatch_size: [1, 2]\n"))
+	f.Add([]byte("stepz: 3\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := Defaults()
+		if ParseConfig(b, &c) == nil {
+			_ = c.validate()
+			_, _, _ = c.policy()
+		}
+	})
+}
+
+// FuzzParseManifest: a manifest from an untrusted checkpoint is checked,
+// never trusted into a panic.
+func FuzzParseManifest(f *testing.F) {
+	f.Add([]byte(`{"format":"weft-checkpoint/1","step":10,"config":{"model":"gpt"},"optimizer_steps":{"tok.weight":10},"precision":{"16-mixed":{"scale":65536}}}`))
+	f.Add([]byte(`{"format":"weft-checkpoint/1","step":-3}`))
+	f.Add([]byte(`{"format":"other"}`))
+	f.Add([]byte(`[1,2,3]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseManifest(b)
+		if err == nil && (m.Step < 0 || m.Format != manifestFormat) {
+			t.Fatalf("accepted %+v", m)
+		}
+	})
+}
