@@ -66,6 +66,26 @@ func (r *Rank) OptimizerParams() []nn.NamedParam {
 	return out
 }
 
+// Shard returns this rank's chunk of a tensor shaped like the i-th
+// parameter (1-D, zero-padded), as a sharded optimizer holds its state.
+func (r *Rank) Shard(i int, t *tensor.Tensor) *tensor.Tensor {
+	s := r.shards[i]
+	return slice(t, r.comm.Rank()*s.chunk, s.chunk)
+}
+
+// Reshard re-cuts this rank's chunks from the full parameters, after the
+// parameters were replaced (loaded from a checkpoint).
+func (r *Rank) Reshard() {
+	for i := range r.shards {
+		if s := &r.shards[i]; s.local != nil {
+			s.local.Value = r.Shard(i, s.full.Value)
+		}
+	}
+}
+
+// Comm is the rank's communicator.
+func (r *Rank) Comm() comm.Communicator { return r.comm }
+
 // BeforeForward gathers full parameters from their chunks (ZeRO-3: between
 // steps a rank holds only its chunks).
 func (r *Rank) BeforeForward(ctx context.Context) error {

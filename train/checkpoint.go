@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
@@ -17,11 +19,14 @@ import (
 )
 
 // A checkpoint is a folder checkpoints/step-NNNNNN holding state.safetensors
-// (parameters "model.<path>", AdamW moments "optim.<path>.exp_avg" and
-// ".exp_avg_sq") and manifest.json; checkpoints/latest names the newest.
-// The folder is written under a temporary name and renamed, and latest is
-// replaced by rename, so a crash never leaves a half-written checkpoint
-// where a reader looks.
+// (parameters "model.<path>", and AdamW moments "optim.<path>.exp_avg" and
+// ".exp_avg_sq" unless the optimizer was sharded), one
+// optim-rank-RRR.safetensors per rank when it was (each rank's chunks of
+// the moments, as ZeRO shards them), and manifest.json; checkpoints/latest
+// names the newest. The folder is written under a temporary name and
+// renamed, and latest is replaced by rename, so a crash never leaves a
+// half-written checkpoint where a reader looks. A sharded checkpoint loads
+// onto any number of ranks: the chunks are joined and cut anew.
 const (
 	manifestFormat = "weft-checkpoint/1"
 	stateFile      = "state.safetensors"
@@ -38,6 +43,9 @@ type Manifest struct {
 	OptimizerSteps map[string]int             `json:"optimizer_steps"`
 	Precision      map[string]json.RawMessage `json:"precision"` // plugin state by name
 	FabricSteps    int                        `json:"fabric_steps"`
+	// OptimizerShards is the number of optim-rank files (0: the moments
+	// are whole, in state.safetensors).
+	OptimizerShards int `json:"optimizer_shards"`
 }
 
 type checkpointer struct {
@@ -45,28 +53,61 @@ type checkpointer struct {
 	model  nn.Module
 	opt    *optim.AdamW
 	fabric *fabric.Fabric
+	comm   comm.Communicator // every rank takes part in save and load
 }
 
-// save writes the checkpoint of step and makes it the latest.
+// shardFile names rank r's optimizer shard.
+func shardFile(r int) string { return fmt.Sprintf("optim-rank-%03d.safetensors", r) }
+
+// sharded reports whether this run's optimizer holds chunks.
+func (k *checkpointer) sharded() bool {
+	return k.fabric.Rank() != nil && k.fabric.Rank().Info.Sharding.OptimizerState
+}
+
+// save writes the checkpoint of step and makes it the latest; every rank
+// calls it.
 func (k *checkpointer) save(c Config, step int) (string, error) {
 	name := fmt.Sprintf("step-%06d", step)
 	final := filepath.Join(k.dir, name)
 	tmp := filepath.Join(k.dir, ".tmp-"+name)
-	if err := os.RemoveAll(tmp); err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+	lead := k.comm.Rank() == 0
+	if err := k.fabric.Gather(); err != nil { // ZeRO-3 ranks hold chunks between steps
+		return "", err
 	}
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
+	if lead {
+		if err := os.RemoveAll(tmp); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	if err := k.comm.Barrier(context.Background()); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	m := Manifest{Format: manifestFormat, Step: step, Config: c, OptimizerSteps: map[string]int{},
 		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount()}
-	var tensors []checkpoint.Tensor
+	var tensors, moments []checkpoint.Tensor
 	for _, p := range nn.Parameters(k.model) {
 		tensors = append(tensors, stored("model."+p.Path, p.Var.Value))
 		if st := k.opt.State(p.Path); st != nil {
 			m.OptimizerSteps[p.Path] = st.Step
-			tensors = append(tensors, stored("optim."+p.Path+".exp_avg", st.ExpAvg), stored("optim."+p.Path+".exp_avg_sq", st.ExpAvgSq))
+			moments = append(moments, stored("optim."+p.Path+".exp_avg", st.ExpAvg), stored("optim."+p.Path+".exp_avg_sq", st.ExpAvgSq))
 		}
+	}
+	if k.sharded() {
+		m.OptimizerShards = k.comm.Size()
+		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, shardFile(k.comm.Rank())), moments, nil); err != nil {
+			return "", err
+		}
+	} else {
+		tensors = append(tensors, moments...)
+	}
+	if err := k.comm.Barrier(context.Background()); err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	if !lead {
+		return final, k.comm.Barrier(context.Background()) // until rank 0 has published it
 	}
 	for name, st := range k.fabric.States() {
 		b, err := st.MarshalState()
@@ -94,7 +135,10 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	if err := writeAtomic(filepath.Join(k.dir, latestFile), []byte(name+"\n")); err != nil {
 		return "", err
 	}
-	return final, k.prune()
+	if err := k.prune(); err != nil {
+		return "", err
+	}
+	return final, k.comm.Barrier(context.Background())
 }
 
 func stored(name string, t *tensor.Tensor) checkpoint.Tensor {
@@ -141,7 +185,11 @@ func (k *checkpointer) load(c Config) (int, error) {
 		}
 		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
 	}
-	for _, p := range nn.Parameters(k.model) {
+	moment, err := momentReader(dir, m, f, get)
+	if err != nil {
+		return 0, err
+	}
+	for i, p := range nn.Parameters(k.model) {
 		v, err := get("model."+p.Path, p.Var.Value)
 		if err != nil {
 			return 0, err
@@ -155,17 +203,22 @@ func (k *checkpointer) load(c Config) (int, error) {
 		if dt := k.opt.StateDType; dt != 0 {
 			like = tensor.New(dt, like.Shape()...)
 		}
-		ea, err := get("optim."+p.Path+".exp_avg", like)
-		if err != nil {
+		st := &optim.AdamState{Step: steps}
+		if st.ExpAvg, err = moment("optim."+p.Path+".exp_avg", like); err != nil {
 			return 0, err
 		}
-		eas, err := get("optim."+p.Path+".exp_avg_sq", like)
-		if err != nil {
+		if st.ExpAvgSq, err = moment("optim."+p.Path+".exp_avg_sq", like); err != nil {
 			return 0, err
 		}
-		if err := k.opt.SetState(p.Path, &optim.AdamState{Step: steps, ExpAvg: ea, ExpAvgSq: eas}); err != nil {
+		if k.sharded() {
+			st.ExpAvg, st.ExpAvgSq = k.fabric.Rank().Shard(i, st.ExpAvg), k.fabric.Rank().Shard(i, st.ExpAvgSq)
+		}
+		if err := k.opt.SetState(p.Path, st); err != nil {
 			return 0, err
 		}
+	}
+	if k.fabric.Rank() != nil {
+		k.fabric.Rank().Reshard()
 	}
 	for name, st := range k.fabric.States() {
 		b, ok := m.Precision[name]
@@ -178,6 +231,37 @@ func (k *checkpointer) load(c Config) (int, error) {
 	}
 	k.fabric.SetStepCount(m.FabricSteps)
 	return m.Step, nil
+}
+
+// momentReader returns how to read a whole optimizer moment shaped like
+// like: from state.safetensors, or joined from every rank's chunks.
+func momentReader(dir string, m *Manifest, state *checkpoint.File, get func(string, *tensor.Tensor) (*tensor.Tensor, error)) (func(string, *tensor.Tensor) (*tensor.Tensor, error), error) {
+	if m.OptimizerShards == 0 {
+		return get, nil
+	}
+	shards := make([]*checkpoint.File, m.OptimizerShards)
+	for r := range shards {
+		f, err := checkpoint.ReadSafetensors(filepath.Join(dir, shardFile(r)))
+		if err != nil {
+			return nil, err
+		}
+		shards[r] = f
+	}
+	return func(name string, like *tensor.Tensor) (*tensor.Tensor, error) {
+		var whole []byte
+		for r, f := range shards {
+			t, ok := f.Tensor(name)
+			if !ok || t.DType != like.DType() {
+				return nil, fmt.Errorf("checkpoint %s: %s lacks %s of dtype %s", dir, shardFile(r), name, like.DType())
+			}
+			whole = append(whole, t.Data...)
+		}
+		size := like.DType().StorageBytes(like.Len())
+		if len(whole) < size {
+			return nil, fmt.Errorf("checkpoint %s: the chunks of %s hold %d bytes, the tensor %d", dir, name, len(whole), size)
+		}
+		return tensor.FromBytes(like.DType(), whole[:size], like.Shape()...)
+	}, nil
 }
 
 // ReadManifest reads the manifest of the latest checkpoint under dir (a
@@ -245,4 +329,66 @@ func writeAtomic(path string, b []byte) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// Consolidate writes the latest checkpoint of run as one safetensors file:
+// parameters and whole AdamW moments, the optimizer shards joined.
+func Consolidate(run, out string) error {
+	m, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	if err != nil {
+		return err
+	}
+	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, stateFile))
+	if err != nil {
+		return err
+	}
+	get := func(name string, like *tensor.Tensor) (*tensor.Tensor, error) {
+		t, ok := f.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", dir, name)
+		}
+		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
+	}
+	moment, err := momentReader(dir, m, f, get)
+	if err != nil {
+		return err
+	}
+	var tensors []checkpoint.Tensor
+	for _, name := range f.Names() {
+		t, _ := f.Tensor(name)
+		tensors = append(tensors, t)
+		path, ok := strings.CutPrefix(name, "model.")
+		if !ok || m.OptimizerShards == 0 {
+			continue
+		}
+		if _, stepped := m.OptimizerSteps[path]; !stepped {
+			continue
+		}
+		for _, which := range []string{".exp_avg", ".exp_avg_sq"} {
+			like, err := shardLike(dir, "optim."+path+which, t.Shape)
+			if err != nil {
+				return err
+			}
+			whole, err := moment("optim."+path+which, like)
+			if err != nil {
+				return err
+			}
+			tensors = append(tensors, stored("optim."+path+which, whole))
+		}
+	}
+	return checkpoint.WriteSafetensors(out, tensors, map[string]string{"format": manifestFormat, "step": fmt.Sprint(m.Step)})
+}
+
+// shardLike is a tensor of the given shape in the dtype rank 0 stored the
+// named moment in.
+func shardLike(dir, name string, shape []int) (*tensor.Tensor, error) {
+	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, shardFile(0)))
+	if err != nil {
+		return nil, err
+	}
+	t, ok := f.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s: %s lacks %s", dir, shardFile(0), name)
+	}
+	return tensor.New(t.DType, shape...), nil
 }

@@ -23,6 +23,7 @@ type Config struct {
 	LossScale   string      `yaml:"loss_scale"`   // auto or none
 	Strategy    string      `yaml:"strategy"`     // single
 	Devices     int         `yaml:"devices"`      // 1
+	Comm        string      `yaml:"comm"`         // local (ranks as goroutines) or mpi (under mpirun)
 	Steps       int         `yaml:"steps"`        // optimizer steps
 	BatchSize   int         `yaml:"batch_size"`   // sequences or images per step
 	LR          float64     `yaml:"lr"`           // AdamW learning rate
@@ -56,7 +57,7 @@ type ModuleFor struct {
 func Defaults() Config {
 	return Config{
 		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
-		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1,
+		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "local",
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
 	}
@@ -98,8 +99,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
 	case c.Model == "gpt" && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
 		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
-	case c.Devices != 1 || (c.Strategy != "single" && c.Strategy != "auto"):
-		return fmt.Errorf("strategy %s on %d devices: training runs on one device until the distributed strategies land (weft plan accounts for them already)", c.Strategy, c.Devices)
+	case c.Devices < 1 && c.Comm != "mpi":
+		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
+	case c.BatchSize%max(c.Devices, 1) != 0:
+		return fmt.Errorf("batch size %d does not split evenly over %d devices", c.BatchSize, c.Devices)
+	case c.Comm != "local" && c.Comm != "mpi":
+		return fmt.Errorf("comm %q: accepted are local and mpi", c.Comm)
 	}
 	for _, name := range models.Names() {
 		if name == c.Model {

@@ -4,18 +4,26 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
+	_ "github.com/weftml/weft/comm/local" // in-process ranks
+	_ "github.com/weftml/weft/comm/mpi"   // Open MPI ranks, under mpirun
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/tensor"
 )
 
 // Metrics is one line of metrics.jsonl; a non-finite loss is written null.
@@ -59,13 +67,19 @@ type Summary struct {
 	Checkpoint                string
 }
 
-// Run trains c.Model with c's precision, resuming from c.Out's latest
-// checkpoint when resume is set.
+// Run trains c.Model with c's precision and strategy, resuming from
+// c.Out's latest checkpoint when resume is set. Devices ranks run as
+// goroutines ("local") or as this process's rank of an mpirun job
+// ("mpi"); rank 0 reports.
 func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
 	pol, scaling, err := c.policy()
+	if err != nil {
+		return nil, err
+	}
+	info, err := strategy.Lookup(c.Strategy)
 	if err != nil {
 		return nil, err
 	}
@@ -76,56 +90,110 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err != nil {
 		return nil, err
 	}
-	plan, err := fabric.MakePlan(t.model, pol, scaling, c.Strategy, c.Devices)
+	comms, err := comm.Open(c.Comm, c.Devices)
 	if err != nil {
 		return nil, err
 	}
-	opt, err := optim.NewAdamW(nn.Parameters(t.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	sums := make([]*Summary, len(comms))
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for i, cm := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cm.Close()
+			r := &rankRun{c: c, t: t, comm: cm, obs: obs}
+			if cm.Rank() != 0 {
+				r.obs = quiet{}
+			}
+			sums[i], errs[i] = r.run(ctx, pol, scaling, info, resume)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return sums[0], nil
+}
+
+// quiet is the Observer of ranks other than 0.
+type quiet struct{}
+
+func (quiet) Plan(*fabric.Plan, int) {}
+func (quiet) Step(Metrics, int)      {}
+
+// rankRun is one rank's training loop.
+type rankRun struct {
+	c     Config
+	t     *task
+	comm  comm.Communicator
+	obs   Observer
+	model models.Model
+	f     *fabric.Fabric
+}
+
+func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
+	c, lead := r.c, r.comm.Rank() == 0
+	r.model = r.t.newModel()
+	plan, err := fabric.MakePlan(r.model, pol, scaling, c.Strategy, r.comm.Size())
 	if err != nil {
 		return nil, err
 	}
-	f := fabric.NewPolicy(pol, scaling)
-	if err := f.Setup(t.model, opt); err != nil {
+	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if err != nil {
 		return nil, err
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: t.model, opt: opt, fabric: f}
+	r.f = fabric.NewPolicy(pol, scaling)
+	if r.comm.Size() > 1 || info.Sharding.OptimizerState {
+		r.f.Distribute(info, r.comm)
+	}
+	if err := r.f.Setup(r.model, opt); err != nil {
+		return nil, err
+	}
+	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
 		if start, err = ckpt.load(c); err != nil {
 			return nil, err
 		}
 	}
-	metrics, kept, err := openMetrics(filepath.Join(c.Out, "metrics.jsonl"), start)
-	if err != nil {
-		return nil, err
-	}
-	defer metrics.Close()
-	if err := writePlan(filepath.Join(c.Out, "plan.json"), plan); err != nil {
-		return nil, err
-	}
-	obs.Plan(plan, start)
-
 	sum := &Summary{FirstValLoss: math.NaN()}
-	if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
-		sum.FirstValLoss = float64(*kept[0].ValLoss)
+	var enc *json.Encoder
+	if lead {
+		metrics, kept, err := openMetrics(filepath.Join(c.Out, "metrics.jsonl"), start)
+		if err != nil {
+			return nil, err
+		}
+		defer metrics.Close()
+		enc = json.NewEncoder(metrics)
+		if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
+			sum.FirstValLoss = float64(*kept[0].ValLoss)
+		}
+		if err := writePlan(filepath.Join(c.Out, "plan.json"), plan); err != nil {
+			return nil, err
+		}
 	}
-	enc := json.NewEncoder(metrics)
+	r.obs.Plan(plan, start)
 	for step := start; step < c.Steps; step++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
 		began := time.Now()
-		b := t.batch(uint64(step))
-		m := Metrics{Step: step}
-		loss, skipped, err := trainStep(f, t.model, b, c.OnNaN)
+		b, err := r.t.batch(uint64(step)).Share(r.comm.Rank(), r.comm.Size())
+		if err != nil {
+			return nil, err
+		}
+		loss, skipped, err := trainStep(r.f, r.model, b, c.OnNaN)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
-		m.Loss, m.Skipped = Float(loss), skipped
-		m.LossScale = f.LossScale()
-		m.TokensPerS = float64(t.units) / time.Since(began).Seconds()
+		if loss, err = r.mean(loss); err != nil {
+			return nil, err
+		}
+		m := Metrics{Step: step, Loss: Float(loss), Skipped: skipped, LossScale: r.f.LossScale()}
+		m.TokensPerS = float64(r.t.units) / time.Since(began).Seconds()
 		if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
-			v, err := evaluate(f, t, c.EvalBatches)
+			v, err := r.evaluate()
 			if err != nil {
 				return nil, err
 			}
@@ -136,10 +204,12 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 			}
 			sum.LastValLoss = v
 		}
-		if err := enc.Encode(m); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
+		if enc != nil {
+			if err := enc.Encode(m); err != nil {
+				return nil, fmt.Errorf("metrics: %w", err)
+			}
 		}
-		obs.Step(m, c.Steps)
+		r.obs.Step(m, c.Steps)
 		if (step+1)%c.SaveEvery == 0 || step+1 == c.Steps {
 			if sum.Checkpoint, err = ckpt.save(c, step+1); err != nil {
 				return nil, err
@@ -147,7 +217,48 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		}
 	}
 	sum.Steps = c.Steps
+	if !lead {
+		return sum, nil
+	}
 	return sum, plotLoss(filepath.Join(c.Out, "metrics.jsonl"), filepath.Join(c.Out, "loss.png"))
+}
+
+// mean averages v over the ranks (each rank's loss is over an equal share).
+func (r *rankRun) mean(v float64) (float64, error) {
+	if r.comm.Size() == 1 {
+		return v, nil
+	}
+	t := tensor.FromFloat64([]float64{v}, 1)
+	if err := r.comm.AllReduce(context.Background(), t.Data(), dtype.F64, comm.Sum); err != nil {
+		return 0, err
+	}
+	return t.Float64s()[0] / float64(r.comm.Size()), nil
+}
+
+// evaluate returns the mean loss over EvalBatches validation batches,
+// each rank taking its share, recording nothing.
+func (r *rankRun) evaluate() (float64, error) {
+	tp := r.f.Tape()
+	tp.NoGrad = true
+	defer func() { tp.NoGrad = false }()
+	var total float64
+	for i := range r.c.EvalBatches {
+		b, err := r.t.val(i).Share(r.comm.Rank(), r.comm.Size())
+		if err != nil {
+			return 0, err
+		}
+		b.X = r.f.Input(b.X)
+		logits, err := r.f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return r.model.Forward(tp, b) })
+		if err != nil {
+			return 0, err
+		}
+		l, err := tp.CrossEntropy(logits, b.Targets)
+		if err != nil {
+			return 0, err
+		}
+		total += l.Value.Float64s()[0]
+	}
+	return r.mean(total / float64(r.c.EvalBatches))
 }
 
 // trainStep is the five verbs of a step: input, forward, loss, backward,
@@ -194,28 +305,6 @@ func nonFinite(f *fabric.Fabric, forward func(*autograd.Tape) (*autograd.Var, er
 		msg += "; " + params
 	}
 	return fmt.Errorf("%s (the last checkpoint is untouched; on_nan: skip would skip such batches)", msg)
-}
-
-// evaluate returns the mean loss over n validation batches, recording nothing.
-func evaluate(f *fabric.Fabric, t *task, n int) (float64, error) {
-	tp := f.Tape()
-	tp.NoGrad = true
-	defer func() { tp.NoGrad = false }()
-	var total float64
-	for i := range n {
-		b := t.val(i)
-		b.X = f.Input(b.X)
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return t.model.Forward(tp, b) })
-		if err != nil {
-			return 0, err
-		}
-		l, err := tp.CrossEntropy(logits, b.Targets)
-		if err != nil {
-			return 0, err
-		}
-		total += l.Value.Float64s()[0]
-	}
-	return total / float64(n), nil
 }
 
 // policy builds the precision policy of the run.

@@ -11,16 +11,18 @@ import (
 // task is one model on its bundled dataset. Batches are pure functions of
 // the step (or validation index), so a resumed run sees the same data.
 type task struct {
-	model models.Model
-	batch func(step uint64) models.Batch
-	val   func(i int) models.Batch
+	// newModel builds the model with its initial weights (the same on
+	// every rank: the seed decides them).
+	newModel func() models.Model
+	batch    func(step uint64) models.Batch
+	val      func(i int) models.Batch
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
 }
 
 func newTask(c Config) (*task, error) {
-	rng := rand.New(rand.NewPCG(c.Seed, 0))
+	rng := func() *rand.Rand { return rand.New(rand.NewPCG(c.Seed, 0)) }
 	switch c.Model {
 	case "gpt":
 		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
@@ -28,22 +30,26 @@ func newTask(c Config) (*task, error) {
 			return nil, err
 		}
 		cfg := models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
-		train := data.NewTokenSampler(corpus.Train, c.BatchSize, c.GPT.Context, c.Seed)
-		val := data.NewTokenSampler(corpus.Val, c.BatchSize, c.GPT.Context, c.Seed+1)
+		// A sampler per call: ranks draw the same batches concurrently.
+		draw := func(tokens []int, seed, pos uint64) models.Batch {
+			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
+			s.Seek(pos)
+			return s.Next()
+		}
 		return &task{
-			model: models.NewGPT(rng, cfg),
-			batch: func(step uint64) models.Batch { train.Seek(step); return train.Next() },
-			val:   func(i int) models.Batch { val.Seek(uint64(i)); return val.Next() },
-			units: c.BatchSize * c.GPT.Context, unit: "tokens",
+			newModel: func() models.Model { return models.NewGPT(rng(), cfg) },
+			batch:    func(step uint64) models.Batch { return draw(corpus.Train, c.Seed, step) },
+			val:      func(i int) models.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
+			units:    c.BatchSize * c.GPT.Context, unit: "tokens",
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
 		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
 		return &task{
-			model: models.NewCNN(rng),
-			batch: func(step uint64) models.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
-			val:   func(i int) models.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
-			units: c.BatchSize, unit: "images",
+			newModel: func() models.Model { return models.NewCNN(rng()) },
+			batch:    func(step uint64) models.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
+			val:      func(i int) models.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
+			units:    c.BatchSize, unit: "images",
 		}, nil
 	case "hybrid":
 		h := models.DefaultHybrid
@@ -51,10 +57,10 @@ func newTask(c Config) (*task, error) {
 		valCfg := cfg
 		valCfg.Seed++
 		return &task{
-			model: models.NewHybrid(rng, h),
-			batch: func(step uint64) models.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
-			val:   func(i int) models.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
-			units: c.BatchSize, unit: "images",
+			newModel: func() models.Model { return models.NewHybrid(rng(), h) },
+			batch:    func(step uint64) models.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
+			val:      func(i int) models.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
+			units:    c.BatchSize, unit: "images",
 		}, nil
 	}
 	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, cnn, hybrid do; mlp is for weft parity)", c.Model)

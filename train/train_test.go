@@ -2,19 +2,16 @@ package train
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/tensor"
 )
-
-// quiet ignores progress.
-type quiet struct{}
-
-func (quiet) Plan(*fabric.Plan, int) {}
-func (quiet) Step(Metrics, int)      {}
 
 func tinyConfig(t *testing.T, precision string) Config {
 	c := Defaults()
@@ -172,5 +169,59 @@ func TestNonFiniteLossStops(t *testing.T) {
 	c.OnNaN, c.Out = "skip", t.TempDir()
 	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
 		t.Fatalf("on_nan skip: %v", err)
+	}
+}
+
+// TestShardedResume: FSDP on 2 ranks resumes exactly from its own sharded
+// checkpoint, and the same checkpoint loads onto 4 ranks of ZeRO-1 and
+// onto one device, continuing close to the straight run.
+func TestShardedResume(t *testing.T) {
+	straight := tinyConfig(t, "32-true")
+	straight.Strategy, straight.Devices = "fsdp", 2
+	if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	want := losses(t, straight.Out)
+	for _, to := range []struct {
+		strategy string
+		devices  int
+		exact    bool
+	}{{"fsdp", 2, true}, {"zero1", 4, false}, {"single", 1, false}} {
+		c := tinyConfig(t, "32-true")
+		c.Strategy, c.Devices, c.Steps = "fsdp", 2, 10
+		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		c.Strategy, c.Devices, c.Steps = to.strategy, to.devices, 20
+		if _, err := Run(context.Background(), c, true, quiet{}); err != nil {
+			t.Fatalf("resume on %d ranks of %s: %v", to.devices, to.strategy, err)
+		}
+		got := losses(t, c.Out)
+		for i := range want {
+			if d := math.Abs(got[i] - want[i]); (to.exact && d != 0) || d > 1e-4*want[i] {
+				t.Fatalf("%s×%d: step %d loss %v, straight %v", to.strategy, to.devices, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+func TestConsolidate(t *testing.T) {
+	c := tinyConfig(t, "32-true")
+	c.Strategy, c.Devices, c.Steps = "zero2", 2, 4
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "whole.safetensors")
+	if err := Consolidate(c.Out, out); err != nil {
+		t.Fatal(err)
+	}
+	f, err := checkpoint.ReadSafetensors(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, ok1 := f.Tensor("model.blocks.0.fc.weight")
+	m, ok2 := f.Tensor("optim.blocks.0.fc.weight.exp_avg_sq")
+	if !ok1 || !ok2 || !tensor.EqualShape(w.Shape, m.Shape) {
+		t.Fatalf("consolidated file lacks whole moments: %v %v", w.Shape, m.Shape)
 	}
 }

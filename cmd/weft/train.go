@@ -64,8 +64,9 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec, e.g. bf16-mixed, 16-mixed, bf16-true, bf16-mixed+fp8")
 	fs.StringArrayVar(&rules, "precision-for", nil, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed'")
 	fs.StringVar(&c.LossScale, "loss-scale", c.LossScale, "auto or none")
-	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy (single)")
-	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks")
+	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: single, ddp, zero1, zero2 or fsdp")
+	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
+	fs.StringVar(&c.Comm, "comm", c.Comm, "local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
 	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
@@ -84,6 +85,7 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"model": func() { c.Model = flagged.Model }, "precision": func() { c.Precision = flagged.Precision },
 		"loss-scale": func() { c.LossScale = flagged.LossScale }, "strategy": func() { c.Strategy = flagged.Strategy },
 		"devices": func() { c.Devices = flagged.Devices }, "steps": func() { c.Steps = flagged.Steps },
+		"comm":       func() { c.Comm = flagged.Comm },
 		"batch-size": func() { c.BatchSize = flagged.BatchSize }, "lr": func() { c.LR = flagged.LR },
 		"eval-every": func() { c.EvalEvery = flagged.EvalEvery }, "save-every": func() { c.SaveEvery = flagged.SaveEvery },
 		"out": func() { c.Out = flagged.Out }, "seed": func() { c.Seed = flagged.Seed },

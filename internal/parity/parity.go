@@ -191,7 +191,7 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 		if err != nil {
 			return nil, err
 		}
-		batch, err := shareOf(global, c.Rank(), c.Size())
+		batch, err := global.Share(c.Rank(), c.Size())
 		if err != nil {
 			return nil, err
 		}
@@ -246,30 +246,6 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 	return res, nil
 }
 
-// shareOf returns rank r's contiguous 1/n of a batch's rows (sequences for gpt).
-func shareOf(b models.Batch, r, n int) (models.Batch, error) {
-	rows := len(b.Targets)
-	if b.Shape != nil {
-		rows = b.Shape[0]
-	}
-	if rows%n != 0 {
-		return models.Batch{}, fmt.Errorf("a batch of %d rows does not split evenly over %d ranks", rows, n)
-	}
-	per := rows / n
-	out := models.Batch{}
-	if b.X != nil {
-		out.X = tensor.SliceRows(b.X, r*per, per)
-	}
-	if b.Shape != nil {
-		t := b.Shape[1]
-		out.Shape = []int{per, t}
-		out.Tokens = b.Tokens[r*per*t : (r+1)*per*t]
-		out.Targets = b.Targets[r*per*t : (r+1)*per*t]
-		return out, nil
-	}
-	out.Targets = b.Targets[r*per : (r+1)*per]
-	return out, nil
-}
 
 // globalLoss is the loss one device would report: every rank's logits
 // gathered in rank order (the batch's row order) and reduced as one batch.
