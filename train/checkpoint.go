@@ -269,7 +269,7 @@ func momentReader(dir string, m *Manifest, state *checkpoint.File, get func(stri
 func ReadManifest(dir string) (*Manifest, string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, latestFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("no checkpoint to resume from in %s", dir)
+		return nil, "", fmt.Errorf("no checkpoint in %s", dir)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("checkpoint: %w", err)

@@ -5,8 +5,10 @@ package train
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -75,11 +77,17 @@ func LoadConfig(path string, c *Config) error {
 	return nil
 }
 
-// ParseConfig overlays YAML b on c; unknown keys are errors.
+// ParseConfig overlays YAML b on c; unknown keys are errors, all of them
+// on one line.
 func ParseConfig(b []byte, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	return dec.Decode(c)
+	err := dec.Decode(c)
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return errors.New(strings.Join(te.Errors, "; "))
+	}
+	return err
 }
 
 // validate reports the first setting that cannot run.
