@@ -129,10 +129,10 @@ func (r *Rank) SyncGrads(ctx context.Context) error {
 			return fmt.Errorf("strategy %s: all-reduce %s: %w", r.Info.Name, r.params[i].Path, err)
 		}
 		padded.ScaleInPlace(inv)
-		if s.local != nil {
-			s.local.Grad = slice(padded, r.comm.Rank()*s.chunk, s.chunk)
+		if s.local != nil { // ZeRO-1: the chunk's gradient is a view of the full one
+			s.local.Grad = padded.Flat(r.comm.Rank()*s.chunk, s.chunk)
 		}
-		s.full.Grad = slice(padded, 0, s.n).Reshape(s.shape...)
+		s.full.Grad = padded.Flat(0, s.n).Reshape(s.shape...)
 	}
 	return nil
 }
@@ -192,20 +192,14 @@ func (r *Rank) Bytes() (params, grads int64) {
 		case s.local != nil:
 			params += int64(s.local.Value.Bytes())
 		}
-		for _, g := range []*tensor.Tensor{s.full.Grad, gradOf(s.local)} {
-			if g != nil {
-				grads += int64(g.Bytes())
-			}
+		switch {
+		case s.full.Grad != nil: // a chunk's gradient, if any, is a view of it
+			grads += int64(s.full.Grad.Bytes())
+		case s.local != nil && s.local.Grad != nil:
+			grads += int64(s.local.Grad.Bytes())
 		}
 	}
 	return params, grads
-}
-
-func gradOf(v *autograd.Var) *tensor.Tensor {
-	if v == nil {
-		return nil
-	}
-	return v.Grad
 }
 
 // slice returns a 1-D copy of n elements of t's flat storage from start,

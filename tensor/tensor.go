@@ -156,6 +156,13 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 	return out
 }
 
+// Flat returns a 1-D view of n elements of t's storage from start: writes
+// through either are seen by both.
+func (t *Tensor) Flat(start, n int) *Tensor {
+	size := elemSize(t)
+	return &Tensor{shape: []int{n}, dtype: t.dtype, data: t.data[start*size : (start+n)*size]}
+}
+
 // SliceRows returns a copy of rows [start, start+n) along the first axis.
 func SliceRows(x *Tensor, start, n int) *Tensor {
 	size := x.dtype.StorageBytes(x.Len() / x.shape[0])

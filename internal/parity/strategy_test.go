@@ -6,6 +6,7 @@ import (
 
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
 )
 
 // TestParityStrategies: every strategy on 2 and 4 in-process ranks, the
@@ -47,8 +48,37 @@ func TestParityStrategies(t *testing.T) {
 					if len(res.Ranks) != n {
 						t.Fatalf("%d rank reports", len(res.Ranks))
 					}
+					checkAccounting(t, res, st, n)
 				})
 			}
+		}
+	}
+}
+
+// checkAccounting: what each rank holds is the ZeRO formula: a sharded
+// tensor of n elements costs ceil(n/N) elements per rank, a replicated one
+// n; AdamW state is two tensors per parameter.
+func checkAccounting(t *testing.T, res *Result, st string, n int) {
+	t.Helper()
+	info, _ := strategy.Lookup(st)
+	var params, grads, optim int64
+	for _, p := range res.Params {
+		full := int64(p.Var.Value.Bytes())
+		per := int64(strategy.PerRank(int64(p.Var.Value.Len()), true, n)) * full / int64(p.Var.Value.Len())
+		pick := func(sharded bool) int64 {
+			if sharded {
+				return per
+			}
+			return full
+		}
+		params += pick(info.Sharding.Parameters)
+		grads += pick(info.Sharding.Gradients)
+		optim += 2 * pick(info.Sharding.OptimizerState)
+	}
+	for _, r := range res.Ranks {
+		if r.ParamBytes != params || r.GradBytes != grads || r.OptimizerBytes != optim {
+			t.Errorf("rank %d holds params %d, grads %d, optimizer %d bytes; the %s formula gives %d, %d, %d",
+				r.Rank, r.ParamBytes, r.GradBytes, r.OptimizerBytes, st, params, grads, optim)
 		}
 	}
 }
