@@ -246,7 +246,6 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 	return res, nil
 }
 
-
 // globalLoss is the loss one device would report: every rank's logits
 // gathered in rank order (the batch's row order) and reduced as one batch.
 func globalLoss(c comm.Communicator, logits, local *tensor.Tensor, targets []int) (float64, error) {
