@@ -5,8 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestParityUnderMpirun runs `weft parity --comm mpi` as two Open MPI
@@ -64,4 +67,72 @@ func sameLosses(t *testing.T, mpiOut, localOut string) {
 			t.Fatalf("step %d: mpi %v, local %v", i, m[i], l[i])
 		}
 	}
+}
+
+// TestKilledRankUnderMpirun kills rank 1 of a two-process training run:
+// the job must end non-zero within 30 s, naming the lost rank.
+func TestKilledRankUnderMpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil || testing.Short() {
+		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
+	}
+	bin := filepath.Join(t.TempDir(), "weft")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	args := []string{"--oversubscribe", "-np", "2"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--allow-run-as-root")
+	}
+	args = append(args, bin, "train", "--strategy", "ddp", "--devices", "2", "--comm", "mpi", "--steps", "100000", "--out", t.TempDir())
+	cmd := exec.Command(mpirun, args...)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	victim := waitForRank(t, bin, "1", 60*time.Second)
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the job exited 0 after rank 1 was killed:\n%s", out.String())
+		}
+		if !strings.Contains(out.String(), "rank 1") {
+			t.Errorf("no message names rank 1:\n%s", out.String())
+		}
+		t.Logf("ended %v after the kill: %v", time.Since(killed).Round(time.Millisecond), err)
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("still running 30 s after rank 1 was killed:\n%s", out.String())
+	}
+}
+
+// waitForRank returns the pid of the process running bin as Open MPI rank
+// rank, once it has started training (its loss shows in the output soon).
+func waitForRank(t *testing.T, bin, rank string, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			exe, err := os.Readlink(filepath.Join(p, "exe"))
+			if err != nil || exe != bin {
+				continue
+			}
+			env, _ := os.ReadFile(filepath.Join(p, "environ"))
+			if strings.Contains("\x00"+string(env), "\x00OMPI_COMM_WORLD_RANK="+rank+"\x00") {
+				time.Sleep(3 * time.Second) // let it get into training
+				pid, _ := strconv.Atoi(filepath.Base(p))
+				return pid
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("rank %s of %s never started", rank, bin)
+	return 0
 }
