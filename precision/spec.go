@@ -6,6 +6,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/precision/fp8"
+	"github.com/weftml/weft/precision/quant"
 )
 
 // Options configure the plugins a spec string builds.
@@ -48,6 +49,13 @@ var specs = []struct {
 	{"bf16-fp8", func(Options) Plugin { // bf16-mixed+fp8
 		return &composite{members: []Plugin{&Mixed{DType: dtype.BF16}, fp8.NewDelayed()}}
 	}},
+	// bitsandbytes' modes, as Lightning's BitsandbytesPrecision names them.
+	{"nf4", func(Options) Plugin { return quant.NewFourBit(quant.NF4, false) }},
+	{"nf4-dq", func(Options) Plugin { return quant.NewFourBit(quant.NF4, true) }},
+	{"fp4", func(Options) Plugin { return quant.NewFourBit(quant.FP4, false) }},
+	{"fp4-dq", func(Options) Plugin { return quant.NewFourBit(quant.FP4, true) }},
+	{"int8", func(Options) Plugin { return quant.NewInt8(false) }},
+	{"int8-training", func(Options) Plugin { return quant.NewInt8(true) }},
 }
 
 // aliases are Lightning's historical spellings; those with a notice warn.

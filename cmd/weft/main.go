@@ -25,7 +25,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), parityCmd(), planCmd(), sampleCmd(), inspectCmd(), benchCmd(), compareCmd(), consolidateCmd())
+	root.AddCommand(trainCmd(), parityCmd(), planCmd(), sampleCmd(), inspectCmd(), benchCmd(), compareCmd(), quantizeCmd(), consolidateCmd())
 	return root
 }
 

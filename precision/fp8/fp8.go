@@ -165,14 +165,14 @@ func eligible(m nn.Module, format Format, filter Filter, owner any) (*nn.Linear,
 	if !ok {
 		return nil, nil
 	}
-	if w := l.Weight.Value; len(w.Shape()) != 2 || !filter.admits(w.Dim(1), w.Dim(0)) {
-		return nil, nil
-	}
 	if g, ok := l.GEMM.(*linear); ok && g.owner == owner {
 		return nil, nil
 	}
-	if l.GEMM != nil {
+	if l.GEMM != nil || l.Weight == nil {
 		return nil, fmt.Errorf("fp8: the Linear's arithmetic is already replaced by %T", l.GEMM)
+	}
+	if w := l.Weight.Value; len(w.Shape()) != 2 || !filter.admits(w.Dim(1), w.Dim(0)) {
+		return nil, nil
 	}
 	return l, nil
 }

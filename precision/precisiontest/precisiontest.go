@@ -36,7 +36,9 @@ import (
 //     exit function restores the previous Caster, also when the code inside
 //     the scope panics, and nested scopes unwind in order;
 //   - precision.ConvertModule keeps every parameter's *autograd.Var (same
-//     pointers under the same paths, still trainable, same shapes), leaves
+//     pointers under the same paths, still trainable, same shapes) but
+//     those it freezes (which leave the model holding no floating value and
+//     no gradient, as quantized weights do), leaves
 //     every parameter in the StorageOwner's dtype when there is one, and
 //     changes nothing at all when no member is a ModuleConverter or a
 //     StorageOwner;
@@ -276,28 +278,37 @@ func newModel() *models.MLP {
 }
 
 // sameStructure checks that m still has the parameters of before, same
-// Var pointers under the same paths.
-func sameStructure(t *testing.T, name string, before snapshot, m nn.Module) {
+// Var pointers under the same paths, and returns, for each parameter m has
+// now, its index in before. With freezing set, a parameter may have left
+// the model if its Var was frozen: no floating value and no gradient any
+// more, as the weights a quantizing plugin (nf4, int8) takes over.
+func sameStructure(t *testing.T, name string, before snapshot, m nn.Module, freezing bool) (kept []int) {
 	t.Helper()
 	after := take(m)
-	if len(after.paths) != len(before.paths) {
-		t.Fatalf("%s: the model has %d parameters after conversion, %d before", name, len(after.paths), len(before.paths))
-	}
 	for i := range before.paths {
-		if after.paths[i] != before.paths[i] {
-			t.Errorf("%s: parameter %d is at %q after conversion, %q before", name, i, after.paths[i], before.paths[i])
+		if len(kept) < len(after.paths) && after.paths[len(kept)] == before.paths[i] {
+			if after.vars[len(kept)] != before.vars[i] {
+				t.Errorf("%s: parameter %s is a new *autograd.Var after conversion; an optimizer set up before would no longer update it", name, before.paths[i])
+			}
+			kept = append(kept, i)
+			continue
 		}
-		if after.vars[i] != before.vars[i] {
-			t.Errorf("%s: parameter %s is a new *autograd.Var after conversion; an optimizer set up before would no longer update it", name, before.paths[i])
+		v := before.vars[i]
+		if !freezing || v.Value.DType().IsFloat() || v.Grad != nil {
+			t.Errorf("%s: parameter %s left the model in conversion but still holds a floating value or a gradient (not frozen)", name, before.paths[i])
 		}
 	}
+	if len(kept) != len(after.paths) {
+		t.Errorf("%s: the model has parameters %q after conversion, %q before", name, after.paths, before.paths)
+	}
+	return kept
 }
 
 // unchanged checks that nothing about m's parameters changed: Vars,
 // tensors, bytes, dtypes and gradients.
 func unchanged(t *testing.T, name, what string, before snapshot, m nn.Module) {
 	t.Helper()
-	sameStructure(t, name, before, m)
+	sameStructure(t, name, before, m, false)
 	after := take(m)
 	for i := range min(len(before.paths), len(after.paths)) {
 		path := before.paths[i]
@@ -327,8 +338,11 @@ func testConvertModule(t *testing.T, newPlugin func() precision.Plugin) {
 		unchanged(t, p.Name(), "ConvertModule without a ModuleConverter or StorageOwner role", before, m)
 		return
 	}
-	sameStructure(t, p.Name(), before, m)
+	kept := sameStructure(t, p.Name(), before, m, true)
 	for i, np := range nn.Parameters(m) {
+		if i >= len(kept) {
+			break
+		}
 		v := np.Var
 		if v.Value == nil {
 			t.Errorf("%s: conversion left %s without a value", p.Name(), np.Path)
@@ -337,8 +351,8 @@ func testConvertModule(t *testing.T, newPlugin func() precision.Plugin) {
 		if !v.RequiresGrad() {
 			t.Errorf("%s: conversion made %s a constant", p.Name(), np.Path)
 		}
-		if !v.Value.SameShape(before.values[i]) {
-			t.Errorf("%s: conversion changed the shape of %s from %v to %v", p.Name(), np.Path, before.values[i].Shape(), v.Value.Shape())
+		if was := before.values[kept[i]]; !v.Value.SameShape(was) {
+			t.Errorf("%s: conversion changed the shape of %s from %v to %v", p.Name(), np.Path, was.Shape(), v.Value.Shape())
 		}
 		if dt := v.Value.DType(); stores && dt != storage {
 			t.Errorf("%s: after conversion %s is %s, want the storage dtype %s", p.Name(), np.Path, dt, storage)
@@ -350,7 +364,7 @@ func testConvertModule(t *testing.T, newPlugin func() precision.Plugin) {
 	if err := precision.ConvertModule(p, m); err != nil {
 		t.Fatalf("%s: second ConvertModule: %v", p.Name(), err)
 	}
-	sameStructure(t, p.Name(), before, m)
+	sameStructure(t, p.Name(), before, m, true)
 }
 
 // converts reports whether a member of p replaces layers.

@@ -1,0 +1,228 @@
+package quant
+
+import (
+	"math"
+	"slices"
+	"sort"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/tensor"
+)
+
+// DefaultBlockSize is the number of elements that share one absmax
+// constant in a 4-bit tensor: bitsandbytes' default for weights.
+const DefaultBlockSize = 64
+
+// NestedBlockSize is the number of absmax constants that share one float32
+// scale under double quantization; bitsandbytes fixes it at 256.
+const NestedBlockSize = 256
+
+// Blockwise is a tensor quantized to 4-bit codes, as bitsandbytes'
+// quantize_4bit does: its elements, in row-major order, are cut into blocks
+// of BlockSize; each block is scaled by the reciprocal of its absmax (its
+// largest |x|) and each element replaced by the nearest code of Codebook.
+// Element i decodes to Codebook.Value(code i)·absmax(i/BlockSize).
+type Blockwise struct {
+	Codebook  *Codebook
+	BlockSize int
+	// Codes holds two codes a byte, element 2i in the high nibble of byte
+	// i as bitsandbytes packs them: raw bytes in an int8 tensor of
+	// ceil(n/2) elements.
+	Codes *tensor.Tensor
+	// Absmax holds each block's absmax; nil when Nested holds them.
+	Absmax []float32
+	// Nested holds the absmax constants quantized to 8 bits (double
+	// quantization, the "-dq" modes); nil without.
+	Nested *Nested
+	shape  []int
+}
+
+// Nested is bitsandbytes' double quantization of the absmax constants of
+// a Blockwise tensor (quantize_4bit with compress_statistics): their mean
+// Offset is subtracted, and the rest is quantized blockwise, NestedBlockSize
+// at a time, to the nearest value of bitsandbytes' signed dynamic 8-bit map
+// (create_dynamic_map, 256 values in [-0.993, 1]). Block b's absmax decodes
+// to map[Codes[b]]·Absmax[b/NestedBlockSize] + Offset, in float32.
+type Nested struct {
+	Codes  []uint8   // one per block of the 4-bit tensor
+	Absmax []float32 // one per NestedBlockSize codes
+	Offset float32
+}
+
+// Quantize4 quantizes t to 4-bit codes of cb in blocks of blockSize
+// elements, and their absmax constants to 8 bits when double is set. It
+// panics unless blockSize is positive.
+func Quantize4(cb *Codebook, t *tensor.Tensor, blockSize int, double bool) *Blockwise {
+	vals := t.Float32s()
+	absmax := blockAbsmax(vals, blockSize)
+	codes := tensor.New(dtype.I8, (len(vals)+1)/2)
+	packed := codes.Data()
+	for i, v := range vals {
+		// As bitsandbytes' kernels, multiply by the block's reciprocal
+		// absmax: a zero block gives NaN, code 0, which decodes to 0.
+		c := cb.Encode(v * (1 / absmax[i/blockSize]))
+		if i%2 == 0 {
+			packed[i/2] = c << 4
+		} else {
+			packed[i/2] |= c
+		}
+	}
+	q := &Blockwise{Codebook: cb, BlockSize: blockSize, Codes: codes, shape: slices.Clone(t.Shape())}
+	if double {
+		q.Nested = nest(absmax)
+	} else {
+		q.Absmax = absmax
+	}
+	return q
+}
+
+// blockAbsmax returns the largest |v| of each block of size elements of
+// vals (NaN for a block holding one, as torch.amax gives).
+func blockAbsmax(vals []float32, size int) []float32 {
+	if size < 1 {
+		panic("quant: block size must be positive")
+	}
+	out := make([]float32, (len(vals)+size-1)/size)
+	for i, v := range vals {
+		out[i/size] = max(out[i/size], abs(v))
+	}
+	return out
+}
+
+func abs(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ (1 << 31)) }
+
+// nest double-quantizes absmax. The offset is the mean in float64,
+// rounded to float32 (bitsandbytes takes torch.mean in float32).
+func nest(absmax []float32) *Nested {
+	var sum float64
+	for _, a := range absmax {
+		sum += float64(a)
+	}
+	offset := float32(sum / float64(len(absmax)))
+	centred := make([]float32, len(absmax))
+	for i, a := range absmax {
+		centred[i] = a - offset
+	}
+	scales := blockAbsmax(centred, NestedBlockSize)
+	codes := make([]uint8, len(centred))
+	for i, v := range centred {
+		codes[i] = nearestDynamic(v * (1 / scales[i/NestedBlockSize]))
+	}
+	return &Nested{Codes: codes, Absmax: scales, Offset: offset}
+}
+
+// absmax decodes the absmax constants.
+func (n *Nested) absmax() []float32 {
+	out := make([]float32, len(n.Codes))
+	for i, c := range n.Codes {
+		out[i] = dynamicMap[c]*n.Absmax[i/NestedBlockSize] + n.Offset
+	}
+	return out
+}
+
+// Absmaxes returns the absmax constant of every block, decoded when
+// they are double-quantized.
+func (q *Blockwise) Absmaxes() []float32 {
+	if q.Nested != nil {
+		return q.Nested.absmax()
+	}
+	return q.Absmax
+}
+
+// Dequantize returns the tensor q stands for in dt: each code's value
+// times its block's absmax in float32, rounded once to dt, as
+// bitsandbytes' dequantize kernel does.
+func (q *Blockwise) Dequantize(dt dtype.DType) *tensor.Tensor {
+	absmax := q.Absmaxes()
+	packed := q.Codes.Data()
+	vals := make([]float32, numel(q.shape))
+	for i := range vals {
+		c := packed[i/2] >> 4
+		if i%2 == 1 {
+			c = packed[i/2] & 0xf
+		}
+		vals[i] = q.Codebook.Value(c) * absmax[i/q.BlockSize]
+	}
+	return tensor.FromFloat32(vals, q.shape...).To(dt)
+}
+
+// Bytes returns the memory q holds: the packed codes and the absmax
+// constants, with their 8-bit codes, scales and offset when nested.
+func (q *Blockwise) Bytes() int {
+	n := q.Codes.Bytes() + 4*len(q.Absmax)
+	if q.Nested != nil {
+		n += len(q.Nested.Codes) + 4*len(q.Nested.Absmax) + 4
+	}
+	return n
+}
+
+// Shape returns the shape of the tensor q stands for.
+func (q *Blockwise) Shape() []int { return q.shape }
+
+// numel returns the element count of shape, -1 if a dimension is negative.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+// dynamicMap is bitsandbytes' signed dynamic 8-bit data type
+// (create_dynamic_map(signed=True) in bitsandbytes/functional.py, after
+// Dettmers 2015): for each exponent e in 0..6, the 2^e midpoints of
+// torch.linspace(0.1, 1, 2^e+1) times 10^(e-6), with both signs, then 0
+// and 1, sorted. The values follow torch's float32 arithmetic bit for bit
+// (the tests hold a dump of the table bitsandbytes builds): linspace's CPU
+// kernel, whose start + step·i the compiler contracts to a fused
+// multiply-add, then the midpoints in float32, then the product with the
+// power of ten rounded to float32.
+var dynamicMap = func() (m [256]float32) {
+	vals := []float32{0, 1}
+	for e := range 7 {
+		points := linspace(0.1, 1, 1<<e+1)
+		scale := float32(math.Pow10(e - 6))
+		for i := range len(points) - 1 {
+			v := scale * ((points[i] + points[i+1]) / 2)
+			vals = append(vals, v, -v)
+		}
+	}
+	slices.Sort(vals)
+	copy(m[:], vals)
+	return m
+}()
+
+// linspace is torch.linspace(start, end, n) in float32 on the CPU: start +
+// step·i up to half way, end - step·(n-1-i) after, each a fused
+// multiply-add. Done in float64, which holds these sums exactly for n ≤ 2^7,
+// the float32 rounding is the only one.
+func linspace(start, end float32, n int) []float32 {
+	step := (end - start) / float32(n-1)
+	out := make([]float32, n)
+	for i := range out {
+		if i < n/2 {
+			out[i] = float32(math.FMA(float64(step), float64(i), float64(start)))
+		} else {
+			out[i] = float32(math.FMA(-float64(step), float64(n-1-i), float64(end)))
+		}
+	}
+	return out
+}
+
+// nearestDynamic returns the index of the dynamicMap value nearest x
+// clamped to [-1, 1], the lower index on a tie and 0 for NaN, as the
+// argmin of bitsandbytes' reference quantize_blockwise does.
+func nearestDynamic(x float32) uint8 {
+	if x != x {
+		return 0
+	}
+	x = min(max(x, -1), 1)
+	i := sort.Search(len(dynamicMap), func(i int) bool { return dynamicMap[i] >= x })
+	if i == 0 || i < len(dynamicMap) && x-dynamicMap[i-1] > dynamicMap[i]-x {
+		return uint8(i)
+	}
+	return uint8(i - 1)
+}

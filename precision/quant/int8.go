@@ -1,0 +1,180 @@
+package quant
+
+import (
+	"math"
+	"slices"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/tensor"
+)
+
+// DefaultThreshold is LLM.int8()'s outlier threshold: input features with
+// any |x| at or above it are computed in the compute dtype, not in int8.
+const DefaultThreshold = 6
+
+// RowWise is a matrix quantized to int8 one row at a time, LLM.int8()'s
+// vector-wise quantization (Dettmers et al. 2022): element (i, j) is
+// stored as round(x·(127/Absmax[i])) and decodes to
+// Codes[i,j]·Absmax[i]·(1/127).
+type RowWise struct {
+	Codes  *tensor.Tensor // int8 [rows, cols]
+	Absmax []float32      // [rows]
+}
+
+// QuantizeRows quantizes the rows of the matrix t to int8, rounding to
+// nearest even, as bitsandbytes' int8_vectorwise_quant does. With
+// threshold > 0, an element with |x| ≥ threshold is an outlier: it is left
+// out of its row's absmax, and every column holding one is zeroed in Codes
+// and listed in outliers, in order, for the caller to compute in higher
+// precision (the mixed-precision decomposition). A row of zeros gets
+// absmax 0 and codes 0.
+func QuantizeRows(t *tensor.Tensor, threshold float32) (q *RowWise, outliers []int) {
+	rows, cols := t.Dim(0), t.Dim(1)
+	vals := t.Float32s()
+	outlier := make([]bool, cols)
+	absmax := make([]float32, rows)
+	for i, v := range vals {
+		if a := abs(v); threshold > 0 && a >= threshold {
+			outlier[i%cols] = true
+		} else {
+			absmax[i/cols] = max(absmax[i/cols], a)
+		}
+	}
+	codes := tensor.New(dtype.I8, rows, cols)
+	data := codes.Data()
+	for r, m := range absmax {
+		if m == 0 {
+			continue
+		}
+		scale := 127 / m
+		for c, v := range vals[r*cols : (r+1)*cols] {
+			if !outlier[c] {
+				data[r*cols+c] = byte(int8(math.RoundToEven(float64(v * scale))))
+			}
+		}
+	}
+	for c, o := range outlier {
+		if o {
+			outliers = append(outliers, c)
+		}
+	}
+	return &RowWise{Codes: codes, Absmax: absmax}, outliers
+}
+
+// inv127 is float32(1/127), bitsandbytes' int8 dequantization factor.
+const inv127 float32 = 1.0 / 127
+
+// mmDequant is MM_DEQUANT_CONST of bitsandbytes' CUDA kernels, 1/127²
+// to 7 digits. (Its Python fallback for other devices multiplies by
+// 6.200124e-05 instead, 1.8e-5 too large.)
+const mmDequant float32 = 6.200012e-05
+
+// Dequantize returns the matrix q stands for in dt:
+// (code·absmax)·(1/127) in float32, rounded once to dt.
+func (q *RowWise) Dequantize(dt dtype.DType) *tensor.Tensor {
+	cols := q.Codes.Dim(1)
+	vals := q.Codes.Float32s()
+	for i := range vals {
+		vals[i] = vals[i] * q.Absmax[i/cols] * inv127
+	}
+	return tensor.FromFloat32(vals, q.Codes.Shape()...).To(dt)
+}
+
+// Bytes returns the memory q holds: one byte an element and a float32 a row.
+func (q *RowWise) Bytes() int { return q.Codes.Bytes() + 4*len(q.Absmax) }
+
+// Shape returns the shape of the matrix q stands for.
+func (q *RowWise) Shape() []int { return q.Codes.Shape() }
+
+// matmulInt8 returns a·bᵀ for int8 matrices a [m, k] and b [n, k],
+// dequantized as bitsandbytes' int8_mm_dequant does: the exact integer
+// dot product (an int8 tensor core's int32 sum) in float32, times
+// a.Absmax[i]·b.Absmax[j], times 1/127². The sums are formed in float64,
+// where every partial sum of int8 products is an exact integer.
+func matmulInt8(a, b *RowWise) []float32 {
+	sums := tensor.MatMul(a.Codes.To(dtype.F64), b.Codes.To(dtype.F64), false, true).Float64s()
+	n := len(b.Absmax)
+	out := make([]float32, len(sums))
+	for i, s := range sums {
+		out[i] = float32(s) * (a.Absmax[i/n] * b.Absmax[i%n]) * mmDequant
+	}
+	return out
+}
+
+// mixedLinear returns x·wᵀ + bias in x's dtype the LLM.int8() way
+// (bitsandbytes' int8_mixed_scaled_mm): x [m, in] is quantized row-wise
+// with the outlier threshold and multiplied by w in int8, the bias added
+// and the result rounded to x's dtype; then the outlier columns of x,
+// in x's dtype, times the same columns of w dequantized, are added as one
+// addmm (accumulated in float32 with the int8 result, rounded once). It
+// also returns the outlier columns.
+func mixedLinear(x *tensor.Tensor, w *RowWise, bias *tensor.Tensor, threshold float32) (*tensor.Tensor, []int) {
+	dt := x.DType()
+	qx, outliers := QuantizeRows(x, threshold)
+	y := matmulInt8(qx, w)
+	if bias != nil {
+		b := bias.Float32s()
+		for i := range y {
+			y[i] += b[i%len(b)]
+		}
+	}
+	out := tensor.FromFloat32(y, x.Dim(0), len(w.Absmax)).To(dt)
+	if len(outliers) == 0 {
+		return out, nil
+	}
+	wide := tensor.Promote(dt, dtype.F32)
+	sub := tensor.MatMul(columns(x, outliers).To(wide), columns(w.Dequantize(dt), outliers).To(wide), false, true)
+	return tensor.Add(out.To(wide), sub).To(dt), outliers
+}
+
+// weightGradInt8 returns dyᵀ·x, the weight gradient of int8 training
+// (bitsandbytes' MatMul8bitLt with trainable weights): dy and x, with the
+// outlier columns of x zeroed, are quantized column by column (per output
+// and per input feature, over the batch) and multiplied in int8; the
+// outlier columns of x are multiplied in their dtype and added, in float32.
+func weightGradInt8(dy, x *tensor.Tensor, outliers []int) *tensor.Tensor {
+	qdy, _ := QuantizeRows(tensor.Permute(dy, 1, 0), 0)
+	qx, _ := QuantizeRows(tensor.Permute(zeroColumns(x, outliers), 1, 0), 0)
+	out, in := dy.Dim(1), x.Dim(1)
+	dw := tensor.FromFloat32(matmulInt8(qdy, qx), out, in)
+	if len(outliers) == 0 {
+		return dw
+	}
+	wide := tensor.Promote(x.DType(), dtype.F32)
+	sub := tensor.MatMul(dy.To(wide), columns(x, outliers).To(wide), true, false).Float64s() // (out, len(outliers))
+	vals := dw.Float64s()
+	for o := range out {
+		for k, c := range outliers {
+			vals[o*in+c] += sub[o*len(outliers)+k]
+		}
+	}
+	return tensor.FromFloat64(vals, out, in).To(wide)
+}
+
+// columns returns the listed columns of the matrix t, in t's dtype.
+func columns(t *tensor.Tensor, cols []int) *tensor.Tensor {
+	rows, n := t.Dim(0), t.Dim(1)
+	vals := t.Float64s()
+	out := make([]float64, 0, rows*len(cols))
+	for r := range rows {
+		for _, c := range cols {
+			out = append(out, vals[r*n+c])
+		}
+	}
+	return tensor.FromFloat64(out, rows, len(cols)).To(t.DType())
+}
+
+// zeroColumns returns a copy of the matrix t with the listed columns zeroed.
+func zeroColumns(t *tensor.Tensor, cols []int) *tensor.Tensor {
+	if len(cols) == 0 {
+		return t
+	}
+	n := t.Dim(1)
+	vals := t.Float64s()
+	for i := range vals {
+		if _, ok := slices.BinarySearch(cols, i%n); ok {
+			vals[i] = 0
+		}
+	}
+	return tensor.FromFloat64(vals, t.Shape()...).To(t.DType())
+}
