@@ -43,7 +43,7 @@ func conv2d[T float](xs, ws []T, g ConvGeom) []T {
 	ckk, hw := g.C*g.KH*g.KW, g.OutH*g.OutW
 	cols, ys := make([]T, ckk*hw), make([]T, g.N*g.Cout*hw)
 	for n := range g.N {
-		im2col(cols, xs[n*g.C*g.H*g.W:], g)
+		im2col(cols, xs[n*g.C*g.H*g.W:], g, false)
 		gemmT(false, false, g.Cout, hw, ckk, ws, ckk, cols, hw, 0, ys[n*g.Cout*hw:], hw)
 	}
 	return ys
@@ -71,51 +71,45 @@ func conv2dBackward[T float](xs, ws, gs []T, g ConvGeom) (dx, dw []T) {
 	dx, dw = make([]T, g.N*g.C*g.H*g.W), make([]T, g.Cout*ckk)
 	for n := range g.N {
 		gy := gs[n*g.Cout*hw:]
-		im2col(cols, xs[n*g.C*g.H*g.W:], g)
+		im2col(cols, xs[n*g.C*g.H*g.W:], g, false)
 		gemmT(false, true, g.Cout, ckk, hw, gy, hw, cols, hw, 1, dw, ckk) // dW += dy·colsᵀ
 		gemmT(true, false, ckk, hw, g.Cout, ws, ckk, gy, hw, 0, cols, hw) // dcols = Wᵀ·dy
-		col2im(dx[n*g.C*g.H*g.W:], cols, g)
+		im2col(cols, dx[n*g.C*g.H*g.W:], g, true)
 	}
 	return dx, dw
 }
 
-// im2col lays out one image's receptive fields as cols [C·KH·KW, OH·OW].
-func im2col[T float](cols, img []T, g ConvGeom) {
-	g.fields(func(i, p int) {
-		if p < 0 {
-			cols[i] = 0
-		} else {
-			cols[i] = img[p]
-		}
-	})
-}
-
-// col2im is im2col's adjoint: it adds every column entry back to its pixel.
-func col2im[T float](img, cols []T, g ConvGeom) {
-	g.fields(func(i, p int) {
-		if p >= 0 {
-			img[p] += cols[i]
-		}
-	})
-}
-
-// fields calls f(i, p) for every entry i of the im2col matrix, where p is
-// the offset of the pixel it reads within one image, or -1 for padding.
-func (g ConvGeom) fields(f func(i, p int)) {
+// im2col lays out one image's receptive fields as cols [C·KH·KW, OH·OW];
+// with back set it is the adjoint, adding every entry of cols back to the
+// pixel it came from.
+func im2col[T float](cols, img []T, g ConvGeom, back bool) {
 	i := 0
 	for c := range g.C {
 		for ky := range g.KH {
 			for kx := range g.KW {
 				for oy := range g.OutH {
+					row := cols[i : i+g.OutW]
+					i += g.OutW
 					y := oy*g.Stride - g.Pad + ky
-					for ox := range g.OutW {
-						x := ox*g.Stride - g.Pad + kx
-						p := -1
-						if y >= 0 && y < g.H && x >= 0 && x < g.W {
-							p = (c*g.H+y)*g.W + x
+					if y < 0 || y >= g.H {
+						if !back {
+							clear(row)
 						}
-						f(i, p)
-						i++
+						continue
+					}
+					line := img[(c*g.H+y)*g.W : (c*g.H+y+1)*g.W]
+					for ox := range row {
+						x := ox*g.Stride - g.Pad + kx
+						switch {
+						case x < 0 || x >= g.W:
+							if !back {
+								row[ox] = 0
+							}
+						case back:
+							line[x] += row[ox]
+						default:
+							row[ox] = line[x]
+						}
 					}
 				}
 			}

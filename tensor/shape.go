@@ -15,7 +15,8 @@ func elemSize(t *Tensor) int {
 }
 
 // Permute returns a contiguous copy of x with its axes reordered: output
-// axis i is input axis perm[i]. Values are copied bit for bit.
+// axis i is input axis perm[i]. Values are copied bit for bit, in runs of
+// the last axis when it stays last (as in attention's head split).
 func Permute(x *Tensor, perm ...int) *Tensor {
 	rank := len(x.shape)
 	if len(perm) != rank {
@@ -31,15 +32,18 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 		shape[i], strides[i] = x.shape[p], inStrides[p]
 	}
 	out := New(x.dtype, shape...)
-	size := elemSize(x)
-	idx := make([]int, rank)
-	for o := range out.Len() {
+	size, run, outer := elemSize(x), 1, rank
+	if rank > 0 && perm[rank-1] == rank-1 {
+		run, outer = shape[rank-1], rank-1
+	}
+	idx := make([]int, outer)
+	for o := 0; o < out.Len(); o += run {
 		src := 0
 		for i, v := range idx {
 			src += v * strides[i]
 		}
-		copy(out.data[o*size:(o+1)*size], x.data[src*size:(src+1)*size])
-		for i := rank - 1; i >= 0; i-- {
+		copy(out.data[o*size:(o+run)*size], x.data[src*size:(src+run)*size])
+		for i := outer - 1; i >= 0; i-- {
 			if idx[i]++; idx[i] < shape[i] {
 				break
 			}
