@@ -392,3 +392,23 @@ func shardLike(dir, name string, shape []int) (*tensor.Tensor, error) {
 	}
 	return tensor.New(t.DType, shape...), nil
 }
+
+// loadWeights copies the parameters of run's latest checkpoint into m (a
+// fine-tuning start); optimizer and precision state are not taken.
+func loadWeights(run string, m nn.Module) error {
+	_, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	if err != nil {
+		return err
+	}
+	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, stateFile))
+	if err != nil {
+		return err
+	}
+	return nn.Load(m, func(path string) (*tensor.Tensor, error) {
+		t, ok := f.Tensor("model." + path)
+		if !ok {
+			return nil, fmt.Errorf("checkpoint %s has no weights for %s", dir, path)
+		}
+		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
+	})
+}

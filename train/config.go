@@ -37,6 +37,8 @@ type Config struct {
 	CorpusBytes int         `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
 	CorpusPart  string      `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
 	OnNaN       string      `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
+	InitFrom    string      `yaml:"init_from"`    // a run folder whose latest weights start this run (fine-tuning)
+	LoRA        LoRA        `yaml:"lora"`         // adapters to train instead of the whole model
 }
 
 // GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').
@@ -45,6 +47,14 @@ type GPTSize struct {
 	Width   int `yaml:"width"`   // 128
 	Heads   int `yaml:"heads"`   // 4
 	Context int `yaml:"context"` // 64 tokens
+}
+
+// LoRA trains low-rank adapters on the targeted Linears and nothing else
+// (with a quantizing precision such as bf16-true+nf4-dq: QLoRA).
+type LoRA struct {
+	Targets []string `yaml:"targets"` // module globs: blocks.*.qkv, blocks.*.fc
+	Rank    int      `yaml:"rank"`    // 8
+	Alpha   float64  `yaml:"alpha"`   // 16
 }
 
 // ModuleFor gives the modules matching Match their own precision, as
@@ -62,6 +72,7 @@ func Defaults() Config {
 		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "local",
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
+		LoRA: LoRA{Rank: 8, Alpha: 16},
 	}
 }
 
@@ -111,6 +122,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
 	case c.BatchSize%max(c.Devices, 1) != 0:
 		return fmt.Errorf("batch size %d does not split evenly over %d devices", c.BatchSize, c.Devices)
+	case len(c.LoRA.Targets) > 0 && (c.LoRA.Rank < 1 || c.Devices != 1):
+		return fmt.Errorf("lora: rank %d on %d devices: want rank ≥ 1 on one device", c.LoRA.Rank, c.Devices)
 	case c.Comm != "local" && c.Comm != "mpi":
 		return fmt.Errorf("comm %q: accepted are local and mpi", c.Comm)
 	}

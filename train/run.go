@@ -22,6 +22,7 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
@@ -65,6 +66,9 @@ type Summary struct {
 	FirstValLoss, LastValLoss float64
 	Steps                     int
 	Checkpoint                string
+	// QuantizedBytes is the memory of the quantized weights, BF16Bytes
+	// what they would take in bf16 (both 0 without a quantizer).
+	QuantizedBytes, BF16Bytes int64
 }
 
 // Run trains c.Model with c's precision and strategy, resuming from
@@ -135,6 +139,20 @@ type rankRun struct {
 func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
 	c, lead := r.c, r.comm.Rank() == 0
 	r.model = r.t.newModel()
+	if c.InitFrom != "" {
+		if err := loadWeights(c.InitFrom, r.model); err != nil {
+			return nil, err
+		}
+	}
+	var lora *quant.LoRA
+	if len(c.LoRA.Targets) > 0 {
+		lora = quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...)
+		root, err := precision.Compose(pol.Default, lora)
+		if err != nil {
+			return nil, err
+		}
+		pol.Default = root
+	}
 	plan, err := fabric.MakePlan(r.model, pol, scaling, c.Strategy, r.comm.Size())
 	if err != nil {
 		return nil, err
@@ -150,6 +168,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	if err := r.f.Setup(r.model, opt); err != nil {
 		return nil, err
 	}
+	if lora != nil { // QLoRA: only the adapters train
+		opt.SetParams(lora.Params())
+	}
 	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
@@ -158,6 +179,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		}
 	}
 	sum := &Summary{FirstValLoss: math.NaN()}
+	sum.QuantizedBytes, sum.BF16Bytes = quantizedBytes(r.model)
 	var enc *json.Encoder
 	if lead {
 		metrics, kept, err := openMetrics(filepath.Join(c.Out, "metrics.jsonl"), start)
@@ -384,4 +406,18 @@ func writePlan(path string, p *fabric.Plan) error {
 		return err
 	}
 	return writeAtomic(path, b)
+}
+
+// quantizedBytes sums the memory of m's quantized weights and what they
+// would take in bf16.
+func quantizedBytes(m nn.Module) (quantized, bf16 int64) {
+	nn.Walk(m, func(_ string, mod nn.Module) {
+		if l, ok := mod.(*nn.Linear); ok {
+			if w, ok := quant.WeightOf(l); ok {
+				quantized += int64(w.Bytes())
+				bf16 += int64(dtype.BF16.StorageBytes(w.Shape()[0] * w.Shape()[1]))
+			}
+		}
+	})
+	return quantized, bf16
 }

@@ -225,3 +225,41 @@ func TestConsolidate(t *testing.T) {
 		t.Fatalf("consolidated file lacks whole moments: %v %v", w.Shape, m.Shape)
 	}
 }
+
+// TestQLoRA fine-tunes a trained gpt on another part of the Go corpus with
+// its weights in nf4-dq and only LoRA adapters training: that part's
+// validation loss falls, and the quantized weights take under 30% of bf16's.
+func TestQLoRA(t *testing.T) {
+	base := tinyConfig(t, "32-true")
+	base.Steps = 30
+	if _, err := Run(context.Background(), base, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	c := tinyConfig(t, "bf16-true+nf4-dq")
+	c.InitFrom, c.CorpusPart, c.Steps, c.EvalEvery = base.Out, "net/", 40, 20
+	c.LoRA = LoRA{Targets: []string{"blocks.*.qkv", "blocks.*.fc"}, Rank: 8, Alpha: 16}
+	sum, err := Run(context.Background(), c, false, quiet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(sum.LastValLoss < sum.FirstValLoss) {
+		t.Errorf("net/ validation loss %.4f -> %.4f: no better", sum.FirstValLoss, sum.LastValLoss)
+	}
+	if sum.BF16Bytes == 0 || float64(sum.QuantizedBytes) > 0.3*float64(sum.BF16Bytes) {
+		t.Errorf("quantized weights take %d bytes, bf16 %d", sum.QuantizedBytes, sum.BF16Bytes)
+	}
+}
+
+// TestQuantizedFSDP: 4-bit weights train under FSDP (Lightning refuses
+// bitsandbytes with FSDP).
+func TestQuantizedFSDP(t *testing.T) {
+	c := tinyConfig(t, "bf16-true+nf4-dq")
+	c.Strategy, c.Devices, c.Steps = "fsdp", 2, 6
+	sum, err := Run(context.Background(), c, false, quiet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.QuantizedBytes == 0 || !(sum.LastValLoss < sum.FirstValLoss) {
+		t.Fatalf("quantized FSDP run: %+v", sum)
+	}
+}

@@ -54,6 +54,10 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
 				sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, c.Out, c.Out)
+			if sum.BF16Bytes > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "quantized weights: %d bytes, %.1f%% of their %d bytes in bf16\n",
+					sum.QuantizedBytes, 100*float64(sum.QuantizedBytes)/float64(sum.BF16Bytes), sum.BF16Bytes)
+			}
 			return nil
 		},
 	}
@@ -74,6 +78,11 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
 	fs.StringVar(&c.Out, "out", c.Out, "run folder")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
+	fs.StringVar(&c.InitFrom, "init-from", c.InitFrom, "start from the weights of this run folder's latest checkpoint (fine-tuning)")
+	fs.StringSliceVar(&c.LoRA.Targets, "lora", nil, "train only LoRA adapters on these module globs, e.g. 'blocks.*.qkv,blocks.*.fc'")
+	fs.IntVar(&c.LoRA.Rank, "lora-rank", c.LoRA.Rank, "LoRA rank")
+	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
+	fs.StringVar(&c.CorpusPart, "corpus-part", c.CorpusPart, "train gpt on the Go sources under this path prefix of GOROOT/src, e.g. net/")
 	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
 	return cmd
 }
@@ -89,7 +98,9 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"batch-size": func() { c.BatchSize = flagged.BatchSize }, "lr": func() { c.LR = flagged.LR },
 		"eval-every": func() { c.EvalEvery = flagged.EvalEvery }, "save-every": func() { c.SaveEvery = flagged.SaveEvery },
 		"out": func() { c.Out = flagged.Out }, "seed": func() { c.Seed = flagged.Seed },
-		"on-nan": func() { c.OnNaN = flagged.OnNaN },
+		"on-nan": func() { c.OnNaN = flagged.OnNaN }, "init-from": func() { c.InitFrom = flagged.InitFrom },
+		"lora": func() { c.LoRA.Targets = flagged.LoRA.Targets }, "lora-rank": func() { c.LoRA.Rank = flagged.LoRA.Rank },
+		"lora-alpha": func() { c.LoRA.Alpha = flagged.LoRA.Alpha }, "corpus-part": func() { c.CorpusPart = flagged.CorpusPart },
 	}
 	for name, apply := range set {
 		if cmd.Flags().Changed(name) {

@@ -19,8 +19,8 @@ import (
 // at zero, so that a fresh adapter changes nothing. Composed after a
 // quantizer (nf4-dq then LoRA) it is QLoRA.
 //
-// The adapters are not parameters of the Linear (its Params lists only its
-// weight and bias): Params returns them, for the optimizer. LoRA freezes
+// The adapters become parameters of the Linear they adapt; Params lists
+// just them, for an optimizer that trains only the adapters. LoRA freezes
 // nothing itself; training only its Params leaves the rest of the model
 // as it is.
 type LoRA struct {
@@ -122,6 +122,12 @@ func (g *lora) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var {
 	}
 	d := tp.Scale(tp.Linear(tp.Linear(x, g.a, nil), g.b, nil), g.scale) // (…, out)
 	return tp.Add(y, tp.Cast(d, y.Value.DType()))
+}
+
+// Params makes the adapters parameters of the Linear they adapt, under
+// peft's names, so that checkpoints and optimizers see them.
+func (g *lora) Params() []nn.Param {
+	return []nn.Param{{Name: "lora_A.weight", Var: g.a}, {Name: "lora_B.weight", Var: g.b}}
 }
 
 func (g *lora) installer() plugin   { return g.owner }
