@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestKillDuringCheckpoint kills -9 a run that checkpoints every step, at
+// several moments, and requires every time that the run resumes from the
+// checkpoint left behind: a crash mid-write never leaves a half-written
+// checkpoint where resume looks.
+func TestKillDuringCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	bin := filepath.Join(t.TempDir(), "weft")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	args := []string{"train", "--model", "cnn", "--precision", "16-mixed", "--batch-size", "8", "--save-every", "1", "--eval-every", "1000", "--out", out}
+	for i, wait := range []time.Duration{700, 1100, 1500, 1900, 2300} {
+		cmd := exec.Command(bin, append(args, "--steps", "100000", "--resume="+resumeFlag(i))...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(wait * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		// Resume and take one more step: the checkpoint must load.
+		m, err := exec.Command(bin, "inspect", out).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kill %d: no loadable checkpoint: %v\n%s", i, err, m)
+		}
+		step, err := strconv.Atoi(strings.TrimSuffix(strings.Fields(lastLine(string(m), "step "))[1], ","))
+		if err != nil {
+			t.Fatalf("kill %d: inspect says %q", i, m)
+		}
+		res, err := exec.Command(bin, append(args, "--resume", "--steps", strconv.Itoa(step+1))...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kill %d after step %d: resume failed: %v\n%s", i, step, err, res)
+		}
+	}
+}
+
+func resumeFlag(i int) string {
+	if i == 0 {
+		return "false"
+	}
+	return "true"
+}
+
+func lastLine(s, prefix string) string {
+	var found string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			found = l
+		}
+	}
+	return found
+}
