@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -63,4 +64,37 @@ func lastLine(s, prefix string) string {
 		}
 	}
 	return found
+}
+
+// TestDiskFullKeepsCheckpoint: a checkpoint write that fails for space
+// (here: a file-size limit) stops the run with an error and leaves the
+// previous checkpoint loadable.
+func TestDiskFullKeepsCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("needs bash for ulimit")
+	}
+	bin := filepath.Join(t.TempDir(), "weft")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out := t.TempDir()
+	args := bin + " train --steps %d --save-every 1 --eval-every 1000 --corpus-part strings/ --out " + out
+	if res, err := exec.Command("bash", "-c", fmt.Sprintf(args, 2)).CombinedOutput(); err != nil {
+		t.Fatalf("first run: %v\n%s", err, res)
+	}
+	// 512 KiB per file: the run starts, but its 1.4 MB checkpoint cannot be written.
+	res, err := exec.Command("bash", "-c", "ulimit -f 512; "+fmt.Sprintf(args, 4)+" --resume").CombinedOutput()
+	if err == nil || !strings.Contains(string(res), "file too large") {
+		t.Fatalf("a checkpoint beyond the size limit must fail the run saying so: %v\n%s", err, res)
+	}
+	m, err := exec.Command(bin, "inspect", out).CombinedOutput()
+	if err != nil || !strings.Contains(string(m), "step 2,") {
+		t.Fatalf("the step-2 checkpoint must survive: %v\n%s", err, m)
+	}
+	if res, err := exec.Command("bash", "-c", fmt.Sprintf(args, 3)+" --resume").CombinedOutput(); err != nil {
+		t.Fatalf("resuming after the failed write: %v\n%s", err, res)
+	}
 }
