@@ -525,17 +525,6 @@ func TestGradScalerStateRoundTrip(t *testing.T) {
 	}
 }
 
-// countingOpt records how often it was stepped.
-type countingOpt struct {
-	params []nn.NamedParam
-	steps  int
-}
-
-func (o *countingOpt) Step()                       { o.steps++ }
-func (o *countingOpt) ZeroGrad()                   {}
-func (o *countingOpt) Params() []nn.NamedParam     { return o.params }
-func (o *countingOpt) SetParams(p []nn.NamedParam) { o.params = p }
-
 func TestFallbacks(t *testing.T) {
 	var p precision.Plugin = nameOnly{}
 	s := precision.ScalerOf(p)
@@ -555,7 +544,7 @@ func TestFallbacks(t *testing.T) {
 		t.Errorf("the null scaler's Unscale changed a gradient 3 to %v", g)
 	}
 	np.Var.Grad = tensor.FromFloat32([]float32{float32(math.NaN())}, 1)
-	opt := &countingOpt{params: []nn.NamedParam{np}}
+	opt := precisiontest.NewCountingOptimizer(np)
 	for i := range 3 {
 		skipped, err := s.Step(opt)
 		if err != nil || skipped {
@@ -563,8 +552,8 @@ func TestFallbacks(t *testing.T) {
 		}
 		s.Update()
 	}
-	if opt.steps != 3 || s.Scale() != 1 {
-		t.Errorf("null scaler: %d optimizer steps, scale %v; want 3, 1", opt.steps, s.Scale())
+	if opt.Steps != 3 || s.Scale() != 1 {
+		t.Errorf("null scaler: %d optimizer steps, scale %v; want 3, 1", opt.Steps, s.Scale())
 	}
 
 	if c := precision.Autocast(p); c != nil {

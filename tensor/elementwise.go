@@ -202,7 +202,7 @@ func broadcastDims(a, b []int, from int) (outer, mid, inner int) {
 	if from < 0 || from+len(b) > len(a) || !EqualShape(a[from:from+len(b)], b) {
 		panic(fmt.Sprintf("tensor: cannot broadcast %v into %v at axis %d", b, a, from))
 	}
-	return numel(a[:from]), numel(b), numel(a[from+len(b):])
+	return Numel(a[:from]), Numel(b), Numel(a[from+len(b):])
 }
 
 // Add returns a + b for same-shaped tensors.

@@ -58,7 +58,7 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 	if transB {
 		kb, n = n, kb
 	}
-	batch := numel(a.shape[:ra-2])
+	batch := Numel(a.shape[:ra-2])
 	sharedB := rb == 2
 	if k != kb || (!sharedB && !EqualShape(a.shape[:ra-2], b.shape[:rb-2])) {
 		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a.shape, b.shape, transA, transB))

@@ -23,7 +23,7 @@ type Tensor struct {
 
 // New returns a zero-filled tensor.
 func New(dt dtype.DType, shape ...int) *Tensor {
-	n := numel(shape)
+	n := Numel(shape)
 	t := &Tensor{shape: append([]int(nil), shape...), dtype: dt}
 	// Allocate in the element type so that float views are aligned.
 	switch dt {
@@ -52,7 +52,7 @@ func FromFloat64(vals []float64, shape ...int) *Tensor {
 // FromBytes returns a tensor over raw little-endian storage (not copied), as
 // read from a checkpoint.
 func FromBytes(dt dtype.DType, data []byte, shape ...int) (*Tensor, error) {
-	n := numel(shape)
+	n := Numel(shape)
 	if n < 0 {
 		return nil, fmt.Errorf("tensor: negative dimension in shape %v", shape)
 	}
@@ -74,7 +74,7 @@ func Scalar(dt dtype.DType, v float64) *Tensor {
 
 func (t *Tensor) Shape() []int             { return t.shape }
 func (t *Tensor) DType() dtype.DType       { return t.dtype }
-func (t *Tensor) Len() int                 { return numel(t.shape) }
+func (t *Tensor) Len() int                 { return Numel(t.shape) }
 func (t *Tensor) Data() []byte             { return t.data }
 func (t *Tensor) Bytes() int               { return len(t.data) }
 func (t *Tensor) Dim(i int) int            { return t.shape[axis(i, len(t.shape))] }
@@ -230,7 +230,8 @@ func bytesOf[T float32 | float64](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(T(0))))
 }
 
-func numel(shape []int) int {
+// Numel is the element count of shape, -1 if a dimension is negative.
+func Numel(shape []int) int {
 	n := 1
 	for _, d := range shape {
 		if d < 0 {
@@ -242,7 +243,7 @@ func numel(shape []int) int {
 }
 
 func mustFit(n int, shape []int) {
-	if numel(shape) != n {
+	if Numel(shape) != n {
 		panic(fmt.Sprintf("tensor: %d elements do not fit shape %v", n, shape))
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-func numel(shape []int) int {
+func Numel(shape []int) int {
 	n := 1
 	for _, d := range shape {
 		n *= d
@@ -23,7 +23,7 @@ func numel(shape []int) int {
 // randT returns a tensor of dtype dt holding standard normal values rounded
 // to dt (computed in float64 for F64, float32 otherwise).
 func randT(rng *rand.Rand, dt dtype.DType, shape ...int) *tensor.Tensor {
-	vals := make([]float64, numel(shape))
+	vals := make([]float64, Numel(shape))
 	for i := range vals {
 		vals[i] = rng.NormFloat64()
 	}
@@ -141,7 +141,7 @@ func mustPanic(t *testing.T, what string, f func()) {
 
 func TestPermute(t *testing.T) {
 	shape := []int{2, 3, 4, 5}
-	vals := make([]float32, numel(shape))
+	vals := make([]float32, Numel(shape))
 	for i := range vals {
 		vals[i] = float32(i)
 	}

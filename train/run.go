@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/weftml/weft/autograd"
@@ -99,22 +97,15 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		return nil, err
 	}
 	sums := make([]*Summary, len(comms))
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for i, cm := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer cm.Close()
-			r := &rankRun{c: c, t: t, comm: cm, obs: obs}
-			if cm.Rank() != 0 {
-				r.obs = quiet{}
-			}
-			sums[i], errs[i] = r.run(ctx, pol, scaling, info, resume)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
+		r := &rankRun{c: c, t: t, comm: cm, obs: obs}
+		if cm.Rank() != 0 {
+			r.obs = quiet{}
+		}
+		sums[i], err = r.run(ctx, pol, scaling, info, resume)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return sums[0], nil

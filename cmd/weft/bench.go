@@ -149,11 +149,7 @@ func allReduceBench(backend string) ([]bench.AllReduceResult, error) {
 	if err != nil {
 		return out, nil
 	}
-	args := []string{"--oversubscribe", "-np", "2"}
-	if os.Geteuid() == 0 {
-		args = append(args, "--allow-run-as-root")
-	}
-	b, err := exec.Command(mpirun, append(args, self, "bench", "allreduce", "--comm", "mpi", "--json")...).Output()
+	b, err := exec.Command(mpirun, append(mpirunArgs(2), self, "bench", "allreduce", "--comm", "mpi", "--json")...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("bench allreduce under mpirun: %w", err)
 	}
@@ -173,4 +169,13 @@ func printMPIRank(cmd *cobra.Command, r []bench.AllReduceResult, err error) erro
 		return nil
 	}
 	return json.NewEncoder(cmd.OutOrStdout()).Encode(benchReport{AllReduce: r})
+}
+
+// mpirunArgs are mpirun's options for n processes on this machine (as root too).
+func mpirunArgs(n int) []string {
+	args := []string{"--oversubscribe", "-np", strconv.Itoa(n)}
+	if os.Geteuid() == 0 {
+		args = append(args, "--allow-run-as-root")
+	}
+	return args
 }

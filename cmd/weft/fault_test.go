@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,10 +18,7 @@ func TestKillDuringCheckpoint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	bin := filepath.Join(t.TempDir(), "weft")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildWeft(t)
 	out := t.TempDir()
 	args := []string{"train", "--model", "cnn", "--precision", "16-mixed", "--batch-size", "8", "--save-every", "1", "--eval-every", "1000", "--out", out}
 	for i, wait := range []time.Duration{700, 1100, 1500, 1900, 2300} {
@@ -76,10 +72,7 @@ func TestDiskFullKeepsCheckpoint(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("needs bash for ulimit")
 	}
-	bin := filepath.Join(t.TempDir(), "weft")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildWeft(t)
 	out := t.TempDir()
 	args := bin + " train --steps %d --save-every 1 --eval-every 1000 --corpus-part strings/ --out " + out
 	if res, err := exec.Command("bash", "-c", fmt.Sprintf(args, 2)).CombinedOutput(); err != nil {

@@ -20,14 +20,8 @@ func TestParityUnderMpirun(t *testing.T) {
 	if err != nil || testing.Short() {
 		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
 	}
-	bin := filepath.Join(t.TempDir(), "weft")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	mpiArgs := []string{"--oversubscribe", "-np", "2"}
-	if os.Geteuid() == 0 {
-		mpiArgs = append(mpiArgs, "--allow-run-as-root")
-	}
+	bin := buildWeft(t)
+	mpiArgs := mpirunArgs(2)
 	for _, model := range []string{"mlp", "cnn", "gpt"} {
 		for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
 			t.Run(model+"/"+st, func(t *testing.T) {
@@ -76,15 +70,8 @@ func TestKilledRankUnderMpirun(t *testing.T) {
 	if err != nil || testing.Short() {
 		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
 	}
-	bin := filepath.Join(t.TempDir(), "weft")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	args := []string{"--oversubscribe", "-np", "2"}
-	if os.Geteuid() == 0 {
-		args = append(args, "--allow-run-as-root")
-	}
-	args = append(args, bin, "train", "--strategy", "ddp", "--devices", "2", "--comm", "mpi", "--steps", "100000", "--out", t.TempDir())
+	bin := buildWeft(t)
+	args := append(mpirunArgs(2), bin, "train", "--strategy", "ddp", "--devices", "2", "--comm", "mpi", "--steps", "100000", "--out", t.TempDir())
 	cmd := exec.Command(mpirun, args...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -135,4 +122,14 @@ func waitForRank(t *testing.T, bin, rank string, limit time.Duration) int {
 	}
 	t.Fatalf("rank %s of %s never started", rank, bin)
 	return 0
+}
+
+// buildWeft builds the weft command for tests that run it as a process.
+func buildWeft(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "weft")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

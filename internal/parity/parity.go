@@ -5,13 +5,11 @@ package parity
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
@@ -138,22 +136,15 @@ func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() pr
 		return nil, err
 	}
 	results := make([]*Result, len(comms))
-	errs := make([]error, len(comms))
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			step := onStep
-			if c.Rank() != 0 {
-				step = nil
-			}
-			results[r], errs[r] = replayRank(ref, model, steps, newPlugin(), info, c, step)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err = comm.Each(comms, func(i int, c comm.Communicator) (err error) {
+		step := onStep
+		if c.Rank() != 0 {
+			step = nil
+		}
+		results[i], err = replayRank(ref, model, steps, newPlugin(), info, c, step)
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	res := *results[0]

@@ -122,7 +122,7 @@ func testState(t *testing.T, newPlugin func() precision.Plugin) {
 	sc := precision.ScalerOf(p)
 	param := autograd.Param(tensor.FromFloat32([]float32{1, -2}, 2))
 	param.Grad = tensor.FromFloat32([]float32{float32(sc.Scale()), 0}, 2)
-	opt := &countingOpt{params: []nn.NamedParam{{Path: "w", Var: param}}}
+	opt := NewCountingOptimizer(nn.NamedParam{Path: "w", Var: param})
 	if _, err := sc.Step(opt); err != nil {
 		t.Fatalf("%s: scaler step on finite gradients: %v", p.Name(), err)
 	}
@@ -477,15 +477,21 @@ func testForward(t *testing.T, newPlugin func() precision.Plugin) {
 	}
 }
 
-// countingOpt is an optimizer that only counts its steps.
-type countingOpt struct {
+// CountingOptimizer is an optimizer that only counts its steps, for tests
+// of loss scalers (did the scaler step or skip?).
+type CountingOptimizer struct {
+	Steps  int
 	params []nn.NamedParam
-	steps  int
 }
 
-func (o *countingOpt) Step()                       { o.steps++ }
-func (o *countingOpt) ZeroGrad()                   {}
-func (o *countingOpt) Params() []nn.NamedParam     { return o.params }
-func (o *countingOpt) SetParams(p []nn.NamedParam) { o.params = p }
+// NewCountingOptimizer returns a CountingOptimizer over params.
+func NewCountingOptimizer(params ...nn.NamedParam) *CountingOptimizer {
+	return &CountingOptimizer{params: params}
+}
 
-var _ optim.Optimizer = (*countingOpt)(nil)
+func (o *CountingOptimizer) Step()                       { o.Steps++ }
+func (o *CountingOptimizer) ZeroGrad()                   {}
+func (o *CountingOptimizer) Params() []nn.NamedParam     { return o.params }
+func (o *CountingOptimizer) SetParams(p []nn.NamedParam) { o.params = p }
+
+var _ optim.Optimizer = (*CountingOptimizer)(nil)

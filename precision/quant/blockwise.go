@@ -135,7 +135,7 @@ func (q *Blockwise) Absmaxes() []float32 {
 func (q *Blockwise) Dequantize(dt dtype.DType) *tensor.Tensor {
 	absmax := q.Absmaxes()
 	packed := q.Codes.Data()
-	vals := make([]float32, numel(q.shape))
+	vals := make([]float32, tensor.Numel(q.shape))
 	for i := range vals {
 		c := packed[i/2] >> 4
 		if i%2 == 1 {
@@ -158,18 +158,6 @@ func (q *Blockwise) Bytes() int {
 
 // Shape returns the shape of the tensor q stands for.
 func (q *Blockwise) Shape() []int { return q.shape }
-
-// numel returns the element count of shape, -1 if a dimension is negative.
-func numel(shape []int) int {
-	n := 1
-	for _, d := range shape {
-		if d < 0 {
-			return -1
-		}
-		n *= d
-	}
-	return n
-}
 
 // dynamicMap is bitsandbytes' signed dynamic 8-bit data type
 // (create_dynamic_map(signed=True) in bitsandbytes/functional.py, after

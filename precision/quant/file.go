@@ -204,7 +204,7 @@ func (r *reader) scalar(suffix string) float32 {
 // consistent reports whether q's codes and absmax constants fit its shape
 // and block size.
 func (q *Blockwise) consistent() bool {
-	n := numel(q.shape)
+	n := tensor.Numel(q.shape)
 	if q.BlockSize < 1 || n < 0 || q.Codes.Len() != (n+1)/2 {
 		return false
 	}
