@@ -18,6 +18,7 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -29,8 +30,9 @@ type GEMMResult struct {
 }
 
 // GEMMImpls are the products `weft bench gemm` measures: C = A·Bᵀ with A
-// float32 activations and B weights stored as named (both bf16 for weft-bf16).
-var GEMMImpls = []string{"weft-f32", "weft-bf16", "weft-fp8w", "openblas-f32"}
+// float32 activations and B weights stored as named (both bf16 for
+// weft-bf16; weft-nf4w dequantizes its NF4 weight before each product).
+var GEMMImpls = []string{"weft-f32", "weft-bf16", "weft-fp8w", "weft-nf4w", "openblas-f32"}
 
 // GEMM measures every impl at every size for at least minTime each; OpenBLAS
 // is skipped (and reported in skipped) when libopenblas is not installed.
@@ -52,7 +54,12 @@ func GEMM(sizes []int, minTime time.Duration) (res []GEMMResult, skipped []strin
 		}
 		// Operands are built outside the timed region.
 		bf16A, bf16B, fp8B, f32A := mat(dtype.BF16, a, 0), mat(dtype.BF16, b, 0), mat(dtype.E4M3FN, b, 1), f32(a, false)
+		nf4 := quant.Quantize4(quant.NF4, tensor.FromFloat32(b, n, n), quant.DefaultBlockSize, false)
 		runs := map[string]func(){
+			"weft-nf4w": func() {
+				w := nf4.Dequantize(dtype.F32).Float32s()
+				gemm.Sgemm(false, true, n, n, n, a, n, w, n, 0, c, n)
+			},
 			"weft-f32":  func() { gemm.Sgemm(false, true, n, n, n, a, n, b, n, 0, c, n) },
 			"weft-bf16": func() { gemm.F32(n, n, n, bf16A, bf16B, 0, c, n) },
 			"weft-fp8w": func() { gemm.F32(n, n, n, f32A, fp8B, 0, c, n) },
