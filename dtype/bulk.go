@@ -44,6 +44,10 @@ func Encode(d DType, dst []byte, src []float32, sat bool) {
 			le.PutUint64(dst[8*i:], math.Float64bits(clamp(float64(x), lim64)))
 		}
 	case F32:
+		if nativeLE && !sat {
+			copy(dst, asBytes(src))
+			return
+		}
 		for i, x := range src {
 			le.PutUint32(dst[4*i:], math.Float32bits(clamp(x, lim)))
 		}
@@ -102,6 +106,10 @@ func Decode(d DType, dst []float32, src []byte) {
 			dst[i] = float32(math.Float64frombits(le.Uint64(src[8*i:])))
 		}
 	case F32:
+		if nativeLE {
+			copy(asBytes(dst), src)
+			return
+		}
 		for i := range dst {
 			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
 		}
@@ -152,6 +160,10 @@ func EncodeF64(d DType, dst []byte, src []float64, sat bool) {
 	checkLen("EncodeF64", d, len(dst), len(src))
 	switch d {
 	case F64:
+		if nativeLE && !sat {
+			copy(dst, asBytes(src))
+			return
+		}
 		lim := d.limit(sat)
 		for i, x := range src {
 			le.PutUint64(dst[8*i:], math.Float64bits(clamp(x, lim)))
@@ -188,6 +200,10 @@ func DecodeF64(d DType, dst []float64, src []byte) {
 	checkLen("DecodeF64", d, len(src), len(dst))
 	switch d {
 	case F64:
+		if nativeLE {
+			copy(asBytes(dst), src)
+			return
+		}
 		for i := range dst {
 			dst[i] = math.Float64frombits(le.Uint64(src[8*i:]))
 		}

@@ -13,7 +13,7 @@ import (
 // when the result is F64), and the result is rounded once to the promoted dtype.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 	out, acc := matmul(a, b, transA, transB)
-	storeAs(out, acc)
+	commit(out, acc)
 	return out
 }
 
@@ -31,7 +31,7 @@ func Linear(x, w, bias *Tensor) *Tensor {
 			addRows(acc, get[float32](bias))
 		}
 	}
-	storeAs(out, acc)
+	commit(out, acc)
 	return out.Reshape(append(append([]int(nil), x.shape[:len(x.shape)-1]...), w.Dim(0))...)
 }
 
@@ -43,8 +43,20 @@ func addRows[T float](c, bias []T) {
 	}
 }
 
-// matmul multiplies without rounding: it returns the output tensor (not yet
-// filled) and the accumulator ([]float32 or []float64) holding the product.
+// commit rounds an accumulator from matmul into out (a no-op when the
+// accumulator is out's own storage).
+func commit(out *Tensor, acc any) {
+	switch acc := acc.(type) {
+	case []float64:
+		put(out, acc)
+	case []float32:
+		put(out, acc)
+	}
+}
+
+// matmul multiplies without rounding: it returns the output tensor and the
+// accumulator ([]float32 or []float64) holding the product: out's own
+// storage when out is F32 or F64, else pooled scratch for commit to round.
 func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 	ra, rb := len(a.shape), len(b.shape)
 	if ra < 2 || rb < 2 {
@@ -70,13 +82,13 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 		strideB = 0
 	}
 	if out.dtype == dtype.F64 {
-		as, bs, c := get[float64](a), get[float64](b), make([]float64, batch*m*n)
+		as, bs, c := get[float64](a), get[float64](b), buf[float64](out)
 		for i := range batch {
 			gemm.Dgemm(transA, transB, m, n, k, as[i*strideA:], a.shape[ra-1], bs[i*strideB:], b.shape[rb-1], 0, c[i*m*n:], n)
 		}
 		return out, c
 	}
-	c := make([]float32, batch*m*n)
+	c := buf[float32](out)
 	for i := range batch {
 		gemm.F32(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), 0, c[i*m*n:], n)
 	}
@@ -86,9 +98,6 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 // operand describes the matrix starting at element off of t for GEMM, which
 // dequantizes it while packing.
 func operand(t *Tensor, off int, trans bool) gemm.Matrix {
-	if t.dtype == dtype.F64 {
-		t = t.To(dtype.F32)
-	}
 	start := t.dtype.StorageBytes(off)
 	return gemm.Matrix{DType: t.dtype, Data: t.data[start:], LD: t.shape[len(t.shape)-1], Trans: trans}
 }
