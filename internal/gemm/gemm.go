@@ -5,14 +5,21 @@
 // panels of nr columns, each mc×kc block of op(A) into panels of mr rows,
 // and a micro-kernel multiplies one A panel by one B panel into an mr×nr
 // tile of C held in registers. Packing handles transposition and dequantizes
-// low-precision operands, so the kernel sees only contiguous float32 or
-// float64 data. Large products are split between goroutines by rows or
-// columns of C. Small ones run on the calling goroutine and, when the kernel
-// can read the operands where they lie, skip packing. Packing buffers are
-// pooled, so calls allocate nothing once warm.
+// low-precision operands (8-bit formats and 4-bit codebooks by table), so
+// the kernel sees only contiguous float32 or float64 data, except that two
+// BF16 operands are packed as pairs of bfloat16 for a kernel that
+// multiplies them as they are. Large products are split between goroutines
+// by rows or columns of C. Small ones run on the calling goroutine and,
+// when the kernel can read the operands where they lie, skip packing.
+// Packing buffers are pooled, so calls allocate nothing once warm.
 //
-// Results are deterministic: every element of C is accumulated in the same
-// order whatever GOMAXPROCS is and however the work is split.
+// The micro-kernels and packing routines are assembly where the CPU has
+// AVX-512 (with VDPBF16PS for bfloat16 pairs where it has AVX512_BF16) or
+// AVX2 and FMA, and Go elsewhere or when built with the noasm tag
+// (stubs_amd64.go documents the assembly ones). Results are deterministic:
+// every element of C is accumulated in the same order whatever GOMAXPROCS
+// is and however the work is split, so a machine always gives the same
+// result for the same call.
 package gemm
 
 import (
@@ -22,14 +29,24 @@ import (
 	"github.com/weftml/weft/dtype"
 )
 
-// Matrix is a row-major operand stored in any float dtype; GEMM dequantizes it
-// to float32 while packing its panels, so low-precision storage costs little compute.
+// Matrix is a row-major operand stored in any float dtype, or as 4-bit codes
+// of a codebook; GEMM dequantizes it to float32 while packing its panels, so
+// low-precision storage costs little compute.
 type Matrix struct {
-	DType dtype.DType // F32, F16, BF16, any FP8, E2M1
+	DType dtype.DType // F32, F16, BF16, any FP8, E2M1; zero with a Codebook
 	Data  []byte      // little-endian storage of the stored (untransposed) matrix
 	LD    int         // elements between consecutive stored rows
 	Trans bool        // use the transpose of the stored matrix
 	Scale float32     // every decoded element is multiplied by Scale; 0 means 1 (FP8 scaling)
+
+	// Codebook, if not nil, makes Data 4-bit codes in blocks, as
+	// bitsandbytes stores NF4 and FP4 weights: two codes a byte, the
+	// earlier element in the high nibble, and stored element e (counted as
+	// row·LD + column) stands for Codebook[code]·(Absmax[e/BlockSize]·Scale)
+	// in float32 arithmetic.
+	Codebook  *[16]float32
+	Absmax    []float32 // the scale of each block
+	BlockSize int       // elements to a block: 64 for bitsandbytes' weights
 }
 
 // F32 computes C = op(A)·op(B) + beta·C, op(A) m×k, op(B) k×n, C m×n row-major with leading dim ldc.
@@ -53,7 +70,10 @@ func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc
 	if e := need("C", m, n, ldc); len(c) < e {
 		panic(fmt.Sprintf("gemm: C has %d elements, want >= %d", len(c), e))
 	}
-	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc}
+	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc, kern: ar.kern, pk: &ar.pack}
+	if ar.bf16.fn != nil && a.bf16() && b.bf16() {
+		g.kern, g.bf16 = ar.bf16, true
+	}
 	g.run(ar)
 }
 
@@ -92,22 +112,37 @@ func fromSlice[T float](name string, x []T, ld int, trans bool, rows, cols int) 
 // operand returns the operand for op(x), rows×cols. F32 data aligned for
 // float32 is read in place; anything else is decoded while packing.
 func (x Matrix) operand(name string, rows, cols int) operand[float32] {
-	if !x.DType.IsFloat() {
-		panic(fmt.Sprintf("gemm: %s has dtype %v, want a float format", name, x.DType))
-	}
 	sr, sc := stored(rows, cols, x.Trans)
-	if e := x.DType.StorageBytes(need(name, sr, sc, x.LD)); len(x.Data) < e {
-		panic(fmt.Sprintf("gemm: %s has %d bytes of %v, want >= %d", name, len(x.Data), x.DType, e))
-	}
+	n := need(name, sr, sc, x.LD)
 	o := operand[float32]{ld: x.LD, trans: x.Trans, scale: x.Scale}
 	if o.scale == 0 {
 		o.scale = 1
+	}
+	if x.Codebook != nil {
+		switch {
+		case x.DType != dtype.Invalid:
+			panic(fmt.Sprintf("gemm: %s has a codebook and dtype %v, want none", name, x.DType))
+		case x.BlockSize <= 0:
+			panic(fmt.Sprintf("gemm: %s has block size %d", name, x.BlockSize))
+		case len(x.Data) < (n+1)/2:
+			panic(fmt.Sprintf("gemm: %s has %d bytes of codes, want >= %d", name, len(x.Data), (n+1)/2))
+		case len(x.Absmax) < (n+x.BlockSize-1)/x.BlockSize:
+			panic(fmt.Sprintf("gemm: %s has %d block scales, want >= %d", name, len(x.Absmax), (n+x.BlockSize-1)/x.BlockSize))
+		}
+		o.enc, o.cb, o.absmax, o.block = x.Data, x.Codebook, x.Absmax, x.BlockSize
+		return o
+	}
+	if !x.DType.IsFloat() {
+		panic(fmt.Sprintf("gemm: %s has dtype %v, want a float format", name, x.DType))
+	}
+	if e := x.DType.StorageBytes(n); len(x.Data) < e {
+		panic(fmt.Sprintf("gemm: %s has %d bytes of %v, want >= %d", name, len(x.Data), x.DType, e))
 	}
 	p := unsafe.SliceData(x.Data)
 	if x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0 {
 		o.f = unsafe.Slice((*float32)(unsafe.Pointer(p)), len(x.Data)/4)
 	} else {
-		o.enc, o.dt = x.Data, x.DType
+		o.enc, o.dt, o.lut = x.Data, x.DType, luts[x.DType]
 	}
 	return o
 }

@@ -14,12 +14,13 @@ import (
 
 type shape struct{ m, n, k int }
 
-// shapes covers degenerate sizes, sizes that are not multiples of the tile
-// (mr×nr) or of the blocks (mcMax, kcMax, ncMax), and sizes large enough to
-// run in parallel.
+// shapes covers degenerate sizes, sizes that are and are not multiples of
+// the tiles (4×2, 6×16, 12×32...) or of the blocks (mcMax, kcMax, ncMax),
+// and sizes large enough to run in parallel.
 var shapes = []shape{
 	{1, 1, 1}, {1, 1, 9}, {2, 3, 4}, {4, 2, 8}, {5, 3, 7}, {7, 9, 1},
 	{16, 16, 16}, {17, 15, 33}, {33, 31, 17}, {64, 64, 64}, {65, 67, 129},
+	{12, 32, 5}, {13, 33, 4}, {24, 64, 3}, {35, 97, 6}, {6, 16, 2},
 	{3, ncMax + 3, 5}, {mcMax + 1, 9, kcMax + 44}, {mcMax + 5, 33, kcMax + 1},
 	{1, 300, 2*kcMax + 1}, {2*mcMax + 1, 1, 3}, {70, 90, 260}, {2, 3, kcMax + 5}, {1, 1, 2*kcMax + 3},
 	{0, 5, 5}, {5, 0, 5}, {5, 5, 0}, {0, 0, 0},
@@ -30,7 +31,7 @@ var shapes = []shape{
 // parts of a parallel call.
 var dtypeShapes = []shape{
 	{1, 1, 1}, {5, 3, 7}, {17, 15, 33}, {33, 31, 17}, {3, 40, kcMax + 3}, {9, 6, 2*kcMax + 1}, {5, 5, 0},
-	{70, 41, 50}, {37, 80, 45},
+	{70, 41, 100}, {37, 80, 90},
 }
 
 var betas = []float64{0, 1, 0.5}
@@ -156,7 +157,19 @@ func forCases(t *testing.T, shapes []shape, f func(t *testing.T, name string, rn
 	}
 }
 
-func TestSgemm(t *testing.T) {
+// forEachImpl runs f as a subtest for each of impls, with its kernels in use.
+func forEachImpl(t *testing.T, f func(t *testing.T, im *impl)) {
+	defer use(&impls[0])
+	for i := range impls {
+		im := &impls[i]
+		use(im)
+		t.Run(im.name, func(t *testing.T) { f(t, im) })
+	}
+}
+
+func TestSgemm(t *testing.T) { forEachImpl(t, testSgemm) }
+
+func testSgemm(t *testing.T, _ *impl) {
 	forCases(t, shapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
 		a, b := newMat(rng, s.m, s.k, ta, 3), newMat(rng, s.k, s.n, tb, 1)
 		c, ldc := newC(rng, s.m, s.n, beta)
@@ -167,7 +180,9 @@ func TestSgemm(t *testing.T) {
 	})
 }
 
-func TestDgemm(t *testing.T) {
+func TestDgemm(t *testing.T) { forEachImpl(t, testDgemm) }
+
+func testDgemm(t *testing.T, _ *impl) {
 	forCases(t, shapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
 		a, b := newMat(rng, s.m, s.k, ta, 2), newMat(rng, s.k, s.n, tb, 5)
 		for _, x := range [][]float64{a.v, b.v} { // use all 53 bits
@@ -210,27 +225,36 @@ func encode(x mat, d dtype.DType, scale float32, misalign bool) (Matrix, mat) {
 	return Matrix{DType: d, Data: data, LD: x.ld, Trans: x.trans, Scale: scale}, y
 }
 
-func TestF32DTypes(t *testing.T) {
+func TestF32DTypes(t *testing.T) { forEachImpl(t, testF32DTypes) }
+
+func testF32DTypes(t *testing.T, _ *impl) {
 	type operands struct {
 		d        dtype.DType
 		scale    float32
 		misalign bool
+		both     bool // both operands in d, not one of them
 	}
 	var cases []operands
 	for _, d := range []dtype.DType{dtype.F32, dtype.BF16, dtype.F16, dtype.E4M3FN, dtype.E5M2, dtype.E2M1} {
 		for _, scale := range []float32{0, 0.37, 6} {
-			cases = append(cases, operands{d, scale, false})
+			cases = append(cases, operands{d, scale, false, false})
 		}
 	}
-	cases = append(cases, operands{dtype.F32, 0, true}, operands{dtype.F32, 0.37, true})
+	cases = append(cases, operands{dtype.F32, 0, true, false}, operands{dtype.F32, 0.37, true, false},
+		// Unscaled BF16 operands are multiplied as pairs where the CPU can.
+		operands{dtype.BF16, 0, false, true}, operands{dtype.BF16, 1, true, true}, operands{dtype.BF16, 0.37, false, true})
 	for _, oc := range cases {
 		forCases(t, dtypeShapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
-			name = fmt.Sprintf("%v/scale=%v/misalign=%v/%s", oc.d, oc.scale, oc.misalign, name)
+			name = fmt.Sprintf("%v/scale=%v/misalign=%v/both=%v/%s", oc.d, oc.scale, oc.misalign, oc.both, name)
+			other, oscale := dtype.F32, float32(0)
+			if oc.both {
+				other, oscale = oc.d, oc.scale
+			}
 			// Odd leading dimensions start E2M1 rows at a high nibble.
 			am, a := encode(newMat(rng, s.m, s.k, ta, 1), oc.d, oc.scale, oc.misalign)
-			bm, b := encode(newMat(rng, s.k, s.n, tb, 2), dtype.F32, 0, false)
+			bm, b := encode(newMat(rng, s.k, s.n, tb, 2), other, oscale, false)
 			if s.k%2 == 1 { // alternate which operand is encoded
-				am, a = encode(newMat(rng, s.m, s.k, ta, 2), dtype.F32, 0, false)
+				am, a = encode(newMat(rng, s.m, s.k, ta, 2), other, oscale, false)
 				bm, b = encode(newMat(rng, s.k, s.n, tb, 1), oc.d, oc.scale, oc.misalign)
 			}
 			c, ldc := newC(rng, s.m, s.n, beta)
@@ -242,25 +266,82 @@ func TestF32DTypes(t *testing.T) {
 	}
 }
 
+// codes returns x stored as random 4-bit codes of cb in blocks of bs
+// elements with random scales, and op(x) as F32 must see it.
+func codes(rng *rand.Rand, x mat, cb *[16]float32, bs int, scale float32) (Matrix, mat) {
+	n := len(x.v)
+	m := Matrix{Data: make([]byte, (n+1)/2), LD: x.ld, Trans: x.trans, Scale: scale, Codebook: cb,
+		Absmax: make([]float32, (n+bs-1)/bs), BlockSize: bs}
+	for i := range m.Data {
+		m.Data[i] = byte(rng.Uint32())
+	}
+	for i := range m.Absmax {
+		m.Absmax[i] = float32(rng.Float64() + 0.5)
+	}
+	if scale == 0 {
+		scale = 1
+	}
+	y := mat{v: make([]float64, n), ld: x.ld, trans: x.trans}
+	for e := range y.v {
+		c := m.Data[e/2] >> (4 - 4*(e&1)) & 15
+		y.v[e] = float64(cb[c] * (m.Absmax[e/bs] * scale))
+	}
+	return m, y
+}
+
+func TestF32Codebook(t *testing.T) { forEachImpl(t, testF32Codebook) }
+
+func testF32Codebook(t *testing.T, _ *impl) {
+	var cb [16]float32
+	for c := range cb {
+		cb[c] = float32(c)/7.5 - 1
+	}
+	for _, bs := range []int{64, 7} {
+		for _, scale := range []float32{0, 0.37} {
+			forCases(t, dtypeShapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
+				name = fmt.Sprintf("block=%d/scale=%v/%s", bs, scale, name)
+				// Odd leading dimensions start rows at a low nibble.
+				am, a := codes(rng, newMat(rng, s.m, s.k, ta, 1), &cb, bs, scale)
+				bm, b := encode(newMat(rng, s.k, s.n, tb, 2), dtype.F32, 0, false)
+				if s.k%2 == 1 { // alternate which operand is coded
+					am, a = encode(newMat(rng, s.m, s.k, ta, 2), dtype.F32, 0, false)
+					bm, b = codes(rng, newMat(rng, s.k, s.n, tb, 1), &cb, bs, scale)
+				}
+				c, ldc := newC(rng, s.m, s.n, beta)
+				want, bound := naive(s.m, s.n, s.k, a, b, beta, c, ldc)
+				c32 := to32(c)
+				F32(s.m, s.n, s.k, am, bm, float32(beta), c32, ldc)
+				check(t, name, s.m, s.n, ldc, to64(c32), want, bound, tol32(s.k))
+			})
+		}
+	}
+}
+
 // TestDeterminism checks that results are bitwise the same whatever
 // GOMAXPROCS is, including counts that cut C into uneven parts.
-func TestDeterminism(t *testing.T) {
+func TestDeterminism(t *testing.T) { forEachImpl(t, testDeterminism) }
+
+func testDeterminism(t *testing.T, _ *impl) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, s := range []shape{{mcMax + 3, 40, kcMax + 7}, {60, 150, 300}, {20, ncMax + 5, 9}} {
+	for _, s := range []shape{{mcMax + 3, 40, kcMax + 7}, {60, 150, 2*kcMax + 9}, {20, ncMax + 5, 9}} {
 		for _, ta := range []bool{false, true} {
 			a, b := newMat(rng, s.m, s.k, ta, 1), newMat(rng, s.k, s.n, !ta, 0)
 			a32, b32 := to32(a.v), to32(b.v)
 			am, _ := encode(a, dtype.BF16, 0.5, false)
+			ab, _ := encode(a, dtype.BF16, 0, false)
+			bb, _ := encode(b, dtype.BF16, 0, false)
 			c0, ldc := newC(rng, s.m, s.n, 1)
-			var first [2][]float32
+			var first [3][]float32
 			for _, procs := range []int{1, 2, 3, 7} {
 				runtime.GOMAXPROCS(procs)
 				c := to32(c0)
 				Sgemm(ta, !ta, s.m, s.n, s.k, a32, a.ld, b32, b.ld, 0.5, c, ldc)
 				cq := to32(c0)
 				F32(s.m, s.n, s.k, am, Matrix{DType: dtype.F32, Data: bytesOf(b32), LD: b.ld, Trans: !ta}, 1, cq, ldc)
-				for i, got := range [][]float32{c, cq} {
+				cb := to32(c0)
+				F32(s.m, s.n, s.k, ab, bb, 1, cb, ldc)
+				for i, got := range [][]float32{c, cq, cb} {
 					if first[i] == nil {
 						first[i] = got
 						continue
@@ -279,7 +360,9 @@ func TestDeterminism(t *testing.T) {
 
 // TestPathsAgree checks that small products computed without packing equal
 // the packed results bit for bit: F32 packs misaligned float32 data.
-func TestPathsAgree(t *testing.T) {
+func TestPathsAgree(t *testing.T) { forEachImpl(t, testPathsAgree) }
+
+func testPathsAgree(t *testing.T, _ *impl) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, s := range []shape{{5, 3, 7}, {16, 16, 16}, {17, 15, 33}, {40, 50, 60}} {
 		for _, ta := range []bool{false, true} {
@@ -307,15 +390,20 @@ func TestAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items at random under the race detector")
 	}
+	forEachImpl(t, testAllocs)
+}
+
+func testAllocs(t *testing.T, _ *impl) {
 	for _, n := range []int{16, 200} { // direct and parallel
 		a := make([]float32, n*n)
 		c := make([]float32, n*n)
 		bf := Matrix{DType: dtype.BF16, Data: make([]byte, 2*n*n), LD: n, Trans: true}
 		sg := func() { Sgemm(false, true, n, n, n, a, n, a, n, 0, c, n) }
 		f32 := func() { F32(n, n, n, Matrix{DType: dtype.F32, Data: bytesOf(a), LD: n}, bf, 1, c, n) }
+		bf16 := func() { F32(n, n, n, bf, bf, 1, c, n) }
 		d := make([]float64, n*n)
 		dg := func() { Dgemm(true, false, n, n, n, d, n, d, n, 1, d, n) }
-		for name, f := range map[string]func(){"Sgemm": sg, "F32": f32, "Dgemm": dg} {
+		for name, f := range map[string]func(){"Sgemm": sg, "F32": f32, "BF16": bf16, "Dgemm": dg} {
 			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
 				t.Errorf("%s %d³: %v allocations per call, want 0", name, n, allocs)
 			}
@@ -332,6 +420,15 @@ func TestPanics(t *testing.T) {
 		"short C":    func() { Sgemm(false, false, 4, 4, 2, x, 2, x, 4, 0, x, 4) },
 		"int dtype":  func() { F32(1, 1, 1, Matrix{DType: dtype.I8, Data: make([]byte, 1), LD: 1}, Matrix{}, 0, x, 1) },
 		"short data": func() { F32(2, 2, 2, Matrix{DType: dtype.E2M1, Data: make([]byte, 1), LD: 2}, Matrix{}, 0, x, 2) },
+		"short codes": func() {
+			F32(2, 2, 2, Matrix{Data: make([]byte, 1), LD: 2, Codebook: new([16]float32), Absmax: x, BlockSize: 4}, Matrix{}, 0, x, 2)
+		},
+		"short absmax": func() {
+			F32(2, 2, 2, Matrix{Data: make([]byte, 2), LD: 2, Codebook: new([16]float32), Absmax: x[:1], BlockSize: 2}, Matrix{}, 0, x, 2)
+		},
+		"codebook dtype": func() {
+			F32(1, 1, 1, Matrix{DType: dtype.E2M1, Data: make([]byte, 1), LD: 1, Codebook: new([16]float32), Absmax: x, BlockSize: 1}, Matrix{}, 0, x, 1)
+		},
 	} {
 		func() {
 			defer func() {
@@ -348,13 +445,27 @@ func reportGFLOPS(b *testing.B, m, n, k int) {
 	b.ReportMetric(2*float64(m)*float64(n)*float64(k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }
 
-// BenchmarkKernel measures the micro-kernel alone on packed panels.
+// BenchmarkKernel measures each float32 micro-kernel alone on packed panels
+// that stay in L1.
 func BenchmarkKernel(b *testing.B) {
-	a, p, c := make([]float32, mr*kcMax), make([]float32, nr*kcMax), make([]float32, mr*nr)
-	for b.Loop() {
-		kernel32(kcMax, a, p, c, nr)
+	for _, im := range impls {
+		for name, k := range map[string]kernel[float32]{"f32": im.f32, "bf16": im.bf16} {
+			if k.fn == nil {
+				continue
+			}
+			b.Run(im.name+"/"+name, func(b *testing.B) {
+				a, p, c := make([]float32, k.mr*kcMax), make([]float32, k.nr*kcMax), make([]float32, k.mr*k.nr)
+				for b.Loop() {
+					k.fn(kcMax, a, p, c, k.nr, k.mr, k.nr)
+				}
+				kk := kcMax
+				if name == "bf16" {
+					kk *= 2 // a pair per packed value
+				}
+				reportGFLOPS(b, k.mr, k.nr, kk)
+			})
+		}
 	}
-	reportGFLOPS(b, mr, nr, kcMax)
 }
 
 func BenchmarkSgemm(b *testing.B) {
@@ -387,21 +498,31 @@ func BenchmarkDgemm(b *testing.B) {
 	}
 }
 
-// BenchmarkF32BF16Weights multiplies float32 activations by the transpose
-// of BF16 weights stored [out, in], as a Linear layer does.
-func BenchmarkF32BF16Weights(b *testing.B) {
-	for _, n := range []int{512} {
-		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			x, c := make([]float32, n*n), make([]float32, n*n)
-			for i := range x {
-				x[i] = float32(i%7) - 3
-			}
-			w := make([]byte, dtype.BF16.StorageBytes(n*n))
-			dtype.Encode(dtype.BF16, w, x, false)
-			a := Matrix{DType: dtype.F32, Data: bytesOf(x), LD: n}
-			wm := Matrix{DType: dtype.BF16, Data: w, LD: n, Trans: true}
+// BenchmarkF32Weights multiplies float32 activations by the transpose of
+// weights stored [out, in] in each format, as a Linear layer does, and
+// both operands in BF16 (bf16-both).
+func BenchmarkF32Weights(b *testing.B) {
+	const n = 512
+	x, c := make([]float32, n*n), make([]float32, n*n)
+	for i := range x {
+		x[i] = float32(i%7) - 3
+	}
+	enc := func(d dtype.DType) Matrix {
+		w := make([]byte, d.StorageBytes(n*n))
+		dtype.Encode(d, w, x, true)
+		return Matrix{DType: d, Data: w, LD: n, Trans: true}
+	}
+	nf4 := Matrix{Data: make([]byte, n*n/2), LD: n, Trans: true, Codebook: new([16]float32),
+		Absmax: make([]float32, n*n/64), BlockSize: 64}
+	a := Matrix{DType: dtype.F32, Data: bytesOf(x), LD: n}
+	bf := enc(dtype.BF16)
+	for _, bc := range []struct {
+		name string
+		a, w Matrix
+	}{{"bf16", a, bf}, {"e4m3fn", a, enc(dtype.E4M3FN)}, {"nf4", a, nf4}, {"bf16-both", bf, bf}} {
+		b.Run(fmt.Sprintf("%s/%d", bc.name, n), func(b *testing.B) {
 			for b.Loop() {
-				F32(n, n, n, a, wm, 0, c, n)
+				F32(n, n, n, bc.a, bc.w, 0, c, n)
 			}
 			reportGFLOPS(b, n, n, n)
 		})

@@ -2,35 +2,99 @@ package gemm
 
 import "unsafe"
 
-// mr×nr is the register tile of the micro-kernel: the packing routines lay
-// out op(A) in panels of mr rows and op(B) in panels of nr columns. The
-// portable kernel is bounded by the 15 float registers the Go compiler
-// allocates on amd64: eight accumulators, four values of A and two of B.
-const mr, nr = 4, 2
-
-// kernel32 and kernel64 add the product of packed panels to the mr×nr tile
-// of c with row stride ldc: a holds an mr×kc panel of op(A) with
+// A kernel is a micro-kernel and the mr×nr register tile it computes. fn
+// adds the product of packed panels to the top-left h×w part of the mr×nr
+// tile of c with row stride ldc, 1 <= h <= mr, 1 <= w <= nr, touching no
+// other element of c: a holds an mr×kc panel of op(A) with
 // a[p*mr+i] = op(A)[i][p], b a kc×nr panel of op(B) with
-// b[p*nr+j] = op(B)[p][j], kc >= 1. The driver calls them for every tile of
-// a packed block; an assembly kernel takes the place of one by moving its
-// declaration to a file built for its architecture, kernelGo remaining the
-// portable twin.
-func kernel32(kc int, a, b, c []float32, ldc int) { kernelGo(kc, a, 1, mr, b, nr, 1, c, ldc) }
-func kernel64(kc int, a, b, c []float64, ldc int) { kernelGo(kc, a, 1, mr, b, nr, 1, c, ldc) }
+// b[p*nr+j] = op(B)[p][j], kc >= 1. The packing routines lay out op(A) in
+// panels of mr rows and op(B) in panels of nr columns to match.
+//
+// Every kernel sums each element's products in order of p from zero,
+// rounding after each step (the assembly kernels fuse each multiply with
+// its add; the Go one leaves that to the compiler), and adds the sum to c
+// once, so a tile's result does not depend on where the tile lies in C or
+// on how much of it is used.
+type kernel[T float] struct {
+	mr, nr int
+	fn     func(kc int, a, b, c []T, ldc, h, w int)
 
-// kernelGo adds op(A)·op(B) to the mr×nr tile of c with row stride ldc, where
-// op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb], 0 <= p < kc,
-// for kc >= 1 and non-negative strides: it reads packed panels and, for
-// small products, matrices where they are stored.
-// Each element's products are summed in order of p from zero and the sum is
-// added to c once, so a tile's result does not depend on the strides or on
-// where the tile lies in C.
+	// strided, if not nil, is fn reading op(A)[i][p] = a[i*rsa+p*csa] and
+	// op(B)[p][j] = b[p*rsb+j*csb] wherever they lie, with the same
+	// result: small products then skip packing.
+	strided func(kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int)
+}
+
+// An impl is the set of micro-kernels and packing routines for one
+// instruction set.
+type impl struct {
+	name string
+	f32  kernel[float32]
+	f64  kernel[float64]
+
+	// pack packs float32 operands and pairs of bfloat16.
+	pack packer
+
+	// bf16 multiplies operands that are both bfloat16, or has a nil fn if
+	// the instruction set cannot; they are then decoded to float32 for f32.
+	// Its panels hold pairs of bfloat16 in the bits of each float32: for
+	// A, the low and high halves of a[q*mr+i] are op(A)[i][2q] and
+	// op(A)[i][2q+1], and likewise for B, so that kc counts pairs.
+	bf16 kernel[float32]
+}
+
+// Tile of the Go kernel, bounded by the 15 float registers the Go compiler
+// allocates on amd64: eight accumulators, four values of A and two of B.
+const goMR, goNR = 4, 2
+
+// goImpl is the portable implementation, available everywhere.
+var goImpl = impl{
+	name: "go",
+	f32:  kernel[float32]{mr: goMR, nr: goNR, fn: kernelGoPacked[float32], strided: kernelGo[float32]},
+	f64:  kernel[float64]{mr: goMR, nr: goNR, fn: kernelGoPacked[float64], strided: kernelGo[float64]},
+	pack: packer{transpose: transposeGo[uint32], lookup: lookupGo, widen: widenGo, interleave: interleaveGo, codes: codesGo},
+}
+
+// kernelGoPacked is kernel.fn for kernelGo: a ragged tile goes through a
+// whole one on the stack.
+func kernelGoPacked[T float](kc int, a, b, c []T, ldc, h, w int) {
+	if h == goMR && w == goNR {
+		kernelGo(kc, a, 1, goMR, b, goNR, 1, c, ldc)
+		return
+	}
+	var t [goMR * goNR]T
+	kernelGo(kc, a, 1, goMR, b, goNR, 1, t[:], goNR)
+	for i := range h {
+		for j := range w {
+			c[i*ldc+j] += t[i*goNR+j]
+		}
+	}
+}
+
+// impls are the implementations this machine runs, best first: the
+// assembly ones its CPU supports, then goImpl.
+var impls = append(asmImpls(), goImpl)
+
+// use makes GEMM run the kernels of im; the package starts with impls[0],
+// and tests switch to each of impls in turn.
+func use(im *impl) {
+	single.kern, single.bf16, single.pack = im.f32, im.bf16, im.pack
+	double.kern, double.pack = im.f64, packer{transpose: transposeGo[uint64]}
+}
+
+func init() { use(&impls[0]) }
+
+// kernelGo adds op(A)·op(B) to the goMR×goNR tile of c with row stride ldc,
+// where op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb],
+// 0 <= p < kc, for kc >= 1 and non-negative strides: it reads packed panels
+// and, for small products, matrices where they are stored.
 //
 // The loads are unchecked (the bounds are checked once up front) and the
 // loop is unrolled four times with its test at the bottom, so that its body
 // is a single basic block: the compiler then issues each multiply next to
 // its add and keeps every accumulator in a register.
 func kernelGo[T float](kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int) {
+	const mr, nr = goMR, goNR
 	_ = a[(kc-1)*csa+(mr-1)*rsa]
 	_ = b[(kc-1)*rsb+(nr-1)*csb]
 	var c00, c01, c10, c11, c20, c21, c30, c31 T

@@ -3,6 +3,7 @@ package gemm
 import (
 	"runtime"
 	"sync"
+	"time"
 )
 
 // A job is a part of a parallel call.
@@ -27,13 +28,39 @@ func hire(n int) chan job {
 		helpers.jobs = make(chan job, 64)
 	}
 	for ; helpers.n < n; helpers.n++ {
-		go func(jobs chan job) {
-			for j := range jobs {
-				j.do()
-			}
-		}(helpers.jobs)
+		go help(helpers.jobs)
 	}
 	return helpers.jobs
+}
+
+// linger is how long a helper polls for the next job before it blocks. A
+// blocked helper's thread sleeps, and on a virtual machine its idle CPU may
+// take a hundred microseconds to wake; products come in bursts (a training
+// step is a sequence of them), and polling keeps the CPU awake between them.
+const linger = 200 * time.Microsecond
+
+// help runs jobs for good.
+func help(jobs chan job) {
+	for {
+		j, ok := poll(jobs)
+		if !ok {
+			j = <-jobs
+		}
+		j.do()
+	}
+}
+
+// poll returns the next job if one comes within linger, yielding to other
+// goroutines while it waits.
+func poll(jobs chan job) (job, bool) {
+	for start := time.Now(); time.Since(start) < linger; runtime.Gosched() {
+		select {
+		case j := <-jobs:
+			return j, true
+		default:
+		}
+	}
+	return nil, false
 }
 
 // part is one goroutine's share of a parallel call: a block of whole rows
@@ -61,9 +88,9 @@ type fork[T float] struct {
 // It runs the first part itself and queues the rest for helpers.
 func (ar *arith[T]) parallel(g *gemm[T]) {
 	byRows := g.m >= g.n
-	dim, tile := g.n, nr
+	dim, tile := g.n, g.kern.nr
 	if byRows {
-		dim, tile = g.m, mr
+		dim, tile = g.m, g.kern.mr
 	}
 	units := (dim + tile - 1) / tile
 	n := min(runtime.GOMAXPROCS(0), units)
