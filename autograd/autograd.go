@@ -70,6 +70,10 @@ type Tape struct {
 	Caster Caster
 	// Scoper, if set, gives modules their own precision scopes.
 	Scoper Scoper
+	// Recycle returns every op result's storage to the tensor pool once
+	// Backward is past it (all its consumers are done), but the loss's:
+	// read the values you need (logits) before calling Backward.
+	Recycle bool
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
 	nodes  []node
@@ -149,6 +153,9 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 		if n.out.Grad != nil {
 			n.backward(n.out.Grad)
 			n.out.Grad = nil // intermediate gradients are not kept
+		}
+		if tp.Recycle && n.out != loss {
+			tensor.Release(n.out.Value)
 		}
 	}
 	return nil

@@ -40,7 +40,8 @@ type Fabric struct {
 }
 
 // New returns a Fabric that trains the whole model with the precision
-// plugin p.
+// plugin p. Its tape recycles activations during Backward: read what you
+// need of the forward pass (the logits) before calling Backward.
 func New(p precision.Plugin) *Fabric {
 	return NewPolicy(precision.Policy{Default: p}, precision.LossScalingAuto)
 }
@@ -48,7 +49,9 @@ func New(p precision.Plugin) *Fabric {
 // NewPolicy returns a Fabric that gives each module the plugin pol
 // assigns it; scaling NoLossScaling refuses float16 compute.
 func NewPolicy(pol precision.Policy, scaling precision.LossScaling) *Fabric {
-	return &Fabric{plugin: pol.Default, policy: pol, scaling: scaling, scaler: precision.ScalerOf(pol.Default)}
+	f := &Fabric{plugin: pol.Default, policy: pol, scaling: scaling, scaler: precision.ScalerOf(pol.Default)}
+	f.tape.Recycle = true
+	return f
 }
 
 type distConfig struct {

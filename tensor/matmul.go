@@ -32,7 +32,8 @@ func Linear(x, w, bias *Tensor) *Tensor {
 		}
 	}
 	commit(out, acc)
-	return out.Reshape(append(append([]int(nil), x.shape[:len(x.shape)-1]...), w.Dim(0))...)
+	out.shape = append(append([]int(nil), x.shape[:len(x.shape)-1]...), w.Dim(0)) // same elements, no view
+	return out
 }
 
 func addRows[T float](c, bias []T) {

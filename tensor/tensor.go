@@ -19,22 +19,30 @@ type Tensor struct {
 	shape []int
 	dtype dtype.DType
 	data  []byte
+	// pooled is the pool buffer data lives in, for New's tensors; views
+	// (Reshape, Flat) and wrapped slices have none.
+	pooled []float64
 }
 
-// New returns a zero-filled tensor.
+// New returns a zero-filled tensor. Its storage comes from a pool that
+// Release returns it to.
 func New(dt dtype.DType, shape ...int) *Tensor {
-	n := Numel(shape)
-	t := &Tensor{shape: append([]int(nil), shape...), dtype: dt}
-	// Allocate in the element type so that float views are aligned.
-	switch dt {
-	case dtype.F64, dtype.I64:
-		t.data = bytesOf(make([]float64, n))
-	case dtype.F32, dtype.I32:
-		t.data = bytesOf(make([]float32, n))
-	default:
-		t.data = make([]byte, dt.StorageBytes(n))
+	n := dt.StorageBytes(Numel(shape))
+	// Pool buffers are float64s, so that every float view is aligned.
+	words := scratch[float64]((n + 7) / 8)
+	clear(words)
+	return &Tensor{shape: append([]int(nil), shape...), dtype: dt, data: bytesOf(words)[:n], pooled: words}
+}
+
+// Release returns t's storage to the pool and leaves t empty, so that a
+// later use fails loudly. Only tensors from New have storage to return;
+// views of them must not be used afterwards.
+func Release(t *Tensor) {
+	if t == nil || t.pooled == nil {
+		return
 	}
-	return t
+	release(t.pooled)
+	t.pooled, t.data = nil, nil
 }
 
 // FromFloat32 returns an F32 tensor holding vals (not copied).
