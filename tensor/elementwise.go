@@ -9,7 +9,7 @@ import (
 
 // unary returns f applied to every element of x, in x's dtype.
 func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Tensor {
-	out := New(x.dtype, x.shape...)
+	out := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
 		mapInto(out, x, f64)
 	} else {
@@ -30,7 +30,7 @@ func mapInto[T float](out, x *Tensor, f func(T) T) {
 // binary returns f(a, b) elementwise for same-shaped a and b, in their promoted dtype.
 func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64) float64) *Tensor {
 	mustSameShape("binary op", a, b)
-	out := New(Promote(a.dtype, b.dtype), a.shape...)
+	out := empty(Promote(a.dtype, b.dtype), a.shape...)
 	if out.dtype == dtype.F64 {
 		zipInto(out, a, b, f64)
 	} else {
@@ -129,7 +129,7 @@ func maskInto[T float](vals []T, rows, cols int, fill T) {
 // of NCHW), over features (from=rank-1) or a position table (from=1 of BTC).
 func AddBroadcast(a, b *Tensor, from int) *Tensor {
 	outer, mid, inner := broadcastDims(a.shape, b.shape, from)
-	out := New(Promote(a.dtype, b.dtype), a.shape...)
+	out := empty(Promote(a.dtype, b.dtype), a.shape...)
 	if out.dtype == dtype.F64 {
 		addBroadcast[float64](out, a, b, outer, mid, inner)
 	} else {

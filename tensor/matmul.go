@@ -77,7 +77,7 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a.shape, b.shape, transA, transB))
 	}
 	shape := append(append([]int(nil), a.shape[:ra-2]...), m, n)
-	out := New(promoteAll(a, b), shape...)
+	out := empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
 	strideA, strideB := m*k, k*n
 	if sharedB {
 		strideB = 0

@@ -21,7 +21,7 @@ func statsDType(dt dtype.DType) dtype.DType {
 func LayerNorm(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
 	c := x.Dim(-1)
 	rows := x.Len() / c
-	y = New(promoteAll(x, w, b), x.shape...)
+	y = empty(promoteAll(x, w, b), x.shape...)
 	mean, rstd = New(statsDType(y.dtype), rows), New(statsDType(y.dtype), rows)
 	if y.dtype == dtype.F64 {
 		layerNorm[float64](y, x, w, b, mean, rstd, eps)
@@ -97,7 +97,7 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 
 // Softmax normalises exp(x) over the last axis.
 func Softmax(x *Tensor) *Tensor {
-	y := New(x.dtype, x.shape...)
+	y := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
 		softmax[float64](y, x)
 	} else {

@@ -31,7 +31,7 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 	for i, p := range perm {
 		shape[i], strides[i] = x.shape[p], inStrides[p]
 	}
-	out := New(x.dtype, shape...)
+	out := empty(x.dtype, shape...)
 	size, run, outer := elemSize(x), 1, rank
 	if rank > 0 && perm[rank-1] == rank-1 {
 		run, outer = shape[rank-1], rank-1

@@ -27,10 +27,16 @@ type Tensor struct {
 // New returns a zero-filled tensor. Its storage comes from a pool that
 // Release returns it to.
 func New(dt dtype.DType, shape ...int) *Tensor {
+	t := empty(dt, shape...)
+	clear(t.pooled)
+	return t
+}
+
+// empty is New without the zeroing, for ops that write every element.
+func empty(dt dtype.DType, shape ...int) *Tensor {
 	n := dt.StorageBytes(Numel(shape))
 	// Pool buffers are float64s, so that every float view is aligned.
 	words := scratch[float64]((n + 7) / 8)
-	clear(words)
 	return &Tensor{shape: append([]int(nil), shape...), dtype: dt, data: bytesOf(words)[:n], pooled: words}
 }
 
