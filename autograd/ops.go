@@ -81,8 +81,9 @@ func (tp *Tape) Scale(x *Var, s float64) *Var {
 // GELU is the exact erf form.
 func (tp *Tape) GELU(x *Var) *Var {
 	x = tp.autocast(OpGELU, x)
-	return tp.record(tensor.GELU(x.Value), func(dy *tensor.Tensor) {
-		accumulate(x, tensor.GELUBackward(x.Value, dy))
+	y, cdf := tensor.GELU(x.Value)
+	return tp.record(y, func(dy *tensor.Tensor) {
+		accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
 	}, x)
 }
 

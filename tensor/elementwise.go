@@ -60,24 +60,50 @@ func Mul(a, b *Tensor) *Tensor {
 	return binary(a, b, func(x, y float32) float32 { return x * y }, func(x, y float64) float64 { return x * y })
 }
 
-// GELU is the exact (erf) form x·Φ(x).
-func GELU(x *Tensor) *Tensor {
-	return unary(x, func(v float32) float32 { return float32(gelu(float64(v))) }, gelu)
+// GELU is the exact (erf) form x·Φ(x). It also returns Φ(x) for
+// GELUBackward, so that erf is computed once a step; Φ is kept in float64,
+// so the gradient is what computing it afresh would give.
+func GELU(x *Tensor) (y, cdf *Tensor) {
+	y, cdf = empty(x.dtype, x.shape...), empty(dtype.F64, x.shape...)
+	if x.dtype == dtype.F64 {
+		gelu[float64](y, cdf, x)
+	} else {
+		gelu[float32](y, cdf, x)
+	}
+	return y, cdf
 }
 
-// GELUBackward returns dy·GELU'(x).
-func GELUBackward(x, dy *Tensor) *Tensor {
-	return binary(x, dy,
-		func(v, g float32) float32 { return float32(float64(g) * geluGrad(float64(v))) },
-		func(v, g float64) float64 { return g * geluGrad(v) })
+func gelu[T float](y, cdf, x *Tensor) {
+	xs, ys, cs := get[T](x), buf[T](y), cdf.f64()
+	for i, v := range xs {
+		c := 0.5 * (1 + math.Erf(float64(v)/math.Sqrt2))
+		cs[i], ys[i] = c, T(float64(v)*c)
+	}
+	put(y, ys)
+	drop(x, xs)
 }
 
-func gelu(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+// GELUBackward returns dy·(Φ(x) + x·φ(x)) given GELU's Φ(x).
+func GELUBackward(x, cdf, dy *Tensor) *Tensor {
+	dx := empty(Promote(x.dtype, dy.dtype), x.shape...)
+	if dx.dtype == dtype.F64 {
+		geluBackward[float64](dx, x, cdf, dy)
+	} else {
+		geluBackward[float32](dx, x, cdf, dy)
+	}
+	return dx
+}
 
-func geluGrad(x float64) float64 {
-	cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
-	pdf := math.Exp(-0.5*x*x) / math.Sqrt(2*math.Pi)
-	return cdf + x*pdf
+func geluBackward[T float](dx, x, cdf, dy *Tensor) {
+	xs, cs, gs, out := get[T](x), cdf.f64(), get[T](dy), buf[T](dx)
+	for i, v := range xs {
+		v64 := float64(v)
+		pdf := math.Exp(-0.5*v64*v64) / math.Sqrt(2*math.Pi)
+		out[i] = T(float64(gs[i]) * (cs[i] + v64*pdf))
+	}
+	put(dx, out)
+	drop(x, xs)
+	drop(dy, gs)
 }
 
 // ReLU returns max(x, 0).
