@@ -209,6 +209,12 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 			sq += n * n
 		}
 	}
+	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
+		var err error
+		if sq, err = f.dist.Sum(sq); err != nil {
+			return 0, err
+		}
+	}
 	norm := math.Sqrt(sq)
 	if coef := maxNorm / (norm + 1e-6); coef < 1 {
 		for _, p := range params {

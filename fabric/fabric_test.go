@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/comm/local"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/internal/parity"
@@ -18,6 +20,7 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -571,5 +574,75 @@ func TestSetupConverts(t *testing.T) {
 	}
 	if !slices.Equal(viaHelper, want) || !slices.Equal(viaSetup, want) {
 		t.Errorf("ConvertModule called for %q by precision.ConvertModule and %q by Setup; want %q", viaHelper, viaSetup, want)
+	}
+}
+
+// TestClipGradNormAcrossRanks: under ZeRO-2 each rank holds the gradients
+// of its chunks only, and ClipGradNorm still returns the global norm, the
+// one a single device computes over the whole batch.
+func TestClipGradNormAcrossRanks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	x, y := make([]float64, 8*32), make([]int, 8)
+	for i := range x {
+		x[i] = rng.NormFloat64()
+	}
+	for i := range y {
+		y[i] = rng.IntN(10)
+	}
+	norm := func(b models.Batch, f *fabric.Fabric, m models.Model) float64 {
+		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		loss, err := f.Tape().CrossEntropy(logits, b.Targets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Backward(loss); err != nil {
+			t.Fatal(err)
+		}
+		n, err := f.ClipGradNorm(1e9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// newRank builds the same float64 MLP on every rank (c nil: one device).
+	newRank := func(c comm.Communicator) (*fabric.Fabric, models.Model, error) {
+		m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+		opt, _ := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95})
+		f := fabric.New(precision.Pure{DType: dtype.F64})
+		if c != nil {
+			info, _ := strategy.Lookup("zero2")
+			f.Distribute(info, c)
+		}
+		return f, m, f.Setup(m, opt)
+	}
+	whole := models.Batch{X: tensor.FromFloat64(x, 8, 32), Targets: y}
+	f, m, err := newRank(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := norm(whole, f, m)
+	norms := make([]float64, 2)
+	err = comm.Each(local.NewGroup(2, local.Options{}), func(i int, c comm.Communicator) error {
+		f, m, err := newRank(c)
+		if err != nil {
+			return err
+		}
+		b, err := whole.Share(c.Rank(), c.Size())
+		if err != nil {
+			return err
+		}
+		norms[i] = norm(b, f, m)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range norms {
+		if math.Abs(n-single) > 1e-12*single {
+			t.Errorf("rank %d: norm %v, one device %v", i, n, single)
+		}
 	}
 }

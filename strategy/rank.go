@@ -150,6 +150,15 @@ func (r *Rank) AnyNonFinite(found bool) (bool, error) {
 	return flag.Float32s()[0] != 0, nil
 }
 
+// Sum returns the sum over ranks of v (a squared gradient norm of chunks).
+func (r *Rank) Sum(v float64) (float64, error) {
+	s, err := comm.SumFloat64(context.Background(), r.comm, v)
+	if err != nil {
+		return 0, fmt.Errorf("strategy %s: %w", r.Info.Name, err)
+	}
+	return s, nil
+}
+
 // AfterStep brings every rank's updated chunks back into the parameters:
 // an all-gather (ZeRO-1, ZeRO-2); ZeRO-3 instead frees the full
 // parameters until the next forward gathers them.

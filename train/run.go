@@ -22,7 +22,6 @@ import (
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
-	"github.com/weftml/weft/tensor"
 )
 
 // Metrics is one line of metrics.jsonl; a non-finite loss is written null.
@@ -241,11 +240,8 @@ func (r *rankRun) mean(v float64) (float64, error) {
 	if r.comm.Size() == 1 {
 		return v, nil
 	}
-	t := tensor.FromFloat64([]float64{v}, 1)
-	if err := r.comm.AllReduce(context.Background(), t.Data(), dtype.F64, comm.Sum); err != nil {
-		return 0, err
-	}
-	return t.Float64s()[0] / float64(r.comm.Size()), nil
+	s, err := comm.SumFloat64(context.Background(), r.comm, v)
+	return s / float64(r.comm.Size()), err
 }
 
 // evaluate returns the mean loss over EvalBatches validation batches,
