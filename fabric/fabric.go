@@ -127,6 +127,9 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 		}); ok {
 			s.SetAgreement(f.dist.AnyNonFinite)
 		}
+		for _, sc := range plan.Scopes { // FP8 recipes scale by the amax over all ranks
+			precision.ReduceAmaxes(sc.Plugin, f.dist.Max)
+		}
 	}
 	f.model, f.opt = m, opt
 	return nil

@@ -73,6 +73,13 @@ type Stateful interface {
 	UnmarshalState([]byte) error
 }
 
+// AmaxReducer is a plugin that keeps amaxes (FP8 delayed scaling): on
+// several ranks the fabric gives it the reduction (max over ranks) so that
+// every rank casts with the same scales. On one device it is never called.
+type AmaxReducer interface {
+	SetAmaxReduction(reduce func(float32) (float32, error))
+}
+
 // role returns the member of p (p itself, or one of the plugins it
 // composes) that implements R. Compose guarantees exclusive roles have one.
 func role[R any](p Plugin) (R, bool) {
@@ -150,6 +157,16 @@ func OptimizerStateDType(p Plugin) (dt dtype.DType, ok bool) {
 		return o.OptimizerStateDType(), true
 	}
 	return dtype.Invalid, false
+}
+
+// ReduceAmaxes gives every member of p that keeps amaxes the reduction
+// over ranks.
+func ReduceAmaxes(p Plugin, reduce func(float32) (float32, error)) {
+	for _, m := range Members(p) {
+		if a, ok := m.(AmaxReducer); ok {
+			a.SetAmaxReduction(reduce)
+		}
+	}
 }
 
 // States returns p's checkpointable members by name.

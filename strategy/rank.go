@@ -150,6 +150,15 @@ func (r *Rank) AnyNonFinite(found bool) (bool, error) {
 	return flag.Float32s()[0] != 0, nil
 }
 
+// Max returns the largest over ranks of v (an FP8 amax); NaN if any is.
+func (r *Rank) Max(v float32) (float32, error) {
+	t := tensor.FromFloat32([]float32{v}, 1)
+	if err := r.comm.AllReduce(context.Background(), t.Data(), dtype.F32, comm.Max); err != nil {
+		return 0, fmt.Errorf("strategy %s: amax: %w", r.Info.Name, err)
+	}
+	return t.Float32s()[0], nil
+}
+
 // Sum returns the sum over ranks of v (a squared gradient norm of chunks).
 func (r *Rank) Sum(v float64) (float64, error) {
 	s, err := comm.SumFloat64(context.Background(), r.comm, v)

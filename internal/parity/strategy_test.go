@@ -2,6 +2,7 @@ package parity
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/weftml/weft/models"
@@ -80,5 +81,42 @@ func checkAccounting(t *testing.T, res *Result, st string, n int) {
 			t.Errorf("rank %d holds params %d, grads %d, optimizer %d bytes; the %s formula gives %d, %d, %d",
 				r.Rank, r.ParamBytes, r.GradBytes, r.OptimizerBytes, st, params, grads, optim)
 		}
+	}
+}
+
+// TestFP8ScalesAgreeAcrossRanks: with amaxes reduced over ranks, every
+// rank of an FP8 run ends with the same scales and histories although each
+// saw its own share of the batch.
+func TestFP8ScalesAgreeAcrossRanks(t *testing.T) {
+	ref, err := models.LoadReference(referenceDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu      sync.Mutex
+		plugins []precision.Plugin
+	)
+	newPlugin := func() precision.Plugin { // called by each rank's goroutine
+		p, _ := precision.Parse("bf16-mixed+fp8", precision.Options{})
+		mu.Lock()
+		defer mu.Unlock()
+		plugins = append(plugins, p)
+		return p
+	}
+	if _, err := TrainOn(ref, "mlp", 5, newPlugin, Dist{Strategy: "ddp", Devices: 2, Backend: "local"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var states [][]byte
+	for _, p := range plugins {
+		for _, st := range precision.States(p) {
+			b, err := st.MarshalState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			states = append(states, b)
+		}
+	}
+	if len(states) != 2 || string(states[0]) != string(states[1]) {
+		t.Fatalf("the ranks' FP8 states differ (%d states)", len(states))
 	}
 }

@@ -40,7 +40,15 @@ type Delayed struct {
 	Filter     Filter   // DefaultFilter
 
 	layers map[string]*delayedLayer // by module path
+	// reduceAmax, if set, makes each amax the maximum over data-parallel
+	// ranks, as Transformer Engine's amax reduction does, so that every
+	// rank casts with the same scales.
+	reduceAmax func(float32) (float32, error)
 }
+
+// SetAmaxReduction makes every amax the reduction over ranks that reduce
+// computes; the fabric sets it when it trains on several ranks.
+func (p *Delayed) SetAmaxReduction(reduce func(float32) (float32, error)) { p.reduceAmax = reduce }
 
 // NewDelayed returns the recipe with Transformer Engine's defaults.
 func NewDelayed() *Delayed {
@@ -104,6 +112,13 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quanti
 	s := &l.scales[r]
 	vals := t.Float32s()
 	amax := amaxOf(vals)
+	if reduce := l.recipe.reduceAmax; reduce != nil {
+		if m, err := reduce(amax); err == nil {
+			amax = m
+		} else {
+			amax = float32(math.NaN()) // a failed reduction keeps the scale (amax NaN), and the collective's error ends the step
+		}
+	}
 	q := castScaled(vals, t.Shape(), s.scale, dt)
 	if drop := len(s.history) - l.recipe.HistoryLen + 1; drop > 0 {
 		s.history = s.history[drop:]
