@@ -19,7 +19,7 @@ type float interface{ ~float32 | ~float64 }
 
 // arith holds what differs between the float32 and float64 instantiations.
 type arith[T float] struct {
-	kern       kernel[T]
+	kern       kernel[T] // the kernels and packing routines in use (see use)
 	bf16       kernel[T] // for float32: multiplies packed pairs of bfloat16
 	pack       packer
 	workspaces sync.Pool // *workspace[T]

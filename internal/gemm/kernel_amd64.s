@@ -39,9 +39,9 @@
 // destination acc is reg extended by R (bit 3) and R' (bit 4), the first
 // source a is vvvv extended by V' (bit 4), the second source b is rm
 // extended by B (bit 3) and X (bit 4); the bars mean inverted bits, and
-// 31-x inverts the five bits of register number x. For
-// example VDPBF16PS(0, 2, 8) is 62 72 6e 48 52 c0, as GNU as encodes
-// vdpbf16ps %zmm0, %zmm2, %zmm8.
+// 31-x inverts the five bits of register number x. For example
+// VDPBF16PS(0, 2, 8) is 62 72 6e 48 52 c0, as GNU as encodes vdpbf16ps
+// %zmm0, %zmm2, %zmm8; TestKernels checks the kernel against its loop.
 #define VDPBF16PS(b, a, acc) \
 	BYTE $0x62; \
 	BYTE $((((31-acc)>>3)&1)<<7 | (((31-b)>>4)&1)<<6 | (((31-b)>>3)&1)<<5 | (((31-acc)>>4)&1)<<4 | 0x02); \
