@@ -31,7 +31,7 @@ type GEMMResult struct {
 
 // GEMMImpls are the products `weft bench gemm` measures: C = A·Bᵀ with A
 // float32 activations and B weights stored as named (both bf16 for
-// weft-bf16; weft-nf4w dequantizes its NF4 weight before each product).
+// weft-bf16; NF4 codes with block absmax for weft-nf4w, decoded while packing).
 var GEMMImpls = []string{"weft-f32", "weft-bf16", "weft-fp8w", "weft-nf4w", "openblas-f32"}
 
 // GEMM measures every impl at every size for at least minTime each; OpenBLAS
@@ -55,11 +55,9 @@ func GEMM(sizes []int, minTime time.Duration) (res []GEMMResult, skipped []strin
 		// Operands are built outside the timed region.
 		bf16A, bf16B, fp8B, f32A := mat(dtype.BF16, a, 0), mat(dtype.BF16, b, 0), mat(dtype.E4M3FN, b, 1), f32(a, false)
 		nf4 := quant.Quantize4(quant.NF4, tensor.FromFloat32(b, n, n), quant.DefaultBlockSize, false)
+		nf4B := gemm.Matrix{Data: nf4.Codes.Data(), LD: n, Trans: true, Codebook: nf4.Codebook.Values(), Absmax: nf4.Absmax, BlockSize: nf4.BlockSize}
 		runs := map[string]func(){
-			"weft-nf4w": func() {
-				w := nf4.Dequantize(dtype.F32).Float32s()
-				gemm.Sgemm(false, true, n, n, n, a, n, w, n, 0, c, n)
-			},
+			"weft-nf4w": func() { gemm.F32(n, n, n, f32A, nf4B, 0, c, n) },
 			"weft-f32":  func() { gemm.Sgemm(false, true, n, n, n, a, n, b, n, 0, c, n) },
 			"weft-bf16": func() { gemm.F32(n, n, n, bf16A, bf16B, 0, c, n) },
 			"weft-fp8w": func() { gemm.F32(n, n, n, f32A, fp8B, 0, c, n) },

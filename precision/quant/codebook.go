@@ -11,6 +11,10 @@ type Codebook struct {
 	encode func(x float32) uint8
 }
 
+// Values returns the 16 values the codes stand for, as a GEMM operand's
+// codebook wants them.
+func (c *Codebook) Values() *[16]float32 { return &c.values }
+
 // Name returns the data type's name: "nf4" or "fp4".
 func (c *Codebook) Name() string { return c.name }
 
