@@ -101,13 +101,21 @@ func promoteAll(ts ...*Tensor) dtype.DType {
 	return dt
 }
 
-// rounder returns the function that rounds a compute value to dt, so
-// kernels that perform several ops (the optimizer) can round after each.
-func rounder[T float](dt dtype.DType) func(T) T {
-	switch dt {
-	case dtype.F64, dtype.F32:
-		return func(x T) T { return x }
-	default:
-		return func(x T) T { return T(dt.Round(float32(x))) }
+// rounding rounds compute values to a storage dtype after each op of a
+// multi-op kernel (the optimizer); for float32 and float64 storage it does
+// nothing, and do inlines to nothing.
+type rounding[T float] struct {
+	dt dtype.DType
+	on bool
+}
+
+func roundTo[T float](dt dtype.DType) rounding[T] {
+	return rounding[T]{dt: dt, on: dt != dtype.F64 && dt != dtype.F32}
+}
+
+func (r rounding[T]) do(x T) T {
+	if !r.on {
+		return x
 	}
+	return T(r.dt.Round(float32(x)))
 }

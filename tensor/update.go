@@ -34,18 +34,18 @@ func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
 
 func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 	ps, gs, ms, vs := get[T](p), get[T](g), get[T](m), get[T](v)
-	rp, rm, rv := rounder[T](p.dtype), rounder[T](m.dtype), rounder[T](v.dtype)
+	rp, rm, rv := roundTo[T](p.dtype), roundTo[T](m.dtype), roundTo[T](v.dtype)
 	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)
 	bc2, eps, step := T(s.BC2Sqrt), T(s.Eps), T(s.NegStepSize)
 	for i := range ps {
-		ps[i] = rp(ps[i] * decay)
-		ms[i] = rm(ms[i] + lerp*(gs[i]-ms[i]))
-		vs[i] = rv(vs[i] * b2)
-		vs[i] = rv(vs[i] + omb2*gs[i]*gs[i])
-		d := rv(T(math.Sqrt(float64(vs[i]))))
-		d = rv(d / bc2)
-		d = rv(d + eps)
-		ps[i] = rp(ps[i] + step*(ms[i]/d))
+		ps[i] = rp.do(ps[i] * decay)
+		ms[i] = rm.do(ms[i] + lerp*(gs[i]-ms[i]))
+		vs[i] = rv.do(vs[i] * b2)
+		vs[i] = rv.do(vs[i] + omb2*gs[i]*gs[i])
+		d := rv.do(T(math.Sqrt(float64(vs[i]))))
+		d = rv.do(d / bc2)
+		d = rv.do(d + eps)
+		ps[i] = rp.do(ps[i] + step*(ms[i]/d))
 	}
 	put(p, ps)
 	put(m, ms)
@@ -62,10 +62,10 @@ func SGDStep(p, g *Tensor, lr float64) {
 }
 
 func sgd[T float](p, g *Tensor, lr float64) {
-	ps, gs, r := get[T](p), get[T](g), rounder[T](p.dtype)
+	ps, gs, r := get[T](p), get[T](g), roundTo[T](p.dtype)
 	neg := T(-lr)
 	for i := range ps {
-		ps[i] = r(ps[i] + neg*gs[i])
+		ps[i] = r.do(ps[i] + neg*gs[i])
 	}
 	put(p, ps)
 }
