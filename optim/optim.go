@@ -146,8 +146,11 @@ func (o *AdamW) Underflow(path string) error {
 	return nil
 }
 
+// zeroGrad drops the gradients, returning their storage to the tensor
+// pool for the next backward pass.
 func zeroGrad(params []nn.NamedParam) {
 	for _, p := range params {
+		tensor.Release(p.Var.Grad)
 		p.Var.Grad = nil
 	}
 }

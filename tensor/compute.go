@@ -119,3 +119,13 @@ func (r rounding[T]) do(x T) T {
 	}
 	return T(r.dt.Round(float32(x)))
 }
+
+// all rounds every element of xs.
+func (r rounding[T]) all(xs []T) {
+	if !r.on {
+		return
+	}
+	for i, x := range xs {
+		xs[i] = T(r.dt.Round(float32(x)))
+	}
+}

@@ -37,15 +37,44 @@ func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 	rp, rm, rv := roundTo[T](p.dtype), roundTo[T](m.dtype), roundTo[T](v.dtype)
 	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)
 	bc2, eps, step := T(s.BC2Sqrt), T(s.Eps), T(s.NegStepSize)
-	for i := range ps {
-		ps[i] = rp.do(ps[i] * decay)
-		ms[i] = rm.do(ms[i] + lerp*(gs[i]-ms[i]))
-		vs[i] = rv.do(vs[i] * b2)
-		vs[i] = rv.do(vs[i] + omb2*gs[i]*gs[i])
-		d := rv.do(T(math.Sqrt(float64(vs[i]))))
-		d = rv.do(d / bc2)
-		d = rv.do(d + eps)
-		ps[i] = rp.do(ps[i] + step*(ms[i]/d))
+	// Op by op over chunks that stay in L1, each op's results rounded (for
+	// low-precision tensors) before the next op reads them.
+	var d [256]T
+	for lo := 0; lo < len(ps); lo += len(d) {
+		hi := min(lo+len(d), len(ps))
+		p, g, m, v, d := ps[lo:hi], gs[lo:hi], ms[lo:hi], vs[lo:hi], d[:hi-lo]
+		for i := range p {
+			p[i] *= decay
+		}
+		rp.all(p)
+		for i := range m {
+			m[i] += lerp * (g[i] - m[i])
+		}
+		rm.all(m)
+		for i := range v {
+			v[i] *= b2
+		}
+		rv.all(v)
+		for i := range v {
+			v[i] += omb2 * g[i] * g[i]
+		}
+		rv.all(v)
+		for i := range d {
+			d[i] = T(math.Sqrt(float64(v[i])))
+		}
+		rv.all(d)
+		for i := range d {
+			d[i] /= bc2
+		}
+		rv.all(d)
+		for i := range d {
+			d[i] += eps
+		}
+		rv.all(d)
+		for i := range p {
+			p[i] += step * (m[i] / d[i])
+		}
+		rp.all(p)
 	}
 	put(p, ps)
 	put(m, ms)
