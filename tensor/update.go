@@ -35,10 +35,20 @@ func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
 func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 	ps, gs, ms, vs := get[T](p), get[T](g), get[T](m), get[T](v)
 	rp, rm, rv := roundTo[T](p.dtype), roundTo[T](m.dtype), roundTo[T](v.dtype)
+	parallelFor(len(ps), func(lo, hi int) {
+		adamWRange(ps[lo:hi], gs[lo:hi], ms[lo:hi], vs[lo:hi], rp, rm, rv, s)
+	})
+	put(p, ps)
+	put(m, ms)
+	put(v, vs)
+}
+
+// adamWRange updates one range of elements, op by op over chunks that stay
+// in L1, each op's results rounded (for low-precision tensors) before the
+// next op reads them.
+func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScalars) {
 	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)
 	bc2, eps, step := T(s.BC2Sqrt), T(s.Eps), T(s.NegStepSize)
-	// Op by op over chunks that stay in L1, each op's results rounded (for
-	// low-precision tensors) before the next op reads them.
 	var d [256]T
 	for lo := 0; lo < len(ps); lo += len(d) {
 		hi := min(lo+len(d), len(ps))
@@ -76,9 +86,6 @@ func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 		}
 		rp.all(p)
 	}
-	put(p, ps)
-	put(m, ms)
-	put(v, vs)
 }
 
 // SGDStep updates p in place: p = p + (-lr)·g, rounded to p's dtype.

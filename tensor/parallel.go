@@ -1,0 +1,31 @@
+package tensor
+
+import (
+	"runtime"
+	"sync"
+)
+
+// parallelMin is the smallest element count worth splitting across cores.
+const parallelMin = 1 << 16
+
+// parallelFor runs body over [0, n) split into one contiguous range per
+// core (n small: on the calling goroutine). Elementwise kernels give the
+// same results however the range is split.
+func parallelFor(n int, body func(lo, hi int)) {
+	parts := min(runtime.GOMAXPROCS(0), n/parallelMin)
+	if parts <= 1 {
+		body(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	per := (n + parts - 1) / parts
+	for lo := per; lo < n; lo += per {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body(lo, min(lo+per, n))
+		}()
+	}
+	body(0, min(per, n))
+	wg.Wait()
+}
