@@ -73,9 +73,21 @@ func put[T float](t *Tensor, vals []T) {
 	case []float64:
 		dtype.EncodeF64(t.dtype, t.data, v, false)
 	case []float32:
-		dtype.Encode(t.dtype, t.data, v, false)
+		encode(t.dtype, t.data, v, false)
 	}
 	release(vals)
+}
+
+// encode is dtype.Encode split across cores for large byte-addressable tensors.
+func encode(dt dtype.DType, dst []byte, src []float32, sat bool) {
+	size := dt.Bits() / 8
+	if size == 0 { // packed 4-bit codes: ranges would split bytes
+		dtype.Encode(dt, dst, src, sat)
+		return
+	}
+	parallelFor(len(src), func(lo, hi int) {
+		dtype.Encode(dt, dst[lo*size:hi*size], src[lo:hi], sat)
+	})
 }
 
 // Promote returns the dtype PyTorch gives an op over inputs of dtypes a and

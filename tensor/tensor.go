@@ -160,13 +160,14 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 	if dt == t.dtype {
 		return t
 	}
-	out := New(dt, t.shape...)
+	out := empty(dt, t.shape...)
 	if t.dtype == dtype.F64 {
 		dtype.EncodeF64(dt, out.data, t.f64(), sat)
 		return out
 	}
 	src := get[float32](t)
-	dtype.Encode(dt, out.data, src, sat)
+	encode(dt, out.data, src, sat)
+	drop(t, src)
 	return out
 }
 
