@@ -12,15 +12,7 @@ func referenceDir() string { return models.ReferenceDir("../../" + models.Defaul
 // weft has no replay for fails) and compares losses and loss scales; the
 // float64-manual replay must also end at the reference's float64 weights.
 func TestParity(t *testing.T) {
-	dir := referenceDir()
-	ref, err := models.LoadReference(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	traj, err := LoadTrajectories(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, traj := loadReference(t)
 	if len(traj.Models) == 0 {
 		t.Fatal("trajectories.json has no models")
 	}
@@ -48,4 +40,19 @@ func TestParity(t *testing.T) {
 			})
 		}
 	}
+}
+
+// loadReference reads the reference folder's weights, data and trajectories.
+func loadReference(t *testing.T) (*models.Reference, *Trajectories) {
+	t.Helper()
+	dir := referenceDir()
+	ref, err := models.LoadReference(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	traj, err := LoadTrajectories(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, traj
 }

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 )
@@ -14,15 +13,7 @@ import (
 // global batch split evenly, replays the single-device 64-true trajectory
 // of every model to 1e-9.
 func TestParityStrategies(t *testing.T) {
-	dir := referenceDir()
-	ref, err := models.LoadReference(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	traj, err := LoadTrajectories(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, traj := loadReference(t)
 	newPlugin := func() precision.Plugin { p, _ := precision.Parse("64-true", precision.Options{}); return p }
 	for _, model := range traj.ModelNames() {
 		steps := traj.Models[model].Steps
@@ -88,10 +79,7 @@ func checkAccounting(t *testing.T, res *Result, st string, n int) {
 // rank of an FP8 run ends with the same scales and histories although each
 // saw its own share of the batch.
 func TestFP8ScalesAgreeAcrossRanks(t *testing.T) {
-	ref, err := models.LoadReference(referenceDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, _ := loadReference(t)
 	var (
 		mu      sync.Mutex
 		plugins []precision.Plugin
