@@ -65,6 +65,19 @@ func (f *Fabric) Distribute(info strategy.Info, c comm.Communicator) {
 	f.distCfg = &distConfig{info: info, comm: c}
 }
 
+// gatherFormats asks each parameter's plugin for its all-gather format.
+func gatherFormats(plan *precision.Resolution) func(string) (dtype.DType, float32, bool) {
+	plugins := map[string]precision.Plugin{}
+	for _, s := range plan.Scopes {
+		for _, p := range s.Module.Params() {
+			plugins[nn.Join(s.Path, p.Name)] = s.Plugin
+		}
+	}
+	return func(path string) (dtype.DType, float32, bool) {
+		return precision.GatherFormat(plugins[path], path)
+	}
+}
+
 // RankBytes is what this rank holds now for parameters and gradients.
 func (f *Fabric) RankBytes() (params, grads int64) {
 	if f.dist != nil {
@@ -118,7 +131,7 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	}
 	f.plan, f.scaler, f.scopes = plan, plan.Scaler, plan.Scoper()
 	if f.distCfg != nil {
-		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, nn.Parameters(m)); err != nil {
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, nn.Parameters(m), gatherFormats(plan)); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		opt.SetParams(f.dist.OptimizerParams())

@@ -48,11 +48,12 @@ func Walk(m Module, fn func(path string, m Module)) {
 func walk(path string, m Module, fn func(string, Module)) {
 	fn(path, m)
 	for _, c := range m.Children() {
-		walk(join(path, c.Name), c.Module, fn)
+		walk(Join(path, c.Name), c.Module, fn)
 	}
 }
 
-func join(prefix, name string) string {
+// Join appends a local name to a dotted path ("" is the root).
+func Join(prefix, name string) string {
 	if prefix == "" {
 		return name
 	}
@@ -64,7 +65,7 @@ func Parameters(m Module) []NamedParam {
 	var out []NamedParam
 	Walk(m, func(path string, m Module) {
 		for _, p := range m.Params() {
-			out = append(out, NamedParam{Path: join(path, p.Name), Var: p.Var})
+			out = append(out, NamedParam{Path: Join(path, p.Name), Var: p.Var})
 		}
 	})
 	return out

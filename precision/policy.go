@@ -168,7 +168,7 @@ func (pol Policy) resolve(res *Resolution, path string, m nn.Module, inherited S
 	scope := Scope{Path: path, Kind: kind, Module: m, Plugin: plugin, Rule: bestRule}
 	res.Scopes = append(res.Scopes, scope)
 	for _, c := range m.Children() {
-		if err := pol.resolve(res, joinPath(path, c.Name), c.Module, scope); err != nil {
+		if err := pol.resolve(res, nn.Join(path, c.Name), c.Module, scope); err != nil {
 			return err
 		}
 	}
@@ -181,13 +181,6 @@ func displayPath(path string) string {
 		return "(root)"
 	}
 	return path
-}
-
-func joinPath(prefix, name string) string {
-	if prefix == "" {
-		return name
-	}
-	return prefix + "." + name
 }
 
 // ScalesLoss reports whether the resolved model has a loss scaler.

@@ -80,6 +80,27 @@ type AmaxReducer interface {
 	SetAmaxReduction(reduce func(float32) (float32, error))
 }
 
+// GatherQuantizer picks a narrower wire format for the all-gathers of a
+// parameter (FSDP): FP8 recipes send their Linears' weights as FP8 bytes
+// with the scale the next forward pass casts them with. If no plugin
+// implements it, parameters are gathered in their storage dtype.
+type GatherQuantizer interface {
+	GatherFormat(param string) (dt dtype.DType, scale float32, ok bool)
+}
+
+// GatherFormat returns the wire format p wants the parameter at path
+// gathered in; ok is false for the storage dtype.
+func GatherFormat(p Plugin, path string) (dt dtype.DType, scale float32, ok bool) {
+	for _, m := range Members(p) {
+		if g, isG := m.(GatherQuantizer); isG {
+			if dt, scale, ok = g.GatherFormat(path); ok {
+				return dt, scale, true
+			}
+		}
+	}
+	return dtype.Invalid, 0, false
+}
+
 // role returns the member of p (p itself, or one of the plugins it
 // composes) that implements R. Compose guarantees exclusive roles have one.
 func role[R any](p Plugin) (R, bool) {

@@ -21,6 +21,12 @@ type Rank struct {
 	comm   comm.Communicator
 	params []nn.NamedParam
 	shards []shard
+	// format gives a parameter's all-gather wire format (FP8 and its
+	// scale); nil or ok false: its storage dtype.
+	format func(path string) (dt dtype.DType, scale float32, ok bool)
+	// gathered counts the parameter bytes this rank sent in all-gathers,
+	// by wire dtype.
+	gathered map[dtype.DType]int64
 }
 
 // shard is one parameter's chunk on this rank.
@@ -34,8 +40,9 @@ type shard struct {
 
 // NewRank prepares rank c.Rank() of strategy info over the model's
 // parameters, which must be identical on every rank.
-func NewRank(info Info, c comm.Communicator, params []nn.NamedParam) (*Rank, error) {
-	r := &Rank{Info: info, comm: c, params: params}
+// format, if not nil, picks the wire format of each parameter's all-gathers.
+func NewRank(info Info, c comm.Communicator, params []nn.NamedParam, format func(path string) (dtype.DType, float32, bool)) (*Rank, error) {
+	r := &Rank{Info: info, comm: c, params: params, format: format, gathered: map[dtype.DType]int64{}}
 	size, me := c.Size(), c.Rank()
 	for _, p := range params {
 		v := p.Var.Value
@@ -93,12 +100,16 @@ func (r *Rank) BeforeForward(ctx context.Context) error {
 		return nil
 	}
 	for i := range r.shards {
-		if err := r.gather(ctx, &r.shards[i]); err != nil {
+		if err := r.gather(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// Gathered returns the parameter bytes this rank has sent in all-gathers,
+// by wire dtype (FP8 weights 1 byte each, their scales under float32).
+func (r *Rank) Gathered() map[dtype.DType]int64 { return r.gathered }
 
 // SyncGrads makes every rank's gradient the mean over ranks: all-reduced in
 // full (DDP, ZeRO-1) or reduce-scattered so each rank keeps only its chunk's
@@ -182,22 +193,61 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 			s.full.Value = nil
 			continue
 		}
-		if err := r.gather(ctx, s); err != nil {
+		if err := r.gather(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// gather rebuilds s's full parameter from every rank's chunk.
-func (r *Rank) gather(ctx context.Context, s *shard) error {
-	chunk := s.local.Value
-	all := tensor.New(chunk.DType(), s.chunk*r.comm.Size())
-	if err := r.comm.AllGather(ctx, chunk.Data(), all.Data()); err != nil {
-		return fmt.Errorf("strategy %s: all-gather: %w", r.Info.Name, err)
+// gather rebuilds parameter i from every rank's chunk, sent in its storage
+// dtype or, when its format asks, as FP8 bytes with the sender's scale.
+func (r *Rank) gather(ctx context.Context, i int) error {
+	s := &r.shards[i]
+	gather := r.gatherAs
+	if r.format != nil {
+		if dt, scale, ok := r.format(r.params[i].Path); ok {
+			gather = func(ctx context.Context, chunk *tensor.Tensor) (*tensor.Tensor, error) {
+				return r.gatherScaled(ctx, chunk, dt, scale)
+			}
+		}
 	}
-	s.full.Value = slice(all, 0, s.n).Reshape(s.shape...)
+	full, err := gather(ctx, s.local.Value)
+	if err != nil {
+		return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+	}
+	s.full.Value = slice(full, 0, s.n).Reshape(s.shape...)
 	return nil
+}
+
+// gatherAs all-gathers chunk as it is stored.
+func (r *Rank) gatherAs(ctx context.Context, chunk *tensor.Tensor) (*tensor.Tensor, error) {
+	all := tensor.New(chunk.DType(), chunk.Len()*r.comm.Size())
+	if err := r.comm.AllGather(ctx, chunk.Data(), all.Data()); err != nil {
+		return nil, err
+	}
+	r.gathered[chunk.DType()] += int64(len(chunk.Data()))
+	return all, nil
+}
+
+// gatherScaled all-gathers chunk·scale cast (saturating) to dt, with every
+// rank's scale, and returns the values decoded and unscaled, in chunk's dtype.
+func (r *Rank) gatherScaled(ctx context.Context, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, error) {
+	scales, err := r.gatherAs(ctx, tensor.FromFloat32([]float32{scale}, 1))
+	if err != nil {
+		return nil, err
+	}
+	codes, err := r.gatherAs(ctx, tensor.Scale(chunk.To(dtype.F32), float64(scale)).ToSat(dt))
+	if err != nil {
+		return nil, err
+	}
+	vals, per := codes.Float32s(), chunk.Len()
+	for rank, sc := range scales.Float32s() {
+		for j := rank * per; j < (rank+1)*per; j++ {
+			vals[j] /= sc
+		}
+	}
+	return tensor.FromFloat32(vals, len(vals)).To(chunk.DType()), nil
 }
 
 // Bytes is what this rank holds now for parameters, gradients and the

@@ -115,7 +115,8 @@ type RankReport struct {
 	ParamBytes     int64            `json:"param_bytes"`
 	GradBytes      int64            `json:"grad_bytes"` // at the optimizer step
 	OptimizerBytes int64            `json:"optimizer_state_bytes"`
-	Sent           map[string]int64 `json:"bytes_sent"` // by "collective/dtype"
+	Sent           map[string]int64 `json:"bytes_sent"`     // by "collective/dtype"
+	Gathered       map[string]int64 `json:"gathered_bytes"` // parameter all-gathers by wire dtype
 }
 
 // TrainOn is Train on the ranks d describes; newPlugin builds each rank's
@@ -226,6 +227,12 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 		}
 	}
 	report.Sent = sentBytes(c.Stats())
+	if f.Rank() != nil {
+		report.Gathered = map[string]int64{}
+		for dt, b := range f.Rank().Gathered() {
+			report.Gathered[dt.String()] += b
+		}
+	}
 	res.Ranks = []RankReport{report}
 	if err := f.Gather(); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
@@ -74,6 +75,21 @@ func (p *Delayed) ConvertModule(path string, m nn.Module) error {
 	layer.mod = l
 	l.GEMM = &linear{owner: p, format: p.Format, q: layer}
 	return nil
+}
+
+// GatherFormat sends the weight of a converted Linear as FP8 bytes with the
+// scale its next cast uses, so that an FSDP all-gather moves one byte per
+// weight and the Linear's own cast of the gathered values changes nothing.
+func (p *Delayed) GatherFormat(param string) (dtype.DType, float32, bool) {
+	module, ok := strings.CutSuffix(param, ".weight")
+	if !ok {
+		return dtype.Invalid, 0, false
+	}
+	l, ok := p.layers[module]
+	if !ok || l.mod == nil {
+		return dtype.Invalid, 0, false
+	}
+	return p.Format.Forward, l.scales[roleW].scale, true
 }
 
 // layer returns the state kept under path, creating it if needed: state
