@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,12 +23,13 @@ func TestKillDuringCheckpoint(t *testing.T) {
 	bin := buildWeft(t)
 	out := t.TempDir()
 	args := []string{"train", "--model", "cnn", "--precision", "16-mixed", "--batch-size", "8", "--save-every", "1", "--eval-every", "1000", "--out", out}
-	for i, wait := range []time.Duration{700, 1100, 1500, 1900, 2300} {
+	for i, wait := range []time.Duration{0, 150, 300, 450, 600} {
 		cmd := exec.Command(bin, append(args, "--steps", "100000", "--resume="+resumeFlag(i))...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(wait * time.Millisecond)
+		waitForFile(t, filepath.Join(out, "checkpoints", "latest"), time.Minute)
+		time.Sleep(wait * time.Millisecond) // into later checkpoints' writes
 		cmd.Process.Signal(syscall.SIGKILL)
 		cmd.Wait()
 		// Resume and take one more step: the checkpoint must load.
@@ -43,6 +46,17 @@ func TestKillDuringCheckpoint(t *testing.T) {
 			t.Fatalf("kill %d after step %d: resume failed: %v\n%s", i, step, err, res)
 		}
 	}
+}
+
+// waitForFile waits until path exists.
+func waitForFile(t *testing.T, path string, limit time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s did not appear within %v", path, limit)
 }
 
 func resumeFlag(i int) string {
