@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
 	"github.com/weftml/weft/comm"
@@ -27,32 +25,24 @@ func AllReduce(backend string, ranks, nbytes, reps int) (AllReduceResult, error)
 		return AllReduceResult{}, err
 	}
 	size := comms[0].Size()
-	var wg sync.WaitGroup
-	errs := make([]error, len(comms))
 	var elapsed time.Duration
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.Close()
-			buf := make([]byte, nbytes)
-			var start time.Time
-			for rep := range reps + 1 {
-				if rep == 1 {
-					start = time.Now()
-				}
-				if err := c.AllReduce(context.Background(), buf, dtype.F32, comm.Sum); err != nil {
-					errs[i] = err
-					return
-				}
+	err = comm.Each(comms, func(i int, c comm.Communicator) error {
+		buf := make([]byte, nbytes)
+		var start time.Time
+		for rep := range reps + 1 {
+			if rep == 1 {
+				start = time.Now()
 			}
-			if c.Rank() == comms[0].Rank() {
-				elapsed = time.Since(start)
+			if err := c.AllReduce(context.Background(), buf, dtype.F32, comm.Sum); err != nil {
+				return err
 			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+		}
+		if i == 0 {
+			elapsed = time.Since(start)
+		}
+		return nil
+	})
+	if err != nil {
 		return AllReduceResult{}, err
 	}
 	return AllReduceResult{Backend: backend, Ranks: size, Bytes: nbytes, GBPerS: float64(nbytes) * float64(reps) / elapsed.Seconds() / 1e9}, nil
