@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
@@ -164,33 +165,27 @@ func (k *checkpointer) prune() error {
 // load restores the latest checkpoint into the model, optimizer and
 // precision state, and returns the step to resume at.
 func (k *checkpointer) load(c Config) (int, error) {
-	m, dir, err := ReadManifest(k.dir)
+	s, err := openLatest(k.dir)
 	if err != nil {
 		return 0, err
 	}
+	m, dir := s.manifest, s.dir
 	if m.Config.Model != c.Model || m.Config.GPT != c.GPT {
 		return 0, fmt.Errorf("checkpoint %s holds model %s %+v, this run is %s %+v", dir, m.Config.Model, m.Config.GPT, c.Model, c.GPT)
 	}
-	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, stateFile))
-	if err != nil {
-		return 0, err
-	}
-	get := func(name string, like *tensor.Tensor) (*tensor.Tensor, error) {
-		t, ok := f.Tensor(name)
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", dir, name)
+	// get reads a tensor that must have like's dtype and shape.
+	get := func(name string, like *tensor.Tensor, read func(string, []int) (*tensor.Tensor, error)) (*tensor.Tensor, error) {
+		t, err := read(name, like.Shape())
+		if err != nil {
+			return nil, err
 		}
-		if t.DType != like.DType() || !tensor.EqualShape(t.Shape, like.Shape()) {
-			return nil, fmt.Errorf("checkpoint %s: tensor %s is %s%v, the run needs %s%v (was it saved with another precision?)", dir, name, t.DType, t.Shape, like.DType(), like.Shape())
+		if t.DType() != like.DType() || !t.SameShape(like) {
+			return nil, fmt.Errorf("checkpoint %s: tensor %s is %s, the run needs %s (was it saved with another precision?)", dir, name, t, like)
 		}
-		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
-	}
-	moment, err := momentReader(dir, m, f, get)
-	if err != nil {
-		return 0, err
+		return t, nil
 	}
 	for i, p := range nn.Parameters(k.model) {
-		v, err := get("model."+p.Path, p.Var.Value)
+		v, err := get("model."+p.Path, p.Var.Value, s.tensor)
 		if err != nil {
 			return 0, err
 		}
@@ -204,10 +199,10 @@ func (k *checkpointer) load(c Config) (int, error) {
 			like = tensor.New(dt, like.Shape()...)
 		}
 		st := &optim.AdamState{Step: steps}
-		if st.ExpAvg, err = moment("optim."+p.Path+".exp_avg", like); err != nil {
+		if st.ExpAvg, err = get("optim."+p.Path+".exp_avg", like, s.moment); err != nil {
 			return 0, err
 		}
-		if st.ExpAvgSq, err = moment("optim."+p.Path+".exp_avg_sq", like); err != nil {
+		if st.ExpAvgSq, err = get("optim."+p.Path+".exp_avg_sq", like, s.moment); err != nil {
 			return 0, err
 		}
 		if k.sharded() {
@@ -233,35 +228,65 @@ func (k *checkpointer) load(c Config) (int, error) {
 	return m.Step, nil
 }
 
-// momentReader returns how to read a whole optimizer moment shaped like
-// like: from state.safetensors, or joined from every rank's chunks.
-func momentReader(dir string, m *Manifest, state *checkpoint.File, get func(string, *tensor.Tensor) (*tensor.Tensor, error)) (func(string, *tensor.Tensor) (*tensor.Tensor, error), error) {
-	if m.OptimizerShards == 0 {
-		return get, nil
+// saved is a checkpoint opened for reading: its manifest, state file and,
+// when the optimizer was sharded, every rank's optimizer shard.
+type saved struct {
+	manifest *Manifest
+	dir      string
+	file     *checkpoint.File
+	shards   []*checkpoint.File
+}
+
+// openLatest opens the latest checkpoint under dir (a run's checkpoints folder).
+func openLatest(dir string) (*saved, error) {
+	m, ckpt, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
 	}
-	shards := make([]*checkpoint.File, m.OptimizerShards)
-	for r := range shards {
-		f, err := checkpoint.ReadSafetensors(filepath.Join(dir, shardFile(r)))
+	s := &saved{manifest: m, dir: ckpt}
+	if s.file, err = checkpoint.ReadSafetensors(filepath.Join(ckpt, stateFile)); err != nil {
+		return nil, err
+	}
+	for r := range m.OptimizerShards {
+		f, err := checkpoint.ReadSafetensors(filepath.Join(ckpt, shardFile(r)))
 		if err != nil {
 			return nil, err
 		}
-		shards[r] = f
+		s.shards = append(s.shards, f)
 	}
-	return func(name string, like *tensor.Tensor) (*tensor.Tensor, error) {
-		var whole []byte
-		for r, f := range shards {
-			t, ok := f.Tensor(name)
-			if !ok || t.DType != like.DType() {
-				return nil, fmt.Errorf("checkpoint %s: %s lacks %s of dtype %s", dir, shardFile(r), name, like.DType())
-			}
-			whole = append(whole, t.Data...)
+	return s, nil
+}
+
+// tensor reads a tensor of state.safetensors (shape is not needed there).
+func (s *saved) tensor(name string, _ []int) (*tensor.Tensor, error) {
+	t, ok := s.file.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", s.dir, name)
+	}
+	return tensor.FromBytes(t.DType, t.Data, t.Shape...)
+}
+
+// moment reads a whole optimizer moment of the given shape: from
+// state.safetensors, or joined from every rank's chunks.
+func (s *saved) moment(name string, shape []int) (*tensor.Tensor, error) {
+	if len(s.shards) == 0 {
+		return s.tensor(name, shape)
+	}
+	var whole []byte
+	dt := dtype.Invalid
+	for r, f := range s.shards {
+		t, ok := f.Tensor(name)
+		if !ok || (dt != dtype.Invalid && t.DType != dt) {
+			return nil, fmt.Errorf("checkpoint %s: %s lacks %s (or holds it in another dtype)", s.dir, shardFile(r), name)
 		}
-		size := like.DType().StorageBytes(like.Len())
-		if len(whole) < size {
-			return nil, fmt.Errorf("checkpoint %s: the chunks of %s hold %d bytes, the tensor %d", dir, name, len(whole), size)
-		}
-		return tensor.FromBytes(like.DType(), whole[:size], like.Shape()...)
-	}, nil
+		dt = t.DType
+		whole = append(whole, t.Data...)
+	}
+	size := dt.StorageBytes(tensor.Numel(shape))
+	if len(whole) < size {
+		return nil, fmt.Errorf("checkpoint %s: the chunks of %s hold %d bytes, the tensor %d", s.dir, name, len(whole), size)
+	}
+	return tensor.FromBytes(dt, whole[:size], shape...)
 }
 
 // ReadManifest reads the manifest of the latest checkpoint under dir (a
@@ -334,81 +359,35 @@ func writeAtomic(path string, b []byte) error {
 // Consolidate writes the latest checkpoint of run as one safetensors file:
 // parameters and whole AdamW moments, the optimizer shards joined.
 func Consolidate(run, out string) error {
-	m, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
-	if err != nil {
-		return err
-	}
-	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, stateFile))
-	if err != nil {
-		return err
-	}
-	get := func(name string, like *tensor.Tensor) (*tensor.Tensor, error) {
-		t, ok := f.Tensor(name)
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s: tensor %s is missing", dir, name)
-		}
-		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
-	}
-	moment, err := momentReader(dir, m, f, get)
+	s, err := openLatest(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		return err
 	}
 	var tensors []checkpoint.Tensor
-	for _, name := range f.Names() {
-		t, _ := f.Tensor(name)
+	for _, name := range s.file.Names() {
+		t, _ := s.file.Tensor(name)
 		tensors = append(tensors, t)
 		path, ok := strings.CutPrefix(name, "model.")
-		if !ok || m.OptimizerShards == 0 {
-			continue
-		}
-		if _, stepped := m.OptimizerSteps[path]; !stepped {
+		if _, stepped := s.manifest.OptimizerSteps[path]; !ok || !stepped || len(s.shards) == 0 {
 			continue
 		}
 		for _, which := range []string{".exp_avg", ".exp_avg_sq"} {
-			like, err := shardLike(dir, "optim."+path+which, t.Shape)
-			if err != nil {
-				return err
-			}
-			whole, err := moment("optim."+path+which, like)
+			whole, err := s.moment("optim."+path+which, t.Shape)
 			if err != nil {
 				return err
 			}
 			tensors = append(tensors, stored("optim."+path+which, whole))
 		}
 	}
-	return checkpoint.WriteSafetensors(out, tensors, map[string]string{"format": manifestFormat, "step": fmt.Sprint(m.Step)})
-}
-
-// shardLike is a tensor of the given shape in the dtype rank 0 stored the
-// named moment in.
-func shardLike(dir, name string, shape []int) (*tensor.Tensor, error) {
-	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, shardFile(0)))
-	if err != nil {
-		return nil, err
-	}
-	t, ok := f.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint %s: %s lacks %s", dir, shardFile(0), name)
-	}
-	return tensor.New(t.DType, shape...), nil
+	return checkpoint.WriteSafetensors(out, tensors, map[string]string{"format": manifestFormat, "step": fmt.Sprint(s.manifest.Step)})
 }
 
 // loadWeights copies the parameters of run's latest checkpoint into m (a
 // fine-tuning start); optimizer and precision state are not taken.
 func loadWeights(run string, m nn.Module) error {
-	_, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	s, err := openLatest(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		return err
 	}
-	f, err := checkpoint.ReadSafetensors(filepath.Join(dir, stateFile))
-	if err != nil {
-		return err
-	}
-	return nn.Load(m, func(path string) (*tensor.Tensor, error) {
-		t, ok := f.Tensor("model." + path)
-		if !ok {
-			return nil, fmt.Errorf("checkpoint %s has no weights for %s", dir, path)
-		}
-		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
-	})
+	return nn.Load(m, func(path string) (*tensor.Tensor, error) { return s.tensor("model."+path, nil) })
 }
