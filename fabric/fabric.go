@@ -293,20 +293,18 @@ func (f *Fabric) LossScale() float64 { return f.scaler.Scale() }
 // step whose loss was not, and why.
 func (f *Fabric) NonFinite() error { return f.nonFinite }
 
+// diagnose explains a non-finite loss: a parameter that is no longer
+// finite, else the forward pass.
+func (f *Fabric) diagnose() string {
+	if why := f.NonFiniteParams(); why != "" {
+		return why
+	}
+	return "the forward pass overflowed or underflowed"
+}
+
 // NonFiniteParams names a parameter that holds inf/NaN and, if the
 // optimizer can tell, the value that underflowed; "" when all are finite.
 func (f *Fabric) NonFiniteParams() string {
-	if d := f.diagnose(); d != forwardTrouble {
-		return d
-	}
-	return ""
-}
-
-const forwardTrouble = "the forward pass overflowed or underflowed"
-
-// diagnose explains a non-finite loss: a parameter that is no longer
-// finite and, if the optimizer can tell, the value that underflowed.
-func (f *Fabric) diagnose() string {
 	for _, p := range f.opt.Params() {
 		if !p.Var.Value.HasNonFinite() {
 			continue
@@ -322,5 +320,5 @@ func (f *Fabric) diagnose() string {
 		}
 		return why
 	}
-	return forwardTrouble
+	return ""
 }

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
 )
 
@@ -55,6 +56,11 @@ type LoRA struct {
 	Targets []string `yaml:"targets"` // module globs: blocks.*.qkv, blocks.*.fc
 	Rank    int      `yaml:"rank"`    // 8
 	Alpha   float64  `yaml:"alpha"`   // 16
+}
+
+// gptConfig is the gpt this run trains on the Go corpus's vocabulary.
+func (c Config) gptConfig() models.GPTConfig {
+	return models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
 }
 
 // ModuleFor gives the modules matching Match their own precision, as

@@ -31,7 +31,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if err != nil {
 		return "", err
 	}
-	gpt := models.NewGPT(rand.New(rand.NewPCG(c.Seed, 0)), models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers})
+	gpt := models.NewGPT(rand.New(rand.NewPCG(c.Seed, 0)), c.gptConfig())
 	opt, err := optim.NewAdamW(nn.Parameters(gpt), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
 	if err != nil {
 		return "", err

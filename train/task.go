@@ -29,7 +29,7 @@ func newTask(c Config) (*task, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg := models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
+		cfg := c.gptConfig()
 		// A sampler per call: ranks draw the same batches concurrently.
 		draw := func(tokens []int, seed, pos uint64) models.Batch {
 			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
