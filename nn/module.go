@@ -108,12 +108,12 @@ func Load(m Module, get func(path string) (*tensor.Tensor, error)) error {
 	return nil
 }
 
-// Cast converts every parameter of the tree to dt in place (the module's
-// .to(dtype)), dropping any gradient.
-func Cast(m Module, dt dtype.DType) {
-	for _, p := range Parameters(m) {
-		p.Var.Value = p.Var.Value.To(dt)
-		p.Var.Grad = nil
+// CastOwn converts m's own parameters (not its children's) to dt in place,
+// dropping any gradient: one module's part of PyTorch's .to(dtype), for
+// trees whose modules get different dtypes.
+func CastOwn(m Module, dt dtype.DType) {
+	for _, p := range m.Params() {
+		p.Var.Value, p.Var.Grad = p.Var.Value.To(dt), nil
 	}
 }
 

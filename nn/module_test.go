@@ -72,10 +72,10 @@ func TestLoadAndCast(t *testing.T) {
 		}
 		p.Var.Grad = p.Var.Value.Clone()
 	}
-	nn.Cast(m, dtype.BF16)
+	nn.Walk(m, func(_ string, mod nn.Module) { nn.CastOwn(mod, dtype.BF16) })
 	for _, p := range nn.Parameters(m) {
 		if p.Var.Value.DType() != dtype.BF16 || p.Var.Grad != nil {
-			t.Errorf("%s after Cast: %v, gradient %v", p.Path, p.Var.Value, p.Var.Grad)
+			t.Errorf("%s after CastOwn: %v, gradient %v", p.Path, p.Var.Value, p.Var.Grad)
 		}
 	}
 	wrong := func(string) (*tensor.Tensor, error) { return tensor.New(dtype.F32, 2, 2), nil }

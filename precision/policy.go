@@ -198,9 +198,7 @@ func (r *Resolution) Convert() error {
 			}
 		}
 		if dt, ok := StorageDType(s.Plugin); ok {
-			for _, p := range s.Module.Params() {
-				p.Var.Value, p.Var.Grad = p.Var.Value.To(dt), nil
-			}
+			nn.CastOwn(s.Module, dt)
 		}
 	}
 	return nil
