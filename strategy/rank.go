@@ -93,13 +93,16 @@ func (r *Rank) Reshard() {
 // Comm is the rank's communicator.
 func (r *Rank) Comm() comm.Communicator { return r.comm }
 
-// BeforeForward gathers full parameters from their chunks (ZeRO-3: between
-// steps a rank holds only its chunks).
+// BeforeForward gathers the full parameters that AfterStep freed (ZeRO-3:
+// between steps a rank holds only its chunks).
 func (r *Rank) BeforeForward(ctx context.Context) error {
 	if !r.Info.Sharding.Parameters {
 		return nil
 	}
 	for i := range r.shards {
+		if r.shards[i].full.Value != nil {
+			continue // still whole since the last gather (evaluation, checkpointing)
+		}
 		if err := r.gather(ctx, i); err != nil {
 			return err
 		}
