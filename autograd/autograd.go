@@ -77,6 +77,10 @@ type Tape struct {
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
 	nodes  []node
+	// dy is the gradient the running backward step received, and dyTaken
+	// whether an input has taken it as its own gradient.
+	dy      *tensor.Tensor
+	dyTaken bool
 }
 
 type node struct {
@@ -104,29 +108,53 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(dy *tensor.Tensor), i
 // Record adds a custom op to the tape: value is its result, computed from
 // inputs by the caller, and backward maps the result's gradient to one
 // gradient per input (nil for none). Layers with their own arithmetic (an
-// FP8 Linear) are built on it.
+// FP8 Linear) are built on it. The tape takes the gradients backward
+// returns and recycles their storage once used: return fresh tensors, dy,
+// or views of them.
 func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
 	return tp.record(value, func(dy *tensor.Tensor) {
 		for i, g := range backward(dy) {
 			if g != nil {
-				accumulate(inputs[i], g)
+				tp.accumulate(inputs[i], g)
 			}
 		}
 	}, inputs...)
 }
 
 // accumulate adds g to v's gradient, cast to v's dtype as PyTorch's engine
-// casts a gradient to the dtype of the tensor it belongs to.
-func accumulate(v *Var, g *tensor.Tensor) {
+// casts a gradient to the dtype of the tensor it belongs to. The tape owns
+// g from here: it becomes v's gradient, or its storage goes back to the
+// pool once added. A gradient is never shared: the first input that takes
+// the op's dy keeps it, later ones get a copy.
+func (tp *Tape) accumulate(v *Var, g *tensor.Tensor) {
 	if v == nil || !v.requiresGrad {
+		tp.discard(g)
 		return
 	}
-	g = g.To(v.Value.DType())
+	if c := g.To(v.Value.DType()); c != g {
+		tp.discard(g)
+		g = c
+	}
 	if v.Grad == nil {
+		if tensor.SameStorage(g, tp.dy) {
+			if tp.dyTaken {
+				g = g.Clone()
+			}
+			tp.dyTaken = true
+		}
 		v.Grad = g
 		return
 	}
-	v.Grad = tensor.Add(v.Grad, g)
+	v.Grad.AddInPlace(g)
+	tp.discard(g)
+}
+
+// discard recycles a gradient the tape is done with; the op's dy is
+// recycled after its backward unless an input took it.
+func (tp *Tape) discard(g *tensor.Tensor) {
+	if !tensor.SameStorage(g, tp.dy) {
+		tensor.Discard(g)
+	}
 }
 
 // ErrNotScalar is returned by Backward for a loss with more than one element.
@@ -139,6 +167,8 @@ func (tp *Tape) Backward(loss *Var) error {
 }
 
 // BackwardScaled is Backward seeded with scale instead of 1 (loss scaling).
+// The gradients of intermediate results are recycled as soon as their op's
+// backward is done.
 func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	defer tp.Reset()
 	if loss.Value.Len() != 1 {
@@ -147,12 +177,18 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	if !loss.requiresGrad {
 		return errors.New("autograd: the loss does not depend on any parameter")
 	}
-	loss.Grad = tensor.Scalar(loss.Value.DType(), scale).Reshape(loss.Value.Shape()...)
+	loss.Grad = tensor.New(loss.Value.DType(), loss.Value.Shape()...)
+	loss.Grad.Fill(scale)
 	for i := len(tp.nodes) - 1; i >= 0; i-- {
 		n := tp.nodes[i]
-		if n.out.Grad != nil {
-			n.backward(n.out.Grad)
+		if dy := n.out.Grad; dy != nil {
 			n.out.Grad = nil // intermediate gradients are not kept
+			tp.dy, tp.dyTaken = dy, false
+			n.backward(dy)
+			if !tp.dyTaken {
+				tensor.Discard(dy)
+			}
+			tp.dy = nil
 		}
 		if tp.Recycle && n.out != loss {
 			tensor.Release(n.out.Value)
@@ -198,5 +234,5 @@ func (tp *Tape) Cast(x *Var, dt dtype.DType) *Var {
 	if x.Value.DType() == dt {
 		return x
 	}
-	return tp.record(x.Value.To(dt), func(dy *tensor.Tensor) { accumulate(x, dy) }, x)
+	return tp.record(x.Value.To(dt), func(dy *tensor.Tensor) { tp.accumulate(x, dy) }, x)
 }

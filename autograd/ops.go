@@ -16,10 +16,10 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 	in := w.Value.Dim(1)
 	return tp.record(tensor.Linear(x.Value, w.Value, bias), func(dy *tensor.Tensor) {
 		dy2, x2 := dy.Reshape(-1, dy.Dim(-1)), x.Value.Reshape(-1, in)
-		accumulate(x, tensor.MatMul(dy2, w.Value, false, false).Reshape(x.Value.Shape()...))
-		accumulate(w, tensor.MatMul(dy2, x2, true, false))
+		tp.accumulate(x, tensor.MatMul(dy2, w.Value, false, false).Reshape(x.Value.Shape()...))
+		tp.accumulate(w, tensor.MatMul(dy2, x2, true, false))
 		if b != nil {
-			accumulate(b, tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, dy.DType()))
+			tp.accumulate(b, tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, dy.DType()))
 		}
 	}, x, w, b)
 }
@@ -29,15 +29,15 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 func (tp *Tape) MatMul(a, b *Var, transB bool) *Var {
 	a, b = tp.autocast(OpMatMul, a), tp.autocast(OpMatMul, b)
 	return tp.record(tensor.MatMul(a.Value, b.Value, false, transB), func(dy *tensor.Tensor) {
-		accumulate(a, tensor.MatMul(dy, b.Value, false, !transB))
+		tp.accumulate(a, tensor.MatMul(dy, b.Value, false, !transB))
 		av := a.Value
 		if len(b.Value.Shape()) == 2 { // shared b: its gradient sums over the batch
 			av, dy = av.Reshape(-1, av.Dim(-1)), dy.Reshape(-1, dy.Dim(-1))
 		}
 		if transB { // c = a·bᵀ: db = dyᵀ·a
-			accumulate(b, tensor.MatMul(dy, av, true, false))
+			tp.accumulate(b, tensor.MatMul(dy, av, true, false))
 		} else { // c = a·b: db = aᵀ·dy
-			accumulate(b, tensor.MatMul(av, dy, true, false))
+			tp.accumulate(b, tensor.MatMul(av, dy, true, false))
 		}
 	}, a, b)
 }
@@ -49,8 +49,8 @@ func (tp *Tape) Conv2d(x, w, b *Var, stride, pad int) *Var {
 	x, w = tp.autocast(OpConv2d, x), tp.autocast(OpConv2d, w)
 	y := tp.record(tensor.Conv2d(x.Value, w.Value, stride, pad), func(dy *tensor.Tensor) {
 		dx, dw := tensor.Conv2dBackward(x.Value, w.Value, dy, stride, pad)
-		accumulate(x, dx)
-		accumulate(w, dw)
+		tp.accumulate(x, dx)
+		tp.accumulate(w, dw)
 	}, x, w)
 	if b == nil {
 		return y
@@ -65,8 +65,8 @@ func (tp *Tape) Add(a, b *Var) *Var { return tp.AddBroadcast(a, b, 0) }
 func (tp *Tape) AddBroadcast(a, b *Var, from int) *Var {
 	a, b = tp.autocast(OpAdd, a), tp.autocast(OpAdd, b)
 	return tp.record(tensor.AddBroadcast(a.Value, b.Value, from), func(dy *tensor.Tensor) {
-		accumulate(a, dy)
-		accumulate(b, tensor.ReduceBroadcast(dy, b.Value.Shape(), from, dy.DType()))
+		tp.accumulate(a, dy)
+		tp.accumulate(b, tensor.ReduceBroadcast(dy, b.Value.Shape(), from, dy.DType()))
 	}, a, b)
 }
 
@@ -74,7 +74,7 @@ func (tp *Tape) AddBroadcast(a, b *Var, from int) *Var {
 func (tp *Tape) Scale(x *Var, s float64) *Var {
 	x = tp.autocast(OpMul, x)
 	return tp.record(tensor.Scale(x.Value, s), func(dy *tensor.Tensor) {
-		accumulate(x, tensor.Scale(dy, s))
+		tp.accumulate(x, tensor.Scale(dy, s))
 	}, x)
 }
 
@@ -83,7 +83,8 @@ func (tp *Tape) GELU(x *Var) *Var {
 	x = tp.autocast(OpGELU, x)
 	y, cdf := tensor.GELU(x.Value)
 	return tp.record(y, func(dy *tensor.Tensor) {
-		accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
+		tp.accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
+		tensor.Release(cdf)
 	}, x)
 }
 
@@ -92,7 +93,7 @@ func (tp *Tape) ReLU(x *Var) *Var {
 	x = tp.autocast(OpReLU, x)
 	y := tensor.ReLU(x.Value)
 	return tp.record(y, func(dy *tensor.Tensor) {
-		accumulate(x, tensor.ReLUBackward(y, dy))
+		tp.accumulate(x, tensor.ReLUBackward(y, dy))
 	}, x)
 }
 
@@ -101,7 +102,7 @@ func (tp *Tape) ReLU(x *Var) *Var {
 func (tp *Tape) CausalMask(x *Var) *Var {
 	x = tp.autocast(OpMaskedFill, x)
 	return tp.record(tensor.CausalMask(x.Value, math.Inf(-1)), func(dy *tensor.Tensor) {
-		accumulate(x, tensor.CausalMask(dy, 0))
+		tp.accumulate(x, tensor.CausalMask(dy, 0))
 	}, x)
 }
 
@@ -110,7 +111,7 @@ func (tp *Tape) Softmax(x *Var) *Var {
 	x = tp.autocast(OpSoftmax, x)
 	y := tensor.Softmax(x.Value)
 	return tp.record(y, func(dy *tensor.Tensor) {
-		accumulate(x, tensor.SoftmaxBackward(y, dy))
+		tp.accumulate(x, tensor.SoftmaxBackward(y, dy))
 	}, x)
 }
 
@@ -120,9 +121,11 @@ func (tp *Tape) LayerNorm(x, w, b *Var, eps float64) *Var {
 	y, mean, rstd := tensor.LayerNorm(x.Value, w.Value, b.Value, eps)
 	return tp.record(y, func(dy *tensor.Tensor) {
 		dx, dw, db := tensor.LayerNormBackward(x.Value, w.Value, mean, rstd, dy)
-		accumulate(x, dx)
-		accumulate(w, dw)
-		accumulate(b, db)
+		tensor.Release(mean)
+		tensor.Release(rstd)
+		tp.accumulate(x, dx)
+		tp.accumulate(w, dw)
+		tp.accumulate(b, db)
 	}, x, w, b)
 }
 
@@ -136,7 +139,7 @@ func (tp *Tape) Embedding(table *Var, idx []int, shape ...int) (*Var, error) {
 	}
 	c := table.Value.Dim(1)
 	return tp.record(rows.Reshape(append(append([]int(nil), shape...), c)...), func(dy *tensor.Tensor) {
-		accumulate(table, tensor.EmbeddingBackward(dy.Reshape(-1, c), idx, table.Value.Dim(0), dy.DType()))
+		tp.accumulate(table, tensor.EmbeddingBackward(dy.Reshape(-1, c), idx, table.Value.Dim(0), dy.DType()))
 	}, table), nil
 }
 
@@ -144,7 +147,7 @@ func (tp *Tape) Embedding(table *Var, idx []int, shape ...int) (*Var, error) {
 func (tp *Tape) Reshape(x *Var, shape ...int) *Var {
 	in := x.Value.Shape()
 	return tp.record(x.Value.Reshape(shape...), func(dy *tensor.Tensor) {
-		accumulate(x, dy.Reshape(in...))
+		tp.accumulate(x, dy.Reshape(in...))
 	}, x)
 }
 
@@ -152,7 +155,7 @@ func (tp *Tape) Reshape(x *Var, shape ...int) *Var {
 func (tp *Tape) Permute(x *Var, perm ...int) *Var {
 	inv := tensor.InversePermutation(perm)
 	return tp.record(tensor.Permute(x.Value, perm...), func(dy *tensor.Tensor) {
-		accumulate(x, tensor.Permute(dy, inv...))
+		tp.accumulate(x, tensor.Permute(dy, inv...))
 	}, x)
 }
 
@@ -160,7 +163,7 @@ func (tp *Tape) Permute(x *Var, perm ...int) *Var {
 func (tp *Tape) Narrow(x *Var, start, length int) *Var {
 	c := x.Value.Dim(-1)
 	return tp.record(tensor.Narrow(x.Value, start, length), func(dy *tensor.Tensor) {
-		accumulate(x, tensor.Unnarrow(dy, start, c))
+		tp.accumulate(x, tensor.Unnarrow(dy, start, c))
 	}, x)
 }
 
@@ -173,6 +176,6 @@ func (tp *Tape) CrossEntropy(logits *Var, targets []int) (*Var, error) {
 		return nil, err
 	}
 	return tp.record(loss, func(dy *tensor.Tensor) {
-		accumulate(logits, tensor.CrossEntropyBackward(logits.Value, targets, dy))
+		tp.accumulate(logits, tensor.CrossEntropyBackward(logits.Value, targets, dy))
 	}, logits), nil
 }

@@ -32,7 +32,8 @@ func Linear(x, w, bias *Tensor) *Tensor {
 		}
 	}
 	commit(out, acc)
-	out.shape = append(append([]int(nil), x.shape[:len(x.shape)-1]...), w.Dim(0)) // same elements, no view
+	var dims [8]int // same elements as out's [M, N] rows, no view needed
+	out.setShape(append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0)))
 	return out
 }
 

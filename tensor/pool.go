@@ -5,45 +5,70 @@ import (
 	"sync"
 )
 
-// Scratch buffers for decoding low-precision tensors to their compute type
-// and encoding results back are pooled by power-of-two size class: a
-// training step decodes every bf16 activation at least once, and fresh
-// memory is slow to touch on these machines.
+// Storage and scratch buffers (decoding low-precision tensors to their
+// compute type, encoding results back) are recycled by power-of-two size
+// class. A training step needs the same buffers every step, so, as a
+// caching allocator does, freed buffers are kept rather than left to the
+// garbage collector (which would empty a sync.Pool every cycle): a steady
+// state allocates nothing, and memory stays at the step's peak.
 var (
-	pool32 [64]sync.Pool
-	pool64 [64]sync.Pool
+	free32 [64]freeList[float32]
+	free64 [64]freeList[float64]
 )
 
-// sizeClass is the pool holding buffers of capacity 2^class ≥ n.
+// freeList is a stack of free buffers of one size class.
+type freeList[T float] struct {
+	mu   sync.Mutex
+	bufs [][]T
+}
+
+func (l *freeList[T]) pop() []T {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.bufs)
+	if n == 0 {
+		return nil
+	}
+	s := l.bufs[n-1]
+	l.bufs[n-1] = nil
+	l.bufs = l.bufs[:n-1]
+	return s
+}
+
+func (l *freeList[T]) push(s []T) {
+	l.mu.Lock()
+	l.bufs = append(l.bufs, s)
+	l.mu.Unlock()
+}
+
+// sizeClass is the class of buffers of capacity 2^class ≥ n.
 func sizeClass(n int) int { return bits.Len(uint(n - 1)) }
 
-// scratch returns a []T of length n from the pool (contents undefined).
+func freeListOf[T float](class int) *freeList[T] {
+	if isF64[T]() {
+		return any(&free64[class]).(*freeList[T])
+	}
+	return any(&free32[class]).(*freeList[T])
+}
+
+// scratch returns a []T of length n from the free lists (contents undefined).
 func scratch[T float](n int) []T {
 	if n == 0 {
 		return nil
 	}
 	c := sizeClass(n)
-	p := &pool32[c]
-	if isF64[T]() {
-		p = &pool64[c]
-	}
-	if s, ok := p.Get().(*[]T); ok {
-		return (*s)[:n]
+	if s := freeListOf[T](c).pop(); s != nil {
+		return s[:n]
 	}
 	return make([]T, n, 1<<c)
 }
 
-// release returns a buffer from scratch to the pool.
+// release returns a buffer from scratch to the free lists.
 func release[T float](s []T) {
 	if cap(s) == 0 || cap(s)&(cap(s)-1) != 0 {
 		return // not from scratch
 	}
-	p := &pool32[sizeClass(cap(s))]
-	if isF64[T]() {
-		p = &pool64[sizeClass(cap(s))]
-	}
-	s = s[:0]
-	p.Put(&s)
+	freeListOf[T](sizeClass(cap(s))).push(s[:0])
 }
 
 // drop releases vals if get decoded it into scratch rather than viewing t.

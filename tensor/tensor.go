@@ -17,11 +17,38 @@ import (
 // explicitly in-place methods (used by optimizers) write into a tensor.
 type Tensor struct {
 	shape []int
+	dims  [4]int // holds shape when it has at most 4 axes, saving an allocation
 	dtype dtype.DType
 	data  []byte
 	// pooled is the pool buffer data lives in, for New's tensors; views
 	// (Reshape, Flat) and wrapped slices have none.
 	pooled []float64
+	// base is the tensor a view (Reshape, Flat) shows the storage of.
+	base *Tensor
+}
+
+// header returns a tensor of shape over data (the shape is copied).
+func header(dt dtype.DType, data []byte, shape []int) *Tensor {
+	t := &Tensor{dtype: dt, data: data}
+	t.setShape(shape)
+	return t
+}
+
+func (t *Tensor) setShape(shape []int) {
+	if len(shape) <= len(t.dims) {
+		t.shape = t.dims[:len(shape)]
+		copy(t.shape, shape)
+		return
+	}
+	t.shape = append([]int(nil), shape...)
+}
+
+// owner is the tensor whose storage t shows: t itself unless t is a view.
+func (t *Tensor) owner() *Tensor {
+	if t.base != nil {
+		return t.base
+	}
+	return t
 }
 
 // New returns a zero-filled tensor. Its storage comes from a pool that
@@ -37,7 +64,9 @@ func empty(dt dtype.DType, shape ...int) *Tensor {
 	n := dt.StorageBytes(Numel(shape))
 	// Pool buffers are float64s, so that every float view is aligned.
 	words := scratch[float64]((n + 7) / 8)
-	return &Tensor{shape: append([]int(nil), shape...), dtype: dt, data: bytesOf(words)[:n], pooled: words}
+	t := header(dt, bytesOf(words)[:n], shape)
+	t.pooled = words
+	return t
 }
 
 // Release returns t's storage to the pool and leaves t empty, so that a
@@ -51,16 +80,31 @@ func Release(t *Tensor) {
 	t.pooled, t.data = nil, nil
 }
 
+// Discard releases the storage t shows: t's own, or for a view that of the
+// tensor it views. For temporaries that nothing else refers to (the
+// gradients autograd passes between ops).
+func Discard(t *Tensor) {
+	if t != nil {
+		Release(t.owner())
+	}
+}
+
+// SameStorage reports whether a and b show the same storage (one is the
+// other or a view of it, or both are views of one tensor).
+func SameStorage(a, b *Tensor) bool {
+	return a != nil && b != nil && a.owner() == b.owner()
+}
+
 // FromFloat32 returns an F32 tensor holding vals (not copied).
 func FromFloat32(vals []float32, shape ...int) *Tensor {
 	mustFit(len(vals), shape)
-	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype.F32, data: bytesOf(vals)}
+	return header(dtype.F32, bytesOf(vals), shape)
 }
 
 // FromFloat64 returns an F64 tensor holding vals (not copied).
 func FromFloat64(vals []float64, shape ...int) *Tensor {
 	mustFit(len(vals), shape)
-	return &Tensor{shape: append([]int(nil), shape...), dtype: dtype.F64, data: bytesOf(vals)}
+	return header(dtype.F64, bytesOf(vals), shape)
 }
 
 // FromBytes returns a tensor over raw little-endian storage (not copied), as
@@ -133,7 +177,9 @@ func (t *Tensor) Ints() []int {
 
 // Reshape returns a view with a new shape; one dimension may be -1.
 func (t *Tensor) Reshape(shape ...int) *Tensor {
-	shape = append([]int(nil), shape...)
+	v := header(t.dtype, t.data, shape)
+	v.base = t.owner()
+	shape = v.shape
 	n, infer := 1, -1
 	for i, d := range shape {
 		if d == -1 {
@@ -146,7 +192,7 @@ func (t *Tensor) Reshape(shape ...int) *Tensor {
 		shape[infer] = t.Len() / n
 	}
 	mustFit(t.Len(), shape)
-	return &Tensor{shape: shape, dtype: t.dtype, data: t.data}
+	return v
 }
 
 // To returns t cast to dt, rounding to nearest even (non-saturating). It
@@ -175,7 +221,9 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 // through either are seen by both.
 func (t *Tensor) Flat(start, n int) *Tensor {
 	size := elemSize(t)
-	return &Tensor{shape: []int{n}, dtype: t.dtype, data: t.data[start*size : (start+n)*size]}
+	v := header(t.dtype, t.data[start*size:(start+n)*size], []int{n})
+	v.base = t.owner()
+	return v
 }
 
 // SliceRows returns a copy of rows [start, start+n) along the first axis.

@@ -120,3 +120,23 @@ func (t *Tensor) ScaleInPlace(s float64) {
 	}
 	put(t, vals)
 }
+
+// AddInPlace adds u to t, rounding each sum once to t's dtype: the same
+// numbers as Add, without a new tensor (gradient accumulation).
+func (t *Tensor) AddInPlace(u *Tensor) {
+	mustSameShape("AddInPlace", t, u)
+	if t.dtype == dtype.F64 || u.dtype == dtype.F64 {
+		addInPlace[float64](t, u)
+	} else {
+		addInPlace[float32](t, u)
+	}
+}
+
+func addInPlace[T float](t, u *Tensor) {
+	ts, us := get[T](t), get[T](u)
+	for i, v := range us {
+		ts[i] += v
+	}
+	put(t, ts)
+	drop(u, us)
+}

@@ -104,42 +104,9 @@ type StepResult struct {
 // Step times steps training steps (after warm-up) of model with precision
 // on a synthetic batch of the model's reference shape.
 func Step(model, spec string, steps int) (StepResult, error) {
-	p, err := precision.Parse(spec, precision.Options{})
+	step, err := newStep(model, spec)
 	if err != nil {
 		return StepResult{}, err
-	}
-	m, err := models.New(model, 1)
-	if err != nil {
-		return StepResult{}, err
-	}
-	batch, err := syntheticBatch(model)
-	if err != nil {
-		return StepResult{}, err
-	}
-	opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-	if err != nil {
-		return StepResult{}, err
-	}
-	f := fabric.New(p)
-	if err := f.Setup(m, opt); err != nil {
-		return StepResult{}, err
-	}
-	step := func() error {
-		b := batch
-		b.X = f.Input(b.X)
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
-		if err != nil {
-			return err
-		}
-		loss, err := f.Tape().CrossEntropy(logits, b.Targets)
-		if err != nil {
-			return err
-		}
-		if err := f.Backward(loss); err != nil {
-			return err
-		}
-		_, err = f.Step()
-		return err
 	}
 	for range 3 {
 		if err := step(); err != nil {
@@ -156,8 +123,50 @@ func Step(model, spec string, steps int) (StepResult, error) {
 	}
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
-	return StepResult{Model: model, Precision: p.Name(), MS: float64(elapsed.Microseconds()) / 1e3 / float64(steps),
+	return StepResult{Model: model, Precision: spec, MS: float64(elapsed.Microseconds()) / 1e3 / float64(steps),
 		Allocs: float64(after.Mallocs-before.Mallocs) / float64(steps)}, nil
+}
+
+// newStep builds model with precision spec, AdamW and a synthetic batch of
+// the model's reference shape, and returns one training step over them.
+func newStep(model, spec string) (func() error, error) {
+	p, err := precision.Parse(spec, precision.Options{})
+	if err != nil {
+		return nil, err
+	}
+	m, err := models.New(model, 1)
+	if err != nil {
+		return nil, err
+	}
+	batch, err := syntheticBatch(model)
+	if err != nil {
+		return nil, err
+	}
+	opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if err != nil {
+		return nil, err
+	}
+	f := fabric.New(p)
+	if err := f.Setup(m, opt); err != nil {
+		return nil, err
+	}
+	return func() error {
+		b := batch
+		b.X = f.Input(b.X)
+		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
+		if err != nil {
+			return err
+		}
+		loss, err := f.Tape().CrossEntropy(logits, b.Targets)
+		if err != nil {
+			return err
+		}
+		if err := f.Backward(loss); err != nil {
+			return err
+		}
+		_, err = f.Step()
+		return err
+	}, nil
 }
 
 // syntheticBatch is a random batch of the shapes the reference runs use

@@ -335,7 +335,7 @@ func TestLoRAGradient(t *testing.T) {
 	var tp autograd.Tape
 	loss := func() *autograd.Var {
 		y := l.Forward(&tp, autograd.Param(x))
-		return tp.Record(tensor.Scalar(dtype.F64, sumProduct(y.Value, r)), func(*tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{r} }, y)
+		return tp.Record(tensor.Scalar(dtype.F64, sumProduct(y.Value, r)), func(*tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{r.Clone()} }, y) // the tape takes the gradient
 	}
 	if err := tp.Backward(loss()); err != nil {
 		t.Fatal(err)
