@@ -1,11 +1,13 @@
 // Package autograd is reverse-mode differentiation over tensor ops. A Tape
-// records each op of a forward pass with a closure that maps the gradient of
-// its output to the gradients of its inputs; Backward replays them in reverse.
+// records each op of a forward pass as a node holding its inputs and the
+// function that maps the gradient of its output to the gradients of its
+// inputs; Backward replays them in reverse.
 package autograd
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/tensor"
@@ -76,33 +78,64 @@ type Tape struct {
 	Recycle bool
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
-	nodes  []node
+	// nodes are the ops of this pass, nodes[:used]; Reset keeps the nodes
+	// for the next pass, so that a steady training loop allocates none.
+	// The Vars the tape returned live in them: they are valid until the
+	// next pass after Backward.
+	nodes []*node
+	used  int
 	// dy is the gradient the running backward step received, and dyTaken
 	// whether an input has taken it as its own gradient.
 	dy      *tensor.Tensor
 	dyTaken bool
 }
 
+// node is one op of a pass: its result, its inputs and what its backward
+// needs from the forward pass. backward is nil for results no gradient
+// flows through.
 type node struct {
-	out      *Var
-	backward func(dy *tensor.Tensor)
+	out      Var
+	in       [3]*Var
+	backward func(tp *Tape, n *node, dy *tensor.Tensor)
+	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd
+	ints     [4]int            // axis, stride and padding, permutation ...
+	flag     bool              // MatMul's transB
+	scale    float64
+	idx      []int // embedding rows, cross-entropy targets
+	// custom and inputs are a Record op's backward and inputs.
+	custom func(dy *tensor.Tensor) []*tensor.Tensor
+	inputs []*Var
 }
 
-// record creates the Var for an op's result and, if any input needs a
-// gradient, remembers how to propagate it.
-func (tp *Tape) record(value *tensor.Tensor, backward func(dy *tensor.Tensor), inputs ...*Var) *Var {
-	out := &Var{Value: value}
+// record creates the node of an op's result (up to three inputs are kept
+// in n.in) and, if any input needs a gradient, makes backward its
+// backward step.
+func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor.Tensor), inputs ...*Var) *node {
 	if tp.NoGrad {
-		return out
+		return &node{out: Var{Value: value}}
 	}
+	n := tp.next()
+	n.out.Value = value
+	copy(n.in[:], inputs)
 	for _, in := range inputs {
 		if in != nil && in.requiresGrad {
-			out.requiresGrad = true
-			tp.nodes = append(tp.nodes, node{out: out, backward: backward})
+			n.out.requiresGrad, n.backward = true, backward
 			break
 		}
 	}
-	return out
+	return n
+}
+
+// next returns the pass's next node, cleared, allocating only when the
+// pass is longer than any before.
+func (tp *Tape) next() *node {
+	if tp.used == len(tp.nodes) {
+		tp.nodes = append(tp.nodes, new(node))
+	}
+	n := tp.nodes[tp.used]
+	tp.used++
+	*n = node{}
+	return n
 }
 
 // Record adds a custom op to the tape: value is its result, computed from
@@ -112,13 +145,17 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(dy *tensor.Tensor), i
 // returns and recycles their storage once used: return fresh tensors, dy,
 // or views of them.
 func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
-	return tp.record(value, func(dy *tensor.Tensor) {
-		for i, g := range backward(dy) {
-			if g != nil {
-				tp.accumulate(inputs[i], g)
-			}
+	n := tp.record(value, customBackward, inputs...)
+	n.custom, n.inputs = backward, inputs
+	return &n.out
+}
+
+func customBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	for i, g := range n.custom(dy) {
+		if g != nil {
+			tp.accumulate(n.inputs[i], g)
 		}
-	}, inputs...)
+	}
 }
 
 // accumulate adds g to v's gradient, cast to v's dtype as PyTorch's engine
@@ -179,29 +216,38 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	}
 	loss.Grad = tensor.New(loss.Value.DType(), loss.Value.Shape()...)
 	loss.Grad.Fill(scale)
-	for i := len(tp.nodes) - 1; i >= 0; i-- {
-		n := tp.nodes[i]
-		if dy := n.out.Grad; dy != nil {
+	for _, n := range slices.Backward(tp.nodes[:tp.used]) {
+		if dy := n.out.Grad; dy != nil && n.backward != nil {
 			n.out.Grad = nil // intermediate gradients are not kept
 			tp.dy, tp.dyTaken = dy, false
-			n.backward(dy)
+			n.backward(tp, n, dy)
 			if !tp.dyTaken {
 				tensor.Discard(dy)
 			}
 			tp.dy = nil
 		}
-		if tp.Recycle && n.out != loss {
-			tensor.Release(n.out.Value)
+		if tp.Recycle && &n.out != loss {
+			recycle(n)
 		}
 	}
 	return nil
 }
 
-// Reset forgets the recorded ops without running them.
-func (tp *Tape) Reset() {
-	clear(tp.nodes)
-	tp.nodes = tp.nodes[:0]
+// recycle frees a node's result once Backward is past it. A custom op's
+// result may be a view of a tensor the caller keeps, so only its storage
+// is released.
+func recycle(n *node) {
+	if n.custom != nil {
+		tensor.Release(n.out.Value)
+		return
+	}
+	tensor.Free(n.out.Value)
+	n.out.Value = nil
 }
+
+// Reset forgets the recorded ops without running them; their nodes (and
+// the Vars in them) serve the next pass.
+func (tp *Tape) Reset() { tp.used = 0 }
 
 // autocast returns x cast for op by the Caster, recording the cast so the
 // gradient flows back in x's dtype.
@@ -234,5 +280,7 @@ func (tp *Tape) Cast(x *Var, dt dtype.DType) *Var {
 	if x.Value.DType() == dt {
 		return x
 	}
-	return tp.record(x.Value.To(dt), func(dy *tensor.Tensor) { tp.accumulate(x, dy) }, x)
+	return &tp.record(x.Value.To(dt), castBackward, x).out
 }
+
+func castBackward(tp *Tape, n *node, dy *tensor.Tensor) { tp.accumulate(n.in[0], dy) }

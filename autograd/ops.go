@@ -6,6 +6,11 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
+// Each op computes its result, records a node, and names the function
+// that, given the node and the gradient of its result, accumulates the
+// gradients of its inputs. A gradient an input does not need is not
+// computed.
+
 // Linear returns x·wᵀ + b (b may be nil) for x [..., in], w [out, in].
 func (tp *Tape) Linear(x, w, b *Var) *Var {
 	x, w, b = tp.autocast(OpLinear, x), tp.autocast(OpLinear, w), tp.autocast(OpLinear, b)
@@ -13,33 +18,49 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 	if b != nil {
 		bias = b.Value
 	}
-	in := w.Value.Dim(1)
-	return tp.record(tensor.Linear(x.Value, w.Value, bias), func(dy *tensor.Tensor) {
-		dy2, x2 := dy.Reshape(-1, dy.Dim(-1)), x.Value.Reshape(-1, in)
+	return &tp.record(tensor.Linear(x.Value, w.Value, bias), linearBackward, x, w, b).out
+}
+
+func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x, w, b := n.in[0], n.in[1], n.in[2]
+	dy2 := dy.Reshape(-1, dy.Dim(-1))
+	if x.requiresGrad {
 		tp.accumulate(x, tensor.MatMul(dy2, w.Value, false, false).Reshape(x.Value.Shape()...))
-		tp.accumulate(w, tensor.MatMul(dy2, x2, true, false))
-		if b != nil {
-			tp.accumulate(b, tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, dy.DType()))
-		}
-	}, x, w, b)
+	}
+	if w.requiresGrad {
+		tp.accumulate(w, tensor.MatMul(dy2, x.Value.Reshape(-1, w.Value.Dim(1)), true, false))
+	}
+	if b != nil && b.requiresGrad {
+		tp.accumulate(b, tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, dy.DType()))
+	}
 }
 
 // MatMul returns a·b, or a·bᵀ with transB, over the last two axes of a
 // and b, where b is batched like a or is one matrix shared by every batch.
 func (tp *Tape) MatMul(a, b *Var, transB bool) *Var {
 	a, b = tp.autocast(OpMatMul, a), tp.autocast(OpMatMul, b)
-	return tp.record(tensor.MatMul(a.Value, b.Value, false, transB), func(dy *tensor.Tensor) {
+	n := tp.record(tensor.MatMul(a.Value, b.Value, false, transB), matMulBackward, a, b)
+	n.flag = transB
+	return &n.out
+}
+
+func matMulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	a, b, transB := n.in[0], n.in[1], n.flag
+	if a.requiresGrad {
 		tp.accumulate(a, tensor.MatMul(dy, b.Value, false, !transB))
-		av := a.Value
-		if len(b.Value.Shape()) == 2 { // shared b: its gradient sums over the batch
-			av, dy = av.Reshape(-1, av.Dim(-1)), dy.Reshape(-1, dy.Dim(-1))
-		}
-		if transB { // c = a·bᵀ: db = dyᵀ·a
-			tp.accumulate(b, tensor.MatMul(dy, av, true, false))
-		} else { // c = a·b: db = aᵀ·dy
-			tp.accumulate(b, tensor.MatMul(av, dy, true, false))
-		}
-	}, a, b)
+	}
+	if !b.requiresGrad {
+		return
+	}
+	av := a.Value
+	if len(b.Value.Shape()) == 2 { // shared b: its gradient sums over the batch
+		av, dy = av.Reshape(-1, av.Dim(-1)), dy.Reshape(-1, dy.Dim(-1))
+	}
+	if transB { // c = a·bᵀ: db = dyᵀ·a
+		tp.accumulate(b, tensor.MatMul(dy, av, true, false))
+	} else { // c = a·b: db = aᵀ·dy
+		tp.accumulate(b, tensor.MatMul(av, dy, true, false))
+	}
 }
 
 // Conv2d returns the 2-D cross-correlation of x [N, C, H, W] with
@@ -47,15 +68,19 @@ func (tp *Tape) MatMul(a, b *Var, transB bool) *Var {
 // own op after the convolution is rounded, as PyTorch's cuDNN path does.
 func (tp *Tape) Conv2d(x, w, b *Var, stride, pad int) *Var {
 	x, w = tp.autocast(OpConv2d, x), tp.autocast(OpConv2d, w)
-	y := tp.record(tensor.Conv2d(x.Value, w.Value, stride, pad), func(dy *tensor.Tensor) {
-		dx, dw := tensor.Conv2dBackward(x.Value, w.Value, dy, stride, pad)
-		tp.accumulate(x, dx)
-		tp.accumulate(w, dw)
-	}, x, w)
+	n := tp.record(tensor.Conv2d(x.Value, w.Value, stride, pad), conv2dBackward, x, w)
+	n.ints[0], n.ints[1] = stride, pad
 	if b == nil {
-		return y
+		return &n.out
 	}
-	return tp.AddBroadcast(y, b, 1)
+	return tp.AddBroadcast(&n.out, b, 1)
+}
+
+func conv2dBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x, w := n.in[0], n.in[1]
+	dx, dw := tensor.Conv2dBackward(x.Value, w.Value, dy, n.ints[0], n.ints[1])
+	tp.accumulate(x, dx)
+	tp.accumulate(w, dw)
 }
 
 // Add returns a + b for same-shaped a and b.
@@ -64,107 +89,151 @@ func (tp *Tape) Add(a, b *Var) *Var { return tp.AddBroadcast(a, b, 0) }
 // AddBroadcast returns a + b with b spanning a's axes [from, from+rank(b)).
 func (tp *Tape) AddBroadcast(a, b *Var, from int) *Var {
 	a, b = tp.autocast(OpAdd, a), tp.autocast(OpAdd, b)
-	return tp.record(tensor.AddBroadcast(a.Value, b.Value, from), func(dy *tensor.Tensor) {
-		tp.accumulate(a, dy)
-		tp.accumulate(b, tensor.ReduceBroadcast(dy, b.Value.Shape(), from, dy.DType()))
-	}, a, b)
+	n := tp.record(tensor.AddBroadcast(a.Value, b.Value, from), addBackward, a, b)
+	n.ints[0] = from
+	return &n.out
+}
+
+func addBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	a, b := n.in[0], n.in[1]
+	tp.accumulate(a, dy)
+	if b.requiresGrad {
+		tp.accumulate(b, tensor.ReduceBroadcast(dy, b.Value.Shape(), n.ints[0], dy.DType()))
+	}
 }
 
 // Scale returns x·s.
 func (tp *Tape) Scale(x *Var, s float64) *Var {
 	x = tp.autocast(OpMul, x)
-	return tp.record(tensor.Scale(x.Value, s), func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.Scale(dy, s))
-	}, x)
+	n := tp.record(tensor.Scale(x.Value, s), scaleBackward, x)
+	n.scale = s
+	return &n.out
+}
+
+func scaleBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.Scale(dy, n.scale))
 }
 
 // GELU is the exact erf form.
 func (tp *Tape) GELU(x *Var) *Var {
 	x = tp.autocast(OpGELU, x)
 	y, cdf := tensor.GELU(x.Value)
-	return tp.record(y, func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
-		tensor.Release(cdf)
-	}, x)
+	n := tp.record(y, geluBackward, x)
+	n.saved[0] = cdf
+	return &n.out
+}
+
+func geluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x, cdf := n.in[0], n.saved[0]
+	tp.accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
+	tensor.Free(cdf)
 }
 
 // ReLU returns max(x, 0).
 func (tp *Tape) ReLU(x *Var) *Var {
 	x = tp.autocast(OpReLU, x)
-	y := tensor.ReLU(x.Value)
-	return tp.record(y, func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.ReLUBackward(y, dy))
-	}, x)
+	return &tp.record(tensor.ReLU(x.Value), reluBackward, x).out
+}
+
+func reluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.ReLUBackward(n.out.Value, dy))
 }
 
 // CausalMask sets the entries above the diagonal of the last two axes to
 // -inf (masked_fill), so softmax gives them zero weight.
 func (tp *Tape) CausalMask(x *Var) *Var {
 	x = tp.autocast(OpMaskedFill, x)
-	return tp.record(tensor.CausalMask(x.Value, math.Inf(-1)), func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.CausalMask(dy, 0))
-	}, x)
+	return &tp.record(tensor.CausalMask(x.Value, math.Inf(-1)), causalMaskBackward, x).out
+}
+
+func causalMaskBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.CausalMask(dy, 0))
 }
 
 // Softmax normalises over the last axis.
 func (tp *Tape) Softmax(x *Var) *Var {
 	x = tp.autocast(OpSoftmax, x)
-	y := tensor.Softmax(x.Value)
-	return tp.record(y, func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.SoftmaxBackward(y, dy))
-	}, x)
+	return &tp.record(tensor.Softmax(x.Value), softmaxBackward, x).out
+}
+
+func softmaxBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.SoftmaxBackward(n.out.Value, dy))
 }
 
 // LayerNorm normalises over the last axis: (x-mean)/sqrt(var+eps)·w + b.
 func (tp *Tape) LayerNorm(x, w, b *Var, eps float64) *Var {
 	x, w, b = tp.autocast(OpLayerNorm, x), tp.autocast(OpLayerNorm, w), tp.autocast(OpLayerNorm, b)
 	y, mean, rstd := tensor.LayerNorm(x.Value, w.Value, b.Value, eps)
-	return tp.record(y, func(dy *tensor.Tensor) {
-		dx, dw, db := tensor.LayerNormBackward(x.Value, w.Value, mean, rstd, dy)
-		tensor.Release(mean)
-		tensor.Release(rstd)
-		tp.accumulate(x, dx)
-		tp.accumulate(w, dw)
-		tp.accumulate(b, db)
-	}, x, w, b)
+	n := tp.record(y, layerNormBackward, x, w, b)
+	n.saved = [2]*tensor.Tensor{mean, rstd}
+	return &n.out
+}
+
+func layerNormBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x, w, b := n.in[0], n.in[1], n.in[2]
+	mean, rstd := n.saved[0], n.saved[1]
+	dx, dw, db := tensor.LayerNormBackward(x.Value, w.Value, mean, rstd, dy)
+	tensor.Free(mean)
+	tensor.Free(rstd)
+	tp.accumulate(x, dx)
+	tp.accumulate(w, dw)
+	tp.accumulate(b, db)
 }
 
 // Embedding gathers rows of table [V, C]: the result has shape
 // append(shape, C), and len(idx) must equal the product of shape.
 func (tp *Tape) Embedding(table *Var, idx []int, shape ...int) (*Var, error) {
 	table = tp.autocast(OpEmbedding, table)
-	rows, err := tensor.Embedding(table.Value, idx)
+	rows, err := tensor.Embedding(table.Value, idx, shape...)
 	if err != nil {
 		return nil, err
 	}
+	n := tp.record(rows, embeddingBackward, table)
+	n.idx = idx
+	return &n.out, nil
+}
+
+func embeddingBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	table := n.in[0]
 	c := table.Value.Dim(1)
-	return tp.record(rows.Reshape(append(append([]int(nil), shape...), c)...), func(dy *tensor.Tensor) {
-		tp.accumulate(table, tensor.EmbeddingBackward(dy.Reshape(-1, c), idx, table.Value.Dim(0), dy.DType()))
-	}, table), nil
+	tp.accumulate(table, tensor.EmbeddingBackward(dy.Reshape(-1, c), n.idx, table.Value.Dim(0), dy.DType()))
 }
 
 // Reshape returns a view of x with a new shape (one axis may be -1).
 func (tp *Tape) Reshape(x *Var, shape ...int) *Var {
-	in := x.Value.Shape()
-	return tp.record(x.Value.Reshape(shape...), func(dy *tensor.Tensor) {
-		tp.accumulate(x, dy.Reshape(in...))
-	}, x)
+	return &tp.record(x.Value.Reshape(shape...), reshapeBackward, x).out
 }
 
-// Permute reorders x's axes: output axis i is input axis perm[i].
+func reshapeBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x := n.in[0]
+	tp.accumulate(x, dy.Reshape(x.Value.Shape()...))
+}
+
+// Permute reorders x's axes: output axis i is input axis perm[i] (at most
+// four axes).
 func (tp *Tape) Permute(x *Var, perm ...int) *Var {
-	inv := tensor.InversePermutation(perm)
-	return tp.record(tensor.Permute(x.Value, perm...), func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.Permute(dy, inv...))
-	}, x)
+	n := tp.record(tensor.Permute(x.Value, perm...), permuteBackward, x)
+	for i, p := range perm {
+		n.ints[p] = i // the inverse permutation
+	}
+	return &n.out
+}
+
+func permuteBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x := n.in[0]
+	tp.accumulate(x, tensor.Permute(dy, n.ints[:len(x.Value.Shape())]...))
 }
 
 // Narrow returns x restricted to [start, start+length) of its last axis.
 func (tp *Tape) Narrow(x *Var, start, length int) *Var {
-	c := x.Value.Dim(-1)
-	return tp.record(tensor.Narrow(x.Value, start, length), func(dy *tensor.Tensor) {
-		tp.accumulate(x, tensor.Unnarrow(dy, start, c))
-	}, x)
+	n := tp.record(tensor.Narrow(x.Value, start, length), narrowBackward, x)
+	n.ints[0] = start
+	return &n.out
+}
+
+func narrowBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x := n.in[0]
+	tp.accumulate(x, tensor.Unnarrow(dy, n.ints[0], x.Value.Dim(-1)))
 }
 
 // CrossEntropy returns the mean cross-entropy of logits [N, C] against
@@ -175,7 +244,12 @@ func (tp *Tape) CrossEntropy(logits *Var, targets []int) (*Var, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tp.record(loss, func(dy *tensor.Tensor) {
-		tp.accumulate(logits, tensor.CrossEntropyBackward(logits.Value, targets, dy))
-	}, logits), nil
+	n := tp.record(loss, crossEntropyBackward, logits)
+	n.idx = targets
+	return &n.out, nil
+}
+
+func crossEntropyBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	logits := n.in[0]
+	tp.accumulate(logits, tensor.CrossEntropyBackward(logits.Value, n.idx, dy))
 }

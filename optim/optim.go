@@ -150,7 +150,7 @@ func (o *AdamW) Underflow(path string) error {
 // pool for the next backward pass.
 func zeroGrad(params []nn.NamedParam) {
 	for _, p := range params {
-		tensor.Release(p.Var.Grad)
+		tensor.Free(p.Var.Grad)
 		p.Var.Grad = nil
 	}
 }

@@ -12,30 +12,28 @@ import (
 // garbage collector (which would empty a sync.Pool every cycle): a steady
 // state allocates nothing, and memory stays at the step's peak.
 var (
-	free32 [64]freeList[float32]
-	free64 [64]freeList[float64]
+	free32 [64]freeList[[]float32]
+	free64 [64]freeList[[]float64]
 )
 
-// freeList is a stack of free buffers of one size class.
-type freeList[T float] struct {
+// freeList is a stack of free buffers of one size class (or of tensor headers).
+type freeList[T any] struct {
 	mu   sync.Mutex
-	bufs [][]T
+	bufs []T
 }
 
-func (l *freeList[T]) pop() []T {
+func (l *freeList[T]) pop() T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := len(l.bufs)
-	if n == 0 {
-		return nil
+	var s T
+	if n := len(l.bufs); n > 0 {
+		s, l.bufs[n-1] = l.bufs[n-1], s
+		l.bufs = l.bufs[:n-1]
 	}
-	s := l.bufs[n-1]
-	l.bufs[n-1] = nil
-	l.bufs = l.bufs[:n-1]
 	return s
 }
 
-func (l *freeList[T]) push(s []T) {
+func (l *freeList[T]) push(s T) {
 	l.mu.Lock()
 	l.bufs = append(l.bufs, s)
 	l.mu.Unlock()
@@ -44,11 +42,11 @@ func (l *freeList[T]) push(s []T) {
 // sizeClass is the class of buffers of capacity 2^class ≥ n.
 func sizeClass(n int) int { return bits.Len(uint(n - 1)) }
 
-func freeListOf[T float](class int) *freeList[T] {
+func freeListOf[T float](class int) *freeList[[]T] {
 	if isF64[T]() {
-		return any(&free64[class]).(*freeList[T])
+		return any(&free64[class]).(*freeList[[]T])
 	}
-	return any(&free32[class]).(*freeList[T])
+	return any(&free32[class]).(*freeList[[]T])
 }
 
 // scratch returns a []T of length n from the free lists (contents undefined).

@@ -90,13 +90,23 @@ func Unnarrow(dy *Tensor, start, c int) *Tensor {
 	return out
 }
 
-// Embedding gathers rows of table [V, C] for each index: [len(idx), C].
-func Embedding(table *Tensor, idx []int) (*Tensor, error) {
+// Embedding gathers rows of table [V, C] for each index: the result has
+// shape append(grid, C), where grid is the shape of the indices
+// ([len(idx)] when not given).
+func Embedding(table *Tensor, idx []int, grid ...int) (*Tensor, error) {
 	v, c := table.Dim(0), table.Dim(1)
-	out := New(table.dtype, len(idx), c)
+	if len(grid) == 0 {
+		grid = []int{len(idx)}
+	}
+	if Numel(grid) != len(idx) {
+		return nil, fmt.Errorf("tensor: %d embedding indices do not fill shape %v", len(idx), grid)
+	}
+	var dims [8]int
+	out := empty(table.dtype, append(append(dims[:0], grid...), c)...)
 	size := elemSize(table)
 	for i, id := range idx {
 		if id < 0 || id >= v {
+			Release(out)
 			return nil, fmt.Errorf("tensor: embedding index %d at position %d is outside [0, %d)", id, i, v)
 		}
 		copy(out.data[i*c*size:(i+1)*c*size], table.data[id*c*size:(id+1)*c*size])

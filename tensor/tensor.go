@@ -8,6 +8,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/weftml/weft/dtype"
@@ -25,14 +26,25 @@ type Tensor struct {
 	pooled []float64
 	// base is the tensor a view (Reshape, Flat) shows the storage of.
 	base *Tensor
+	// freed marks a header Free has recycled, so that freeing it twice
+	// cannot hand it out twice.
+	freed bool
 }
 
-// header returns a tensor of shape over data (the shape is copied).
+// header returns a tensor of shape over data (the shape is copied), in a
+// header that Free recycled when there is one.
 func header(dt dtype.DType, data []byte, shape []int) *Tensor {
-	t := &Tensor{dtype: dt, data: data}
+	t := headers.pop()
+	if t == nil {
+		t = new(Tensor)
+	}
+	*t = Tensor{dtype: dt, data: data}
 	t.setShape(shape)
 	return t
 }
+
+// headers are the Tensor structs Free gave back.
+var headers freeList[*Tensor]
 
 func (t *Tensor) setShape(shape []int) {
 	if len(shape) <= len(t.dims) {
@@ -80,13 +92,29 @@ func Release(t *Tensor) {
 	t.pooled, t.data = nil, nil
 }
 
-// Discard releases the storage t shows: t's own, or for a view that of the
-// tensor it views. For temporaries that nothing else refers to (the
-// gradients autograd passes between ops).
-func Discard(t *Tensor) {
-	if t != nil {
-		Release(t.owner())
+// Free releases t's storage, as Release does, and recycles t itself for a
+// later tensor: neither t nor any pointer to it may be used again. A view
+// gives back only its header, not the storage it shows.
+func Free(t *Tensor) {
+	if t == nil || t.freed {
+		return
 	}
+	Release(t)
+	*t = Tensor{freed: true}
+	headers.push(t)
+}
+
+// Discard frees a temporary and, for a view, the tensor it views: for
+// tensors that nothing else refers to (the gradients autograd passes
+// between ops).
+func Discard(t *Tensor) {
+	if t == nil {
+		return
+	}
+	if t.base != nil {
+		Free(t.base)
+	}
+	Free(t)
 }
 
 // SameStorage reports whether a and b show the same storage (one is the
@@ -307,7 +335,7 @@ func Numel(shape []int) int {
 
 func mustFit(n int, shape []int) {
 	if Numel(shape) != n {
-		panic(fmt.Sprintf("tensor: %d elements do not fit shape %v", n, shape))
+		panic(fmt.Sprintf("tensor: %d elements do not fit shape %v", n, slices.Clone(shape))) // a clone, so that shape stays on the caller's stack
 	}
 }
 

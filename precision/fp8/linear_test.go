@@ -72,7 +72,7 @@ func step(tp *autograd.Tape, l *nn.Linear, x, dy *tensor.Tensor) (y, dx, dw, db 
 	out := l.Forward(tp, xv)
 	// loss = Σ out·dy, whose gradient with respect to out is dy.
 	loss := tp.Record(tensor.Scalar(dtype.F32, 0), func(*tensor.Tensor) []*tensor.Tensor {
-		return []*tensor.Tensor{dy}
+		return []*tensor.Tensor{dy.Clone()} // the tape takes the gradient
 	}, out)
 	if err := tp.Backward(loss); err != nil {
 		return nil, nil, nil, nil, err

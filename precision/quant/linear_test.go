@@ -48,7 +48,7 @@ func step(t *testing.T, tp *autograd.Tape, l *nn.Linear, x, dy *tensor.Tensor) (
 	t.Helper()
 	xv := autograd.Param(x.Clone())
 	out := l.Forward(tp, xv)
-	loss := tp.Record(tensor.Scalar(dtype.F32, 0), func(*tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{dy} }, out)
+	loss := tp.Record(tensor.Scalar(dtype.F32, 0), func(*tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{dy.Clone()} }, out) // the tape takes the gradient
 	if err := tp.Backward(loss); err != nil {
 		t.Fatal(err)
 	}
