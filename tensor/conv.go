@@ -27,88 +27,117 @@ func convGeom(x, w *Tensor, stride, pad int) ConvGeom {
 }
 
 // Conv2d cross-correlates x [N, C, H, W] with w [Cout, C, KH, KW] (no bias;
-// cuDNN adds it as a separate op) by im2col and one GEMM per image.
+// cuDNN adds it as a separate op): im2col of the whole batch into
+// [C·KH·KW, N·OH·OW] and one GEMM, so that small images still make a
+// product big enough to use every core.
 func Conv2d(x, w *Tensor, stride, pad int) *Tensor {
 	g := convGeom(x, w, stride, pad)
-	out := New(promoteAll(x, w), g.N, g.Cout, g.OutH, g.OutW)
+	out := empty(promoteAll(x, w), g.N, g.Cout, g.OutH, g.OutW)
 	if out.dtype == dtype.F64 {
-		storeAs(out, conv2d(get[float64](x), get[float64](w), g))
+		conv2d[float64](out, x, w, g)
 	} else {
-		storeAs(out, conv2d(get[float32](x), get[float32](w), g))
+		conv2d[float32](out, x, w, g)
 	}
 	return out
 }
 
-func conv2d[T float](xs, ws []T, g ConvGeom) []T {
-	ckk, hw := g.C*g.KH*g.KW, g.OutH*g.OutW
-	cols, ys := make([]T, ckk*hw), make([]T, g.N*g.Cout*hw)
-	for n := range g.N {
-		im2col(cols, xs[n*g.C*g.H*g.W:], g, false)
-		gemmT(false, false, g.Cout, hw, ckk, ws, ckk, cols, hw, 0, ys[n*g.Cout*hw:], hw)
-	}
-	return ys
+func conv2d[T float](out, x, w *Tensor, g ConvGeom) {
+	xs, ws, ys := get[T](x), get[T](w), buf[T](out)
+	ckk, cols := g.C*g.KH*g.KW, g.N*g.OutH*g.OutW
+	col, prod := scratch[T](ckk*cols), scratch[T](g.Cout*cols)
+	im2col(col, xs, g, false)
+	gemmT(false, false, g.Cout, cols, ckk, ws, ckk, col, cols, 0, prod, cols)
+	batchMajor(ys, prod, g.N, g.Cout, g.OutH*g.OutW, false)
+	put(out, ys)
+	drop(x, xs)
+	drop(w, ws)
+	release(col)
+	release(prod)
 }
 
 // Conv2dBackward returns the gradients of x and w given dy [N, Cout, OH, OW].
 func Conv2dBackward(x, w, dy *Tensor, stride, pad int) (dx, dw *Tensor) {
 	g := convGeom(x, w, stride, pad)
-	dx, dw = New(promoteAll(x, dy), x.shape...), New(promoteAll(w, dy), w.shape...)
+	dx, dw = New(promoteAll(x, dy), x.shape...), empty(promoteAll(w, dy), w.shape...)
 	if dx.dtype == dtype.F64 {
-		gx, gw := conv2dBackward(get[float64](x), get[float64](w), get[float64](dy), g)
-		storeAs(dx, gx)
-		storeAs(dw, gw)
+		conv2dBackward[float64](dx, dw, x, w, dy, g)
 	} else {
-		gx, gw := conv2dBackward(get[float32](x), get[float32](w), get[float32](dy), g)
-		storeAs(dx, gx)
-		storeAs(dw, gw)
+		conv2dBackward[float32](dx, dw, x, w, dy, g)
 	}
 	return dx, dw
 }
 
-func conv2dBackward[T float](xs, ws, gs []T, g ConvGeom) (dx, dw []T) {
-	ckk, hw := g.C*g.KH*g.KW, g.OutH*g.OutW
-	cols := make([]T, ckk*hw)
-	dx, dw = make([]T, g.N*g.C*g.H*g.W), make([]T, g.Cout*ckk)
-	for n := range g.N {
-		gy := gs[n*g.Cout*hw:]
-		im2col(cols, xs[n*g.C*g.H*g.W:], g, false)
-		gemmT(false, true, g.Cout, ckk, hw, gy, hw, cols, hw, 1, dw, ckk) // dW += dy·colsᵀ
-		gemmT(true, false, ckk, hw, g.Cout, ws, ckk, gy, hw, 0, cols, hw) // dcols = Wᵀ·dy
-		im2col(cols, dx[n*g.C*g.H*g.W:], g, true)
-	}
-	return dx, dw
+func conv2dBackward[T float](dx, dw, x, w, dy *Tensor, g ConvGeom) {
+	xs, ws, gs := get[T](x), get[T](w), get[T](dy)
+	dxs, dws := buf[T](dx), buf[T](dw)
+	ckk, cols := g.C*g.KH*g.KW, g.N*g.OutH*g.OutW
+	col, gy := scratch[T](ckk*cols), scratch[T](g.Cout*cols)
+	batchMajor(gs, gy, g.N, g.Cout, g.OutH*g.OutW, true)
+	im2col(col, xs, g, false)
+	gemmT(false, true, g.Cout, ckk, cols, gy, cols, col, cols, 0, dws, ckk) // dW = dy·colsᵀ
+	gemmT(true, false, ckk, cols, g.Cout, ws, ckk, gy, cols, 0, col, cols)  // dcols = Wᵀ·dy
+	im2col(col, dxs, g, true)
+	put(dx, dxs)
+	put(dw, dws)
+	drop(x, xs)
+	drop(w, ws)
+	drop(dy, gs)
+	release(col)
+	release(gy)
 }
 
-// im2col lays out one image's receptive fields as cols [C·KH·KW, OH·OW];
-// with back set it is the adjoint, adding every entry of cols back to the
-// pixel it came from.
-func im2col[T float](cols, img []T, g ConvGeom, back bool) {
-	i := 0
-	for c := range g.C {
-		for ky := range g.KH {
-			for kx := range g.KW {
-				for oy := range g.OutH {
-					row := cols[i : i+g.OutW]
-					i += g.OutW
-					y := oy*g.Stride - g.Pad + ky
-					if y < 0 || y >= g.H {
-						if !back {
-							clear(row)
+// batchMajor copies a [C, N·HW] product into NCHW order [N, C, HW], or
+// back with toProduct.
+func batchMajor[T float](nchw, prod []T, n, c, hw int, toProduct bool) {
+	for i := range n {
+		for ch := range c {
+			img, row := nchw[(i*c+ch)*hw:][:hw], prod[ch*n*hw+i*hw:][:hw]
+			if toProduct {
+				copy(row, img)
+			} else {
+				copy(img, row)
+			}
+		}
+	}
+}
+
+// im2col lays out the batch's receptive fields as cols [C·KH·KW, N·OH·OW]
+// (image n in columns [n·OH·OW, (n+1)·OH·OW)); with back set it is the
+// adjoint, adding every entry of cols back to the pixel it came from.
+func im2col[T float](cols, imgs []T, g ConvGeom, back bool) {
+	if !back {
+		clear(cols) // padding
+	}
+	hw, ld := g.OutH*g.OutW, g.N*g.OutH*g.OutW
+	for n := range g.N { // one image at a time, so that it stays in cache
+		img := imgs[n*g.C*g.H*g.W:][:g.C*g.H*g.W]
+		r := 0 // row of cols: (c, ky, kx)
+		for c := range g.C {
+			for ky := range g.KH {
+				for kx := range g.KW {
+					// Output columns [lo, hi) read pixels inside the image.
+					lo := max(0, (g.Pad-kx+g.Stride-1)/g.Stride)
+					hi := min(g.OutW, (g.W+g.Pad-kx+g.Stride-1)/g.Stride)
+					x0 := lo*g.Stride - g.Pad + kx
+					out := cols[r*ld+n*hw:][:hw]
+					r++
+					for oy := range g.OutH {
+						y := oy*g.Stride - g.Pad + ky
+						if y < 0 || y >= g.H || lo >= hi {
+							continue
 						}
-						continue
-					}
-					line := img[(c*g.H+y)*g.W : (c*g.H+y+1)*g.W]
-					for ox := range row {
-						x := ox*g.Stride - g.Pad + kx
+						row, line := out[oy*g.OutW:][lo:hi], img[(c*g.H+y)*g.W+x0:]
 						switch {
-						case x < 0 || x >= g.W:
-							if !back {
-								row[ox] = 0
-							}
 						case back:
-							line[x] += row[ox]
+							for ox, v := range row {
+								line[ox*g.Stride] += v
+							}
+						case g.Stride == 1:
+							copy(row, line)
 						default:
-							row[ox] = line[x]
+							for ox := range row {
+								row[ox] = line[ox*g.Stride]
+							}
 						}
 					}
 				}
