@@ -81,7 +81,7 @@ func put[T float](t *Tensor, vals []T) {
 // encode is dtype.Encode split across cores for large byte-addressable tensors.
 func encode(dt dtype.DType, dst []byte, src []float32, sat bool) {
 	size := dt.Bits() / 8
-	if size == 0 { // packed 4-bit codes: ranges would split bytes
+	if size == 0 || parallelParts(len(src)) <= 1 { // packed 4-bit codes: ranges would split bytes
 		dtype.Encode(dt, dst, src, sat)
 		return
 	}

@@ -12,9 +12,9 @@ import (
 // Inputs are read in their storage dtype, accumulated in float32 (float64
 // when the result is F64), and the result is rounded once to the promoted dtype.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
-	out, acc := matmul(a, b, transA, transB)
-	commit(out, acc)
-	return out
+	p := matmul(a, b, transA, transB)
+	p.commit()
+	return p.out
 }
 
 // Linear returns x·wᵀ + bias for x [..., in], w [out, in], bias [out] or nil,
@@ -22,19 +22,23 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 func Linear(x, w, bias *Tensor) *Tensor {
 	in := x.Dim(-1)
 	x2 := x.Reshape(-1, in)
-	out, acc := matmul(x2, w, false, true)
+	p := matmul(x2, w, false, true)
+	Free(x2)
 	if bias != nil {
-		switch acc := acc.(type) {
-		case []float64:
-			addRows(acc, get[float64](bias))
-		case []float32:
-			addRows(acc, get[float32](bias))
+		if p.f64 != nil {
+			bs := get[float64](bias)
+			addRows(p.f64, bs)
+			drop(bias, bs)
+		} else {
+			bs := get[float32](bias)
+			addRows(p.f32, bs)
+			drop(bias, bs)
 		}
 	}
-	commit(out, acc)
+	p.commit()
 	var dims [8]int // same elements as out's [M, N] rows, no view needed
-	out.setShape(append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0)))
-	return out
+	p.out.setShape(append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0)))
+	return p.out
 }
 
 func addRows[T float](c, bias []T) {
@@ -45,24 +49,30 @@ func addRows[T float](c, bias []T) {
 	}
 }
 
-// commit rounds an accumulator from matmul into out (a no-op when the
-// accumulator is out's own storage).
-func commit(out *Tensor, acc any) {
-	switch acc := acc.(type) {
-	case []float64:
-		put(out, acc)
-	case []float32:
-		put(out, acc)
+// product is a matmul's output tensor and the accumulator holding the
+// product, f32 or f64: out's own storage when out is F32 or F64, else
+// pooled scratch for commit to round.
+type product struct {
+	out *Tensor
+	f32 []float32
+	f64 []float64
+}
+
+// commit rounds the accumulator into out (a no-op when it is out's own
+// storage).
+func (p product) commit() {
+	if p.f64 != nil {
+		put(p.out, p.f64)
+	} else {
+		put(p.out, p.f32)
 	}
 }
 
-// matmul multiplies without rounding: it returns the output tensor and the
-// accumulator ([]float32 or []float64) holding the product: out's own
-// storage when out is F32 or F64, else pooled scratch for commit to round.
-func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
+// matmul multiplies without rounding.
+func matmul(a, b *Tensor, transA, transB bool) product {
 	ra, rb := len(a.shape), len(b.shape)
 	if ra < 2 || rb < 2 {
-		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a.shape, b.shape))
+		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a, b))
 	}
 	m, k := a.shape[ra-2], a.shape[ra-1]
 	if transA {
@@ -75,10 +85,10 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 	batch := Numel(a.shape[:ra-2])
 	sharedB := rb == 2
 	if k != kb || (!sharedB && !EqualShape(a.shape[:ra-2], b.shape[:rb-2])) {
-		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a.shape, b.shape, transA, transB))
+		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a, b, transA, transB))
 	}
-	shape := append(append([]int(nil), a.shape[:ra-2]...), m, n)
-	out := empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
+	var dims [8]int
+	out := empty(promoteAll(a, b), append(append(dims[:0], a.shape[:ra-2]...), m, n)...) // GEMM with beta 0 writes every element
 	strideA, strideB := m*k, k*n
 	if sharedB {
 		strideB = 0
@@ -88,13 +98,13 @@ func matmul(a, b *Tensor, transA, transB bool) (*Tensor, any) {
 		for i := range batch {
 			gemm.Dgemm(transA, transB, m, n, k, as[i*strideA:], a.shape[ra-1], bs[i*strideB:], b.shape[rb-1], 0, c[i*m*n:], n)
 		}
-		return out, c
+		return product{out: out, f64: c}
 	}
 	c := buf[float32](out)
 	for i := range batch {
 		gemm.F32(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), 0, c[i*m*n:], n)
 	}
-	return out, c
+	return product{out: out, f32: c}
 }
 
 // operand describes the matrix starting at element off of t for GEMM, which

@@ -54,6 +54,9 @@ func layerNorm[T float](y, x, w, b, mean, rstd *Tensor, eps float64) {
 		}
 	}
 	put(y, ys)
+	drop(x, xs)
+	drop(w, ws)
+	drop(b, bs)
 }
 
 // LayerNormBackward returns the gradients of x, w and b.
@@ -72,8 +75,9 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 	c := x.Dim(-1)
 	xs, ws, gs, dxs := get[T](x), get[T](w), get[T](dy), buf[T](dx)
 	ms, rs := get[T](mean), get[T](rstd)
-	dws, dbs := make([]T, c), make([]T, c)
-	xhat, dxhat := make([]T, c), make([]T, c)
+	dws, dbs, xhat, dxhat := scratch[T](c), scratch[T](c), scratch[T](c), scratch[T](c)
+	clear(dws)
+	clear(dbs)
 	for r := range ms {
 		row, g := xs[r*c:(r+1)*c], gs[r*c:(r+1)*c]
 		var sumD, sumDX T
@@ -93,6 +97,14 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 	put(dx, dxs)
 	storeAs(dw, dws)
 	storeAs(db, dbs)
+	for _, s := range [][]T{dws, dbs, xhat, dxhat} {
+		release(s)
+	}
+	drop(x, xs)
+	drop(w, ws)
+	drop(dy, gs)
+	drop(mean, ms)
+	drop(rstd, rs)
 }
 
 // Softmax normalises exp(x) over the last axis.
@@ -125,6 +137,7 @@ func softmax[T float](y, x *Tensor) {
 		}
 	}
 	put(y, ys)
+	drop(x, xs)
 }
 
 // SoftmaxBackward returns y·(dy - Σ dy·y) over the last axis, y being Softmax's output.
@@ -151,6 +164,8 @@ func softmaxBackward[T float](dx, y, dy *Tensor) {
 		}
 	}
 	put(dx, out)
+	drop(y, ys)
+	drop(dy, gs)
 }
 
 // CrossEntropy returns the mean over rows of -log softmax(logits)[target]
@@ -167,9 +182,9 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 	}
 	loss := New(logits.dtype)
 	if logits.dtype == dtype.F64 {
-		view[float64](loss)[0] = crossEntropy(get[float64](logits), targets, c)
+		crossEntropy[float64](loss, logits, targets)
 	} else {
-		storeAs(loss, []float32{crossEntropy(get[float32](logits), targets, c)})
+		crossEntropy[float32](loss, logits, targets)
 	}
 	return loss, nil
 }
@@ -178,8 +193,12 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 // float32 loss matches PyTorch's bit for bit: log_softmax per row by a warp
 // (logSumExpShifted), then nll_loss's strided partial sums over a block of
 // nllThreads, combined by a halving tree.
-func crossEntropy[T float](zs []T, targets []int, c int) T {
-	partial := make([]T, nllThreads(len(targets)))
+func crossEntropy[T float](loss, logits *Tensor, targets []int) {
+	c, zs := logits.Dim(-1), get[T](logits)
+	defer drop(logits, zs)
+	partial := scratch[T](nllThreads(len(targets)))
+	defer release(partial)
+	clear(partial)
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
 		partial[i%len(partial)] -= (row[t] - row[maxIndex(row)]) - logSumExpShifted(row)
@@ -189,7 +208,9 @@ func crossEntropy[T float](zs []T, targets []int, c int) T {
 			partial[i] += partial[i+stride]
 		}
 	}
-	return partial[0] / T(len(targets))
+	out := buf[T](loss)
+	out[0] = partial[0] / T(len(targets))
+	put(loss, out)
 }
 
 // nllThreads is the block size of PyTorch's nll_loss reduction:
@@ -248,8 +269,9 @@ func CrossEntropyBackward(logits *Tensor, targets []int, dloss *Tensor) *Tensor 
 
 func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Tensor) {
 	c := logits.Dim(-1)
-	zs, out := get[T](logits), buf[T](dz)
-	scale := get[T](dloss)[0] / T(len(targets))
+	zs, out, ds := get[T](logits), buf[T](dz), get[T](dloss)
+	scale := ds[0] / T(len(targets))
+	drop(dloss, ds)
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
 		mx, ls := row[maxIndex(row)], logSumExpShifted(row)
@@ -260,4 +282,5 @@ func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Ten
 		out[i*c+t] -= scale
 	}
 	put(dz, out)
+	drop(logits, zs)
 }

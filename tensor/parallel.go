@@ -8,11 +8,15 @@ import (
 // parallelMin is the smallest element count worth splitting across cores.
 const parallelMin = 1 << 16
 
+// parallelParts is the number of ranges parallelFor splits n elements
+// into. Hot callers run a single range themselves, saving the closure.
+func parallelParts(n int) int { return min(runtime.GOMAXPROCS(0), n/parallelMin) }
+
 // parallelFor runs body over [0, n) split into one contiguous range per
 // core (n small: on the calling goroutine). Elementwise kernels give the
 // same results however the range is split.
 func parallelFor(n int, body func(lo, hi int)) {
-	parts := min(runtime.GOMAXPROCS(0), n/parallelMin)
+	parts := parallelParts(n)
 	if parts <= 1 {
 		body(0, n)
 		return

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/weftml/weft/dtype"
 )
@@ -19,27 +20,25 @@ func elemSize(t *Tensor) int {
 // the last axis when it stays last (as in attention's head split).
 func Permute(x *Tensor, perm ...int) *Tensor {
 	rank := len(x.shape)
-	if len(perm) != rank {
-		panic(fmt.Sprintf("tensor: permutation %v for shape %v", perm, x.shape))
+	if len(perm) != rank || rank > maxPermuteRank {
+		panic(fmt.Sprintf("tensor: permutation %v for %v (at most %d axes)", slices.Clone(perm), x, maxPermuteRank))
 	}
-	inStrides := make([]int, rank)
+	var inStrides, shape, strides, idx [maxPermuteRank]int
 	for i, s := rank-1, 1; i >= 0; i-- {
 		inStrides[i] = s
 		s *= x.shape[i]
 	}
-	shape, strides := make([]int, rank), make([]int, rank)
 	for i, p := range perm {
 		shape[i], strides[i] = x.shape[p], inStrides[p]
 	}
-	out := empty(x.dtype, shape...)
+	out := empty(x.dtype, shape[:rank]...)
 	size, run, outer := elemSize(x), 1, rank
 	if rank > 0 && perm[rank-1] == rank-1 {
 		run, outer = shape[rank-1], rank-1
 	}
-	idx := make([]int, outer)
 	for o := 0; o < out.Len(); o += run {
 		src := 0
-		for i, v := range idx {
+		for i, v := range idx[:outer] {
 			src += v * strides[i]
 		}
 		copy(out.data[o*size:(o+run)*size], x.data[src*size:(src+run)*size])
@@ -52,6 +51,10 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 	}
 	return out
 }
+
+// maxPermuteRank is the most axes Permute reorders (its index arithmetic
+// lives on the stack).
+const maxPermuteRank = 8
 
 // InversePermutation returns the permutation that undoes perm.
 func InversePermutation(perm []int) []int {
@@ -68,8 +71,8 @@ func Narrow(x *Tensor, start, length int) *Tensor {
 	if start < 0 || length < 0 || start+length > c {
 		panic(fmt.Sprintf("tensor: narrow [%d,%d) of axis of size %d", start, start+length, c))
 	}
-	shape := append(append([]int(nil), x.shape[:len(x.shape)-1]...), length)
-	out := New(x.dtype, shape...)
+	var dims [8]int
+	out := empty(x.dtype, append(append(dims[:0], x.shape[:len(x.shape)-1]...), length)...)
 	size := elemSize(x)
 	for r := range x.Len() / c {
 		copy(out.data[r*length*size:(r+1)*length*size], x.data[(r*c+start)*size:(r*c+start+length)*size])
@@ -81,8 +84,8 @@ func Narrow(x *Tensor, start, length int) *Tensor {
 // tensor whose last axis has size c.
 func Unnarrow(dy *Tensor, start, c int) *Tensor {
 	length := dy.Dim(-1)
-	shape := append(append([]int(nil), dy.shape[:len(dy.shape)-1]...), c)
-	out := New(dy.dtype, shape...)
+	var dims [8]int
+	out := New(dy.dtype, append(append(dims[:0], dy.shape[:len(dy.shape)-1]...), c)...)
 	size := elemSize(dy)
 	for r := range dy.Len() / length {
 		copy(out.data[(r*c+start)*size:(r*c+start+length)*size], dy.data[r*length*size:(r+1)*length*size])
@@ -128,7 +131,10 @@ func EmbeddingBackward(dy *Tensor, idx []int, v int, dt dtype.DType) *Tensor {
 
 func scatterRows[T float](out, dy *Tensor, idx []int) {
 	c := dy.Dim(-1)
-	gs, acc := get[T](dy), make([]T, out.Len())
+	gs, acc := get[T](dy), scratch[T](out.Len())
+	defer drop(dy, gs)
+	defer release(acc)
+	clear(acc)
 	for i, id := range idx {
 		for j, g := range gs[i*c : (i+1)*c] {
 			acc[id*c+j] += g

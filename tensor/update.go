@@ -35,12 +35,17 @@ func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
 func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 	ps, gs, ms, vs := get[T](p), get[T](g), get[T](m), get[T](v)
 	rp, rm, rv := roundTo[T](p.dtype), roundTo[T](m.dtype), roundTo[T](v.dtype)
-	parallelFor(len(ps), func(lo, hi int) {
-		adamWRange(ps[lo:hi], gs[lo:hi], ms[lo:hi], vs[lo:hi], rp, rm, rv, s)
-	})
+	if parallelParts(len(ps)) <= 1 {
+		adamWRange(ps, gs, ms, vs, rp, rm, rv, s)
+	} else {
+		parallelFor(len(ps), func(lo, hi int) {
+			adamWRange(ps[lo:hi], gs[lo:hi], ms[lo:hi], vs[lo:hi], rp, rm, rv, s)
+		})
+	}
 	put(p, ps)
 	put(m, ms)
 	put(v, vs)
+	drop(g, gs)
 }
 
 // adamWRange updates one range of elements, op by op over chunks that stay
@@ -104,6 +109,7 @@ func sgd[T float](p, g *Tensor, lr float64) {
 		ps[i] = r.do(ps[i] + neg*gs[i])
 	}
 	put(p, ps)
+	drop(g, gs)
 }
 
 // ScaleInPlace multiplies t by s, rounding to t's dtype (unscaling gradients).
