@@ -73,8 +73,9 @@ type Tape struct {
 	// Scoper, if set, gives modules their own precision scopes.
 	Scoper Scoper
 	// Recycle returns every op result's storage to the tensor pool once
-	// Backward is past it (all its consumers are done), but the loss's:
-	// read the values you need (logits) before calling Backward.
+	// Backward is past it (all its consumers are done), but the loss's,
+	// which lasts until the next pass: read the values you need (logits)
+	// before calling Backward.
 	Recycle bool
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
@@ -88,6 +89,9 @@ type Tape struct {
 	// whether an input has taken it as its own gradient.
 	dy      *tensor.Tensor
 	dyTaken bool
+	// loss is the value Backward left to the caller, freed when the next
+	// pass starts.
+	loss *tensor.Tensor
 }
 
 // node is one op of a pass: its result, its inputs and what its backward
@@ -129,6 +133,10 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor
 // next returns the pass's next node, cleared, allocating only when the
 // pass is longer than any before.
 func (tp *Tape) next() *node {
+	if tp.used == 0 && tp.loss != nil {
+		tensor.Free(tp.loss)
+		tp.loss = nil
+	}
 	if tp.used == len(tp.nodes) {
 		tp.nodes = append(tp.nodes, new(node))
 	}
@@ -226,8 +234,12 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 			}
 			tp.dy = nil
 		}
-		if tp.Recycle && &n.out != loss {
+		switch {
+		case !tp.Recycle:
+		case &n.out != loss:
 			recycle(n)
+		case n.custom == nil:
+			tp.loss = loss.Value
 		}
 	}
 	return nil

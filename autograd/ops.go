@@ -24,11 +24,14 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	x, w, b := n.in[0], n.in[1], n.in[2]
 	dy2 := dy.Reshape(-1, dy.Dim(-1))
+	defer tensor.Free(dy2)
 	if x.requiresGrad {
 		tp.accumulate(x, tensor.MatMul(dy2, w.Value, false, false).Reshape(x.Value.Shape()...))
 	}
 	if w.requiresGrad {
-		tp.accumulate(w, tensor.MatMul(dy2, x.Value.Reshape(-1, w.Value.Dim(1)), true, false))
+		x2 := x.Value.Reshape(-1, w.Value.Dim(1))
+		tp.accumulate(w, tensor.MatMul(dy2, x2, true, false))
+		tensor.Free(x2)
 	}
 	if b != nil && b.requiresGrad {
 		tp.accumulate(b, tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, dy.DType()))
@@ -55,6 +58,8 @@ func matMulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	av := a.Value
 	if len(b.Value.Shape()) == 2 { // shared b: its gradient sums over the batch
 		av, dy = av.Reshape(-1, av.Dim(-1)), dy.Reshape(-1, dy.Dim(-1))
+		defer tensor.Free(av)
+		defer tensor.Free(dy)
 	}
 	if transB { // c = a·bᵀ: db = dyᵀ·a
 		tp.accumulate(b, tensor.MatMul(dy, av, true, false))
@@ -195,8 +200,9 @@ func (tp *Tape) Embedding(table *Var, idx []int, shape ...int) (*Var, error) {
 
 func embeddingBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	table := n.in[0]
-	c := table.Value.Dim(1)
-	tp.accumulate(table, tensor.EmbeddingBackward(dy.Reshape(-1, c), n.idx, table.Value.Dim(0), dy.DType()))
+	dy2 := dy.Reshape(-1, table.Value.Dim(1))
+	tp.accumulate(table, tensor.EmbeddingBackward(dy2, n.idx, table.Value.Dim(0), dy.DType()))
+	tensor.Free(dy2)
 }
 
 // Reshape returns a view of x with a new shape (one axis may be -1).

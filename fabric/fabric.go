@@ -198,8 +198,10 @@ func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*aut
 
 // Backward computes gradients of the loss, scaled by the loss scaler.
 func (f *Fabric) Backward(loss *autograd.Var) error {
-	if l := loss.Value.Float64s(); len(l) == 1 && f.nonFinite == nil && (math.IsNaN(l[0]) || math.IsInf(l[0], 0)) {
-		f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.step, l[0], f.diagnose())
+	if loss.Value.Len() == 1 && f.nonFinite == nil {
+		if l := loss.Value.Item(); math.IsNaN(l) || math.IsInf(l, 0) {
+			f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.step, l, f.diagnose())
+		}
 	}
 	if err := f.tape.BackwardScaled(loss, f.scaler.Scale()); err != nil {
 		return err

@@ -167,6 +167,16 @@ func (t *Tensor) Dim(i int) int            { return t.shape[axis(i, len(t.shape)
 func (t *Tensor) String() string           { return fmt.Sprintf("%s%v", t.dtype, t.shape) }
 func (t *Tensor) SameShape(u *Tensor) bool { return EqualShape(t.shape, u.shape) }
 
+// Item returns the element of a one-element tensor (a loss) as float64.
+func (t *Tensor) Item() float64 {
+	if t.Len() != 1 {
+		panic(fmt.Sprintf("tensor: Item of %v, which has %d elements", t, t.Len()))
+	}
+	var v [1]float64
+	dtype.DecodeF64(t.dtype, v[:], t.data)
+	return v[0]
+}
+
 // Float32s returns a copy of the elements as float32.
 func (t *Tensor) Float32s() []float32 {
 	out := make([]float32, t.Len())

@@ -265,7 +265,7 @@ func (r *rankRun) evaluate() (float64, error) {
 		if err != nil {
 			return 0, err
 		}
-		total += l.Value.Float64s()[0]
+		total += l.Value.Item()
 	}
 	return r.mean(total / float64(r.c.EvalBatches))
 }
@@ -284,7 +284,7 @@ func trainStep(f *fabric.Fabric, m models.Model, b models.Batch, onNaN string) (
 	if err != nil {
 		return 0, false, err
 	}
-	loss = l.Value.Float64s()[0]
+	loss = l.Value.Item()
 	if (math.IsNaN(loss) || math.IsInf(loss, 0)) && !f.Plan().ScalesLoss() {
 		f.Tape().Reset()
 		if onNaN == "skip" {

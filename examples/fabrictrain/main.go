@@ -45,7 +45,7 @@ func main() {
 		_, err = f.Step()
 		check(err)
 		if step%10 == 0 || step == 99 {
-			fmt.Printf("step %3d  loss %.4f\n", step, loss.Value.Float64s()[0])
+			fmt.Printf("step %3d  loss %.4f\n", step, loss.Value.Item())
 		}
 	}
 }

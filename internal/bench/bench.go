@@ -152,7 +152,9 @@ func newStep(model, spec string) (func() error, error) {
 	}
 	return func() error {
 		b := batch
-		b.X = f.Input(b.X)
+		if b.X = f.Input(batch.X); b.X != batch.X {
+			defer tensor.Free(b.X) // the input cast for this step
+		}
 		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
 		if err != nil {
 			return err

@@ -248,7 +248,7 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 // gathered in rank order (the batch's row order) and reduced as one batch.
 func globalLoss(c comm.Communicator, logits, local *tensor.Tensor, targets []int) (float64, error) {
 	if c.Size() == 1 {
-		return local.Float64s()[0], nil
+		return local.Item(), nil
 	}
 	all := make([]byte, c.Size()*len(logits.Data()))
 	if err := c.AllGather(context.Background(), logits.Data(), all); err != nil {
@@ -262,7 +262,7 @@ func globalLoss(c comm.Communicator, logits, local *tensor.Tensor, targets []int
 	if err != nil {
 		return 0, err
 	}
-	return l.Float64s()[0], nil
+	return l.Item(), nil
 }
 
 // sentBytes flattens comm.Stats into "collective/dtype" keys.
