@@ -85,10 +85,9 @@ type Tape struct {
 	// next pass after Backward.
 	nodes []*node
 	used  int
-	// dy is the gradient the running backward step received, and dyTaken
-	// whether an input has taken it as its own gradient.
-	dy      *tensor.Tensor
-	dyTaken bool
+	// dy is the gradient the running backward step received, and dyKept
+	// what an input took of it as its own gradient (dy or a view of it).
+	dy, dyKept *tensor.Tensor
 	// loss is the value Backward left to the caller, freed when the next
 	// pass starts.
 	loss *tensor.Tensor
@@ -182,10 +181,11 @@ func (tp *Tape) accumulate(v *Var, g *tensor.Tensor) {
 	}
 	if v.Grad == nil {
 		if tensor.SameStorage(g, tp.dy) {
-			if tp.dyTaken {
+			if tp.dyKept != nil {
 				g = g.Clone()
+			} else {
+				tp.dyKept = g
 			}
-			tp.dyTaken = true
 		}
 		v.Grad = g
 		return
@@ -227,12 +227,15 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	for _, n := range slices.Backward(tp.nodes[:tp.used]) {
 		if dy := n.out.Grad; dy != nil && n.backward != nil {
 			n.out.Grad = nil // intermediate gradients are not kept
-			tp.dy, tp.dyTaken = dy, false
+			tp.dy = dy
 			n.backward(tp, n, dy)
-			if !tp.dyTaken {
+			switch {
+			case tp.dyKept == nil:
 				tensor.Discard(dy)
+			case tp.dyKept != dy:
+				tensor.FreeView(dy) // an input kept a view of dy's storage
 			}
-			tp.dy = nil
+			tp.dy, tp.dyKept = nil, nil
 		}
 		switch {
 		case !tp.Recycle:

@@ -184,8 +184,7 @@ func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*au
 }
 
 func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
-	exit := precision.Enter(f.plugin, &f.tape)
-	defer exit()
+	defer precision.Enter(f.plugin, &f.tape).Exit()
 	if f.scopes != nil {
 		f.tape.Scoper = f.scopes
 		if f.spy != nil {

@@ -1,6 +1,7 @@
 package models
 
 import (
+	"fmt"
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
@@ -26,6 +27,8 @@ type GPT struct {
 	Blocks nn.List[*Block]
 	LnF    *nn.LayerNorm
 	Head   *nn.Linear // C -> V
+	// positions are the position ids 0, 1, ..., Context-1.
+	positions []int
 }
 
 func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
@@ -34,6 +37,9 @@ func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
 		Pos:  nn.NewEmbedding(rng, cfg.Context, cfg.Width),
 		LnF:  nn.NewLayerNorm(cfg.Width),
 		Head: nn.NewLinear(rng, cfg.Width, cfg.Vocab, false),
+	}
+	for i := range cfg.Context {
+		g.positions = append(g.positions, i)
 	}
 	for range cfg.Layers {
 		g.Blocks = append(g.Blocks, NewBlock(rng, cfg.Width, cfg.Heads))
@@ -55,7 +61,11 @@ func (g *GPT) ForwardWith(tp *autograd.Tape, b Batch, extra *autograd.Var) (*aut
 		exit(nil)
 		return nil, err
 	}
-	pos, err := g.Pos.Forward(tp, positions(t), t) // (T, C)
+	if t > len(g.positions) {
+		exit(nil)
+		return nil, fmt.Errorf("gpt: a sequence of %d tokens is longer than the context of %d", t, len(g.positions))
+	}
+	pos, err := g.Pos.Forward(tp, g.positions[:t], t) // (T, C)
 	if err != nil {
 		exit(nil)
 		return nil, err
@@ -70,14 +80,6 @@ func (g *GPT) ForwardWith(tp *autograd.Tape, b Batch, extra *autograd.Var) (*aut
 	x = g.LnF.Forward(tp, x)
 	logits := g.Head.Forward(tp, x)                // (B, T, V)
 	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
-}
-
-func positions(t int) []int {
-	p := make([]int, t)
-	for i := range p {
-		p[i] = i
-	}
-	return p
 }
 
 func (g *GPT) Params() []nn.Param { return nil }

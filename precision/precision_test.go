@@ -582,7 +582,7 @@ func TestFallbacks(t *testing.T) {
 	if tp.Caster != nil {
 		t.Errorf("inside the scope of a plugin without autocast the tape casts with %v", tp.Caster)
 	}
-	exit()
+	exit.Exit()
 }
 
 // TestRoleHelpers checks that each helper finds the role on a plugin that

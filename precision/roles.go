@@ -213,10 +213,21 @@ func ConvertModule(p Plugin, m nn.Module) error {
 }
 
 // Enter opens p's forward scope on tp: its compute role becomes the tape's
-// caster until the returned exit function restores the previous one. Call
-// exit with defer so that an error or panic restores the engine too.
-func Enter(p Plugin, tp *autograd.Tape) (exit func()) {
-	prev := tp.Caster
+// caster until the scope's Exit restores the previous one. Call Exit with
+// defer so that an error or panic restores the engine too:
+//
+//	defer precision.Enter(p, tp).Exit()
+func Enter(p Plugin, tp *autograd.Tape) Forward {
+	s := Forward{tape: tp, prev: tp.Caster}
 	tp.Caster = Autocast(p)
-	return func() { tp.Caster = prev }
+	return s
 }
+
+// Forward is the forward scope Enter opened.
+type Forward struct {
+	tape *autograd.Tape
+	prev autograd.Caster
+}
+
+// Exit restores the Caster the tape had before Enter.
+func (s Forward) Exit() { s.tape.Caster = s.prev }

@@ -102,7 +102,7 @@ func Embedding(table *Tensor, idx []int, grid ...int) (*Tensor, error) {
 		grid = []int{len(idx)}
 	}
 	if Numel(grid) != len(idx) {
-		return nil, fmt.Errorf("tensor: %d embedding indices do not fill shape %v", len(idx), grid)
+		return nil, fmt.Errorf("tensor: %d embedding indices do not fill shape %v", len(idx), slices.Clone(grid)) // grid stays on the caller's stack
 	}
 	var dims [8]int
 	out := empty(table.dtype, append(append(dims[:0], grid...), c)...)

@@ -104,6 +104,14 @@ func Free(t *Tensor) {
 	headers.push(t)
 }
 
+// FreeView frees t's header if t is a view (of storage that lives on in
+// other views or its owner), and does nothing to an owner.
+func FreeView(t *Tensor) {
+	if t != nil && t.base != nil {
+		Free(t)
+	}
+}
+
 // Discard frees a temporary and, for a view, the tensor it views: for
 // tensors that nothing else refers to (the gradients autograd passes
 // between ops).

@@ -33,7 +33,7 @@ import (
 //     byte for byte (also after the loss scaler has run a step), and garbage
 //     or truncated state is rejected with an error, not a panic;
 //   - precision.Enter installs the plugin's compute role on a tape and its
-//     exit function restores the previous Caster, also when the code inside
+//     Exit restores the previous Caster, also when the code inside
 //     the scope panics, and nested scopes unwind in order;
 //   - precision.ConvertModule keeps every parameter's *autograd.Var (same
 //     pointers under the same paths, still trainable, same shapes) but
@@ -185,7 +185,7 @@ func testEnter(t *testing.T, newPlugin func() precision.Plugin) {
 
 	exit := precision.Enter(p, tp)
 	checkScopeCaster(t, p, tp.Caster, want)
-	exit()
+	exit.Exit()
 	if tp.Caster != autograd.Caster(outer) {
 		t.Fatalf("%s: after exit the tape's Caster is %#v, want the one installed before Enter", p.Name(), tp.Caster)
 	}
@@ -198,7 +198,7 @@ func testEnter(t *testing.T, newPlugin func() precision.Plugin) {
 			}
 		}()
 		exit := precision.Enter(p, tp)
-		defer exit()
+		defer exit.Exit()
 		panic("boom")
 	}()
 	if tp.Caster != autograd.Caster(outer) {
@@ -210,11 +210,11 @@ func testEnter(t *testing.T, newPlugin func() precision.Plugin) {
 	tp.Caster = inner // code inside the scope may install its own
 	exit2 := precision.Enter(p, tp)
 	checkScopeCaster(t, p, tp.Caster, want)
-	exit2()
+	exit2.Exit()
 	if tp.Caster != autograd.Caster(inner) {
 		t.Errorf("%s: the inner exit restored %#v, want the Caster of the enclosing scope", p.Name(), tp.Caster)
 	}
-	exit1()
+	exit1.Exit()
 	if tp.Caster != autograd.Caster(outer) {
 		t.Errorf("%s: the outer exit restored %#v, want the Caster installed before Enter", p.Name(), tp.Caster)
 	}
@@ -401,7 +401,7 @@ func testNoMutation(t *testing.T, newPlugin func() precision.Plugin) {
 	}
 	tp := &autograd.Tape{}
 	exit := precision.Enter(p, tp)
-	exit()
+	exit.Exit()
 	unchanged(t, p.Name(), "a role other than module conversion", before, m)
 }
 
@@ -459,7 +459,7 @@ func testForward(t *testing.T, newPlugin func() precision.Plugin) {
 	tp := &autograd.Tape{}
 	exit := precision.Enter(p, tp)
 	out, err := m.Forward(tp, models.Batch{X: x})
-	exit()
+	exit.Exit()
 	if err != nil {
 		t.Fatalf("%s: forward: %v", p.Name(), err)
 	}
