@@ -52,6 +52,10 @@ func Encode(d DType, dst []byte, src []float32, sat bool) {
 			le.PutUint32(dst[4*i:], math.Float32bits(clamp(x, lim)))
 		}
 	case BF16:
+		if nativeLE {
+			encodeBF16(asHalves(dst, len(src)), src, lim)
+			return
+		}
 		for i, x := range src {
 			le.PutUint16(dst[2*i:], BF16FromF32(clamp(x, lim)))
 		}
@@ -114,6 +118,12 @@ func Decode(d DType, dst []float32, src []byte) {
 			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
 		}
 	case BF16:
+		if nativeLE {
+			for i, b := range asHalves(src, len(dst)) {
+				dst[i] = F32FromBF16(b)
+			}
+			return
+		}
 		for i := range dst {
 			dst[i] = F32FromBF16(le.Uint16(src[2*i:]))
 		}

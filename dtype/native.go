@@ -2,8 +2,10 @@ package dtype
 
 import (
 	"encoding/binary"
+	"math"
 	"unsafe"
 )
+
 
 // nativeLE reports whether this machine stores numbers little-endian, as
 // tensor storage does: then float32 and float64 storage is the machine's own
@@ -13,4 +15,25 @@ var nativeLE = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 // asBytes views a float slice as its bytes.
 func asBytes[T float32 | float64](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(T(0))))
+}
+
+// asHalves views n 16-bit codes of storage b (bf16, f16) as the machine's
+// uint16s: on a little-endian machine no byte shuffling is needed.
+func asHalves(b []byte, n int) []uint16 {
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+// encodeBF16 rounds src to bfloat16 codes, clamping to ±lim first (+Inf:
+// no clamp), in one pass without per-byte bounds checks.
+func encodeBF16(dst []uint16, src []float32, lim float32) {
+	dst = dst[:len(src)]
+	if lim > math.MaxFloat32 { // no clamp
+		for i, x := range src {
+			dst[i] = BF16FromF32(x)
+		}
+		return
+	}
+	for i, x := range src {
+		dst[i] = BF16FromF32(clamp(x, lim))
+	}
 }
