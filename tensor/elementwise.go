@@ -61,23 +61,36 @@ func Mul(a, b *Tensor) *Tensor {
 }
 
 // GELU is the exact (erf) form x·Φ(x). It also returns Φ(x) for
-// GELUBackward, so that erf is computed once a step; Φ is kept in float64,
-// so the gradient is what computing it afresh would give.
+// GELUBackward, so that erf is computed once a step. Φ is kept in the
+// compute type, float64 for F64 x and float32 for all others, so the
+// gradient is what computing it afresh would give.
 func GELU(x *Tensor) (y, cdf *Tensor) {
-	y, cdf = empty(x.dtype, x.shape...), empty(dtype.F64, x.shape...)
+	y = empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
-		gelu[float64](y, cdf, x)
+		cdf = empty(dtype.F64, x.shape...)
+		gelu64(y, cdf, x)
 	} else {
-		gelu[float32](y, cdf, x)
+		cdf = empty(dtype.F32, x.shape...)
+		gelu32(y, cdf, x)
 	}
 	return y, cdf
 }
 
-func gelu[T float](y, cdf, x *Tensor) {
-	xs, ys, cs := get[T](x), buf[T](y), cdf.f64()
+func gelu64(y, cdf, x *Tensor) {
+	xs, ys, cs := x.f64(), y.f64(), cdf.f64()
 	for i, v := range xs {
-		c := 0.5 * (1 + math.Erf(float64(v)/math.Sqrt2))
-		cs[i], ys[i] = c, T(float64(v)*c)
+		c := 0.5 * (1 + math.Erf(v/math.Sqrt2))
+		cs[i], ys[i] = c, v*c
+	}
+}
+
+// gelu32 computes as PyTorch's CUDA kernel does in float32, with erf32
+// for erff.
+func gelu32(y, cdf, x *Tensor) {
+	xs, ys, cs := get[float32](x), buf[float32](y), cdf.f32()
+	for i, v := range xs {
+		c := 0.5 * (1 + erf32(v*sqrtHalf))
+		cs[i], ys[i] = c, v*c
 	}
 	put(y, ys)
 	drop(x, xs)
@@ -87,24 +100,44 @@ func gelu[T float](y, cdf, x *Tensor) {
 func GELUBackward(x, cdf, dy *Tensor) *Tensor {
 	dx := empty(Promote(x.dtype, dy.dtype), x.shape...)
 	if dx.dtype == dtype.F64 {
-		geluBackward[float64](dx, x, cdf, dy)
+		geluBackward64(dx, x, cdf, dy)
 	} else {
-		geluBackward[float32](dx, x, cdf, dy)
+		geluBackward32(dx, x, cdf, dy)
 	}
 	return dx
 }
 
-func geluBackward[T float](dx, x, cdf, dy *Tensor) {
-	xs, cs, gs, out := get[T](x), cdf.f64(), get[T](dy), buf[T](dx)
+func geluBackward64(dx, x, cdf, dy *Tensor) {
+	xs, cs, gs, out := get[float64](x), get[float64](cdf), get[float64](dy), buf[float64](dx)
 	for i, v := range xs {
-		v64 := float64(v)
-		pdf := math.Exp(-0.5*v64*v64) / math.Sqrt(2*math.Pi)
-		out[i] = T(float64(gs[i]) * (cs[i] + v64*pdf))
+		pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
+		out[i] = gs[i] * (cs[i] + v*pdf)
 	}
 	put(dx, out)
 	drop(x, xs)
+	drop(cdf, cs)
 	drop(dy, gs)
 }
+
+// geluBackward32 computes as PyTorch's CUDA kernel does in float32, with
+// exp32 for expf.
+func geluBackward32(dx, x, cdf, dy *Tensor) {
+	xs, cs, gs, out := get[float32](x), get[float32](cdf), get[float32](dy), buf[float32](dx)
+	for i, v := range xs {
+		pdf := exp32(-0.5*v*v) * invSqrt2Pi
+		out[i] = gs[i] * (cs[i] + v*pdf)
+	}
+	put(dx, out)
+	drop(x, xs)
+	drop(cdf, cs)
+	drop(dy, gs)
+}
+
+// The float32 GELU kernels' constants, PyTorch's kAlpha and kBeta.
+const (
+	sqrtHalf   = math.Sqrt2 / 2
+	invSqrt2Pi = 1 / (math.Sqrt2 * math.SqrtPi) // φ(0)
+)
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
