@@ -141,21 +141,48 @@ const (
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
-	return unary(x, func(v float32) float32 { return max(v, 0) }, func(v float64) float64 { return max(v, 0) })
+	out := empty(x.dtype, x.shape...)
+	if x.dtype == dtype.F64 {
+		relu[float64](out, x)
+	} else {
+		relu[float32](out, x)
+	}
+	return out
+}
+
+func relu[T float](out, x *Tensor) {
+	xs, ys := get[T](x), buf[T](out)
+	for i, v := range xs {
+		ys[i] = max(v, 0)
+	}
+	put(out, ys)
+	drop(x, xs)
 }
 
 // ReLUBackward returns dy where y > 0 and 0 elsewhere (y is ReLU's output).
 func ReLUBackward(y, dy *Tensor) *Tensor {
-	return binary(y, dy,
-		func(v, g float32) float32 { return stepMask(v, g) },
-		func(v, g float64) float64 { return stepMask(v, g) })
+	mustSameShape("ReLUBackward", y, dy)
+	dx := empty(Promote(y.dtype, dy.dtype), y.shape...)
+	if dx.dtype == dtype.F64 {
+		reluBackward[float64](dx, y, dy)
+	} else {
+		reluBackward[float32](dx, y, dy)
+	}
+	return dx
 }
 
-func stepMask[T float](y, g T) T {
-	if y > 0 {
-		return g
+func reluBackward[T float](dx, y, dy *Tensor) {
+	ys, gs, out := get[T](y), get[T](dy), buf[T](dx)
+	gs = gs[:len(ys)]
+	for i, v := range ys {
+		out[i] = gs[i]
+		if v <= 0 {
+			out[i] = 0
+		}
 	}
-	return 0
+	put(dx, out)
+	drop(y, ys)
+	drop(dy, gs)
 }
 
 // CausalMask fills the entries above the diagonal of the last two axes
@@ -200,10 +227,18 @@ func AddBroadcast(a, b *Tensor, from int) *Tensor {
 func addBroadcast[T float](out, a, b *Tensor, outer, mid, inner int) {
 	as, bs, ys := get[T](a), get[T](b), buf[T](out)
 	for o := range outer {
-		for m := range mid {
+		if inner == 1 { // b spans the innermost axes: add it row by row
+			x, y := as[o*mid:][:mid], ys[o*mid:][:mid]
+			for m, v := range bs[:mid] {
+				y[m] = x[m] + v
+			}
+			continue
+		}
+		for m, v := range bs[:mid] {
 			base := (o*mid + m) * inner
-			for i := range inner {
-				ys[base+i] = as[base+i] + bs[m]
+			x, y := as[base:][:inner], ys[base:][:inner]
+			for i := range y {
+				y[i] = x[i] + v
 			}
 		}
 	}
@@ -227,18 +262,27 @@ func ReduceBroadcast(dy *Tensor, shape []int, from int, dt dtype.DType) *Tensor 
 }
 
 func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
-	gs := get[T](dy)
-	defer drop(dy, gs)
-	sums := make([]T, mid)
+	gs, sums := get[T](dy), scratch[T](mid)
+	clear(sums)
 	for o := range outer {
-		for m := range mid {
-			base := (o*mid + m) * inner
-			for _, g := range gs[base : base+inner] {
+		if inner == 1 {
+			for m, g := range gs[o*mid:][:mid] {
 				sums[m] += g
 			}
+			continue
+		}
+		for m := range sums {
+			base := (o*mid + m) * inner
+			s := sums[m]
+			for _, g := range gs[base : base+inner] {
+				s += g
+			}
+			sums[m] = s
 		}
 	}
 	storeAs(out, sums)
+	release(sums)
+	drop(dy, gs)
 }
 
 // storeAs rounds vals ([]float32 or []float64) into out, whatever out's dtype.
