@@ -82,10 +82,13 @@ func (tp *Tape) Conv2d(x, w, b *Var, stride, pad int) *Var {
 }
 
 func conv2dBackward(tp *Tape, n *node, dy *tensor.Tensor) {
-	x, w := n.in[0], n.in[1]
-	dx, dw := tensor.Conv2dBackward(x.Value, w.Value, dy, n.ints[0], n.ints[1])
-	tp.accumulate(x, dx)
-	tp.accumulate(w, dw)
+	x, w, stride, pad := n.in[0], n.in[1], n.ints[0], n.ints[1]
+	if x.requiresGrad {
+		tp.accumulate(x, tensor.Conv2dInputGrad(x.Value, w.Value, dy, stride, pad))
+	}
+	if w.requiresGrad {
+		tp.accumulate(w, tensor.Conv2dWeightGrad(x.Value, w.Value, dy, stride, pad))
+	}
 }
 
 // Add returns a + b for same-shaped a and b.

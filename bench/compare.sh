@@ -12,9 +12,10 @@ weft=$(go run ./cmd/weft bench step --steps "$steps" --json)
 import json, sys
 torch, weft = (json.loads(a) for a in sys.argv[1:3])
 t = {(r["model"], r["precision"]): r["ms"] for r in torch["step"]}
-print(f"PyTorch {torch['torch']} ({torch['step'][0]['threads']} threads) vs weft, ms per step")
-print(f"{'model':8} {'precision':11} {'torch':>9} {'weft':>9} {'speed-up':>9} {'weft allocs':>12}")
+threads = {(r["model"], r["precision"]): r["threads"] for r in torch["step"]}
+print(f"PyTorch {torch['torch']} (its faster thread count) vs weft, ms per step")
+print(f"{'model':8} {'precision':11} {'torch':>9} {'threads':>8} {'weft':>9} {'speed-up':>9} {'weft allocs':>12}")
 for r in weft["step"]:
     k = (r["model"], r["precision"])
-    print(f"{k[0]:8} {k[1]:11} {t[k]:9.2f} {r['ms']:9.2f} {t[k] / r['ms']:8.2f}x {r['allocs']:12.0f}")
+    print(f"{k[0]:8} {k[1]:11} {t[k]:9.2f} {threads[k]:8} {r['ms']:9.2f} {t[k] / r['ms']:8.2f}x {r['allocs']:12.0f}")
 PY

@@ -55,35 +55,63 @@ func conv2d[T float](out, x, w *Tensor, g ConvGeom) {
 	release(prod)
 }
 
-// Conv2dBackward returns the gradients of x and w given dy [N, Cout, OH, OW].
-func Conv2dBackward(x, w, dy *Tensor, stride, pad int) (dx, dw *Tensor) {
+// Conv2dInputGrad returns the gradient of Conv2d's x given dy
+// [N, Cout, OH, OW]: Wᵀ·dy scattered back to pixels.
+func Conv2dInputGrad(x, w, dy *Tensor, stride, pad int) *Tensor {
 	g := convGeom(x, w, stride, pad)
-	dx, dw = New(promoteAll(x, dy), x.shape...), empty(promoteAll(w, dy), w.shape...)
+	dx := New(promoteAll(x, dy), x.shape...)
 	if dx.dtype == dtype.F64 {
-		conv2dBackward[float64](dx, dw, x, w, dy, g)
+		conv2dInputGrad[float64](dx, w, dy, g)
 	} else {
-		conv2dBackward[float32](dx, dw, x, w, dy, g)
+		conv2dInputGrad[float32](dx, w, dy, g)
 	}
-	return dx, dw
+	return dx
 }
 
-func conv2dBackward[T float](dx, dw, x, w, dy *Tensor, g ConvGeom) {
-	xs, ws, gs := get[T](x), get[T](w), get[T](dy)
-	dxs, dws := buf[T](dx), buf[T](dw)
+func conv2dInputGrad[T float](dx, w, dy *Tensor, g ConvGeom) {
+	ws, dxs := get[T](w), buf[T](dx)
 	ckk, cols := g.C*g.KH*g.KW, g.N*g.OutH*g.OutW
-	col, gy := scratch[T](ckk*cols), scratch[T](g.Cout*cols)
-	batchMajor(gs, gy, g.N, g.Cout, g.OutH*g.OutW, true)
-	im2col(col, xs, g, false)
-	gemmT(false, true, g.Cout, ckk, cols, gy, cols, col, cols, 0, dws, ckk) // dW = dy·colsᵀ
-	gemmT(true, false, ckk, cols, g.Cout, ws, ckk, gy, cols, 0, col, cols)  // dcols = Wᵀ·dy
+	col, gy := scratch[T](ckk*cols), productOrder[T](dy, g)
+	gemmT(true, false, ckk, cols, g.Cout, ws, ckk, gy, cols, 0, col, cols) // dcols = Wᵀ·dy
 	im2col(col, dxs, g, true)
 	put(dx, dxs)
-	put(dw, dws)
-	drop(x, xs)
 	drop(w, ws)
-	drop(dy, gs)
 	release(col)
 	release(gy)
+}
+
+// Conv2dWeightGrad returns the gradient of Conv2d's w given dy: dy·colsᵀ.
+func Conv2dWeightGrad(x, w, dy *Tensor, stride, pad int) *Tensor {
+	g := convGeom(x, w, stride, pad)
+	dw := empty(promoteAll(w, dy), w.shape...)
+	if dw.dtype == dtype.F64 {
+		conv2dWeightGrad[float64](dw, x, dy, g)
+	} else {
+		conv2dWeightGrad[float32](dw, x, dy, g)
+	}
+	return dw
+}
+
+func conv2dWeightGrad[T float](dw, x, dy *Tensor, g ConvGeom) {
+	xs, dws := get[T](x), buf[T](dw)
+	ckk, cols := g.C*g.KH*g.KW, g.N*g.OutH*g.OutW
+	col, gy := scratch[T](ckk*cols), productOrder[T](dy, g)
+	im2col(col, xs, g, false)
+	gemmT(false, true, g.Cout, ckk, cols, gy, cols, col, cols, 0, dws, ckk) // dW = dy·colsᵀ
+	put(dw, dws)
+	drop(x, xs)
+	release(col)
+	release(gy)
+}
+
+// productOrder returns dy [N, Cout, OH, OW] as the [Cout, N·OH·OW] matrix
+// the GEMMs take, in scratch.
+func productOrder[T float](dy *Tensor, g ConvGeom) []T {
+	gs := get[T](dy)
+	gy := scratch[T](len(gs))
+	batchMajor(gs, gy, g.N, g.Cout, g.OutH*g.OutW, true)
+	drop(dy, gs)
+	return gy
 }
 
 // batchMajor copies a [C, N·HW] product into NCHW order [N, C, HW], or

@@ -31,7 +31,8 @@ func BenchmarkConv2d(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				y := tensor.Conv2d(c.x, c.w, c.stride, c.pad)
-				dx, dw := tensor.Conv2dBackward(c.x, c.w, y, c.stride, c.pad)
+				dx := tensor.Conv2dInputGrad(c.x, c.w, y, c.stride, c.pad)
+				dw := tensor.Conv2dWeightGrad(c.x, c.w, y, c.stride, c.pad)
 				tensor.Free(y)
 				tensor.Free(dx)
 				tensor.Free(dw)
