@@ -29,6 +29,17 @@ func Param(t *tensor.Tensor) *Var { return &Var{Value: t, requiresGrad: true} }
 // Const returns a leaf that needs no gradient (inputs, targets).
 func Const(t *tensor.Tensor) *Var { return &Var{Value: t} }
 
+// Const is autograd.Const held by the tape, which reuses it the next pass
+// (after Backward) rather than allocate: for a step's input batch.
+func (tp *Tape) Const(t *tensor.Tensor) *Var {
+	if tp.NoGrad {
+		return Const(t)
+	}
+	n := tp.next()
+	n.out.Value, n.borrowed = t, true
+	return &n.out
+}
+
 // RequiresGrad reports whether gradients flow to v.
 func (v *Var) RequiresGrad() bool { return v.requiresGrad }
 
@@ -108,6 +119,8 @@ type node struct {
 	// custom and inputs are a Record op's backward and inputs.
 	custom func(dy *tensor.Tensor) []*tensor.Tensor
 	inputs []*Var
+	// borrowed marks a caller's tensor (Const), which the tape never frees.
+	borrowed bool
 }
 
 // record creates the node of an op's result (up to three inputs are kept
@@ -252,12 +265,14 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 // result may be a view of a tensor the caller keeps, so only its storage
 // is released.
 func recycle(n *node) {
-	if n.custom != nil {
+	switch {
+	case n.borrowed:
+	case n.custom != nil:
 		tensor.Release(n.out.Value)
-		return
+	default:
+		tensor.Free(n.out.Value)
+		n.out.Value = nil
 	}
-	tensor.Free(n.out.Value)
-	n.out.Value = nil
 }
 
 // Reset forgets the recorded ops without running them; their nodes (and

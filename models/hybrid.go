@@ -39,7 +39,7 @@ func NewHybrid(rng *rand.Rand, cfg HybridConfig) *Hybrid {
 // Forward takes images b.X (B, 1, H, W) and tokens b.Tokens (B, T): the
 // start token followed by the first T-1 characters.
 func (h *Hybrid) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
-	vis := h.Vision.Forward(tp, autograd.Const(b.X)) // (B, T, C)
+	vis := h.Vision.Forward(tp, tp.Const(b.X)) // (B, T, C)
 	return h.Decoder.ForwardWith(tp, b, vis)         // (B·T, V)
 }
 
