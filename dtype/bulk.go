@@ -119,9 +119,7 @@ func Decode(d DType, dst []float32, src []byte) {
 		}
 	case BF16:
 		if nativeLE {
-			for i, b := range asHalves(src, len(dst)) {
-				dst[i] = F32FromBF16(b)
-			}
+			decodeBF16(dst, asHalves(src, len(dst)))
 			return
 		}
 		for i := range dst {

@@ -6,7 +6,6 @@ import (
 	"unsafe"
 )
 
-
 // nativeLE reports whether this machine stores numbers little-endian, as
 // tensor storage does: then float32 and float64 storage is the machine's own
 // representation and copies need no per-element conversion.
@@ -24,9 +23,15 @@ func asHalves(b []byte, n int) []uint16 {
 }
 
 // encodeBF16 rounds src to bfloat16 codes, clamping to ±lim first (+Inf:
-// no clamp), in one pass without per-byte bounds checks.
+// no clamp), in one pass without per-byte bounds checks; with AVX-512,
+// sixteen at a time.
 func encodeBF16(dst []uint16, src []float32, lim float32) {
 	dst = dst[:len(src)]
+	if useAVX512 {
+		n := len(src) &^ 15
+		encodeBF16AVX512(dst, src, lim)
+		dst, src = dst[n:], src[n:]
+	}
 	if lim > math.MaxFloat32 { // no clamp
 		for i, x := range src {
 			dst[i] = BF16FromF32(x)
@@ -35,5 +40,19 @@ func encodeBF16(dst []uint16, src []float32, lim float32) {
 	}
 	for i, x := range src {
 		dst[i] = BF16FromF32(clamp(x, lim))
+	}
+}
+
+// decodeBF16 widens bfloat16 codes to float32, exactly; with AVX-512,
+// sixteen at a time.
+func decodeBF16(dst []float32, src []uint16) {
+	src = src[:len(dst)]
+	if useAVX512 {
+		n := len(dst) &^ 15
+		decodeBF16AVX512(dst, src)
+		dst, src = dst[n:], src[n:]
+	}
+	for i, b := range src {
+		dst[i] = F32FromBF16(b)
 	}
 }
