@@ -132,12 +132,20 @@ func batchMajor[T float](nchw, prod []T, n, c, hw int, toProduct bool) {
 // im2col lays out the batch's receptive fields as cols [C·KH·KW, N·OH·OW]
 // (image n in columns [n·OH·OW, (n+1)·OH·OW)); with back set it is the
 // adjoint, adding every entry of cols back to the pixel it came from.
+// Images are independent, so large batches split across cores.
 func im2col[T float](cols, imgs []T, g ConvGeom, back bool) {
-	if !back {
-		clear(cols) // padding
+	parts := min(parallelParts(len(cols)), g.N)
+	if parts <= 1 {
+		im2colImages(cols, imgs, g, 0, g.N, back)
+		return
 	}
+	parallelSplit(g.N, parts, func(lo, hi int) { im2colImages(cols, imgs, g, lo, hi, back) })
+}
+
+// im2colImages is im2col for images [first, last).
+func im2colImages[T float](cols, imgs []T, g ConvGeom, first, last int, back bool) {
 	hw, ld := g.OutH*g.OutW, g.N*g.OutH*g.OutW
-	for n := range g.N { // one image at a time, so that it stays in cache
+	for n := first; n < last; n++ { // one image at a time, so that it stays in cache
 		img := imgs[n*g.C*g.H*g.W:][:g.C*g.H*g.W]
 		r := 0 // row of cols: (c, ky, kx)
 		for c := range g.C {
@@ -149,6 +157,9 @@ func im2col[T float](cols, imgs []T, g ConvGeom, back bool) {
 					x0 := lo*g.Stride - g.Pad + kx
 					out := cols[r*ld+n*hw:][:hw]
 					r++
+					if !back {
+						clear(out) // padding
+					}
 					for oy := range g.OutH {
 						y := oy*g.Stride - g.Pad + ky
 						if y < 0 || y >= g.H || lo >= hi {

@@ -16,11 +16,16 @@ func parallelParts(n int) int { return min(runtime.GOMAXPROCS(0), n/parallelMin)
 // core (n small: on the calling goroutine). Elementwise kernels give the
 // same results however the range is split.
 func parallelFor(n int, body func(lo, hi int)) {
-	parts := parallelParts(n)
-	if parts <= 1 {
-		body(0, n)
+	if parts := parallelParts(n); parts > 1 {
+		parallelSplit(n, parts, body)
 		return
 	}
+	body(0, n)
+}
+
+// parallelSplit runs body over [0, n) in parts contiguous ranges, one per
+// goroutine, the first on the calling one.
+func parallelSplit(n, parts int, body func(lo, hi int)) {
 	var wg sync.WaitGroup
 	per := (n + parts - 1) / parts
 	for lo := per; lo < n; lo += per {

@@ -582,6 +582,7 @@ func TestConv2d(t *testing.T) {
 		{N: 2, C: 3, H: 6, W: 5, Cout: 4, KH: 3, KW: 3, Stride: 2, Pad: 1},
 		{N: 1, C: 2, H: 7, W: 7, Cout: 3, KH: 2, KW: 3, Stride: 2, Pad: 2},
 		{N: 3, C: 4, H: 4, W: 4, Cout: 2, KH: 1, KW: 1, Stride: 1, Pad: 0},
+		{N: 16, C: 4, H: 16, W: 16, Cout: 2, KH: 3, KW: 3, Stride: 1, Pad: 1}, // im2col split across cores
 	} {
 		g.OutH, g.OutW = (g.H+2*g.Pad-g.KH)/g.Stride+1, (g.W+2*g.Pad-g.KW)/g.Stride+1
 		for _, dt := range []dtype.DType{dtype.F64, dtype.F32} {
@@ -594,6 +595,37 @@ func TestConv2d(t *testing.T) {
 			near(t, what, y, naiveConv2d(x.Float64s(), w.Float64s(), g), tol(dt))
 		}
 	}
+}
+
+// TestConv2dAdjoint: the gradients are the adjoints of the convolution,
+// <Conv2d(x, w), dy> = <x, InputGrad(dy)> = <w, WeightGrad(dy)>, in float64,
+// also for a batch whose im2col splits across cores.
+func TestConv2dAdjoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, g := range []tensor.ConvGeom{
+		{N: 2, C: 3, H: 6, W: 5, Cout: 4, KH: 3, KW: 3, Stride: 2, Pad: 1},
+		{N: 16, C: 4, H: 16, W: 16, Cout: 2, KH: 3, KW: 3, Stride: 1, Pad: 1},
+	} {
+		x, w := randT(rng, dtype.F64, g.N, g.C, g.H, g.W), randT(rng, dtype.F64, g.Cout, g.C, g.KH, g.KW)
+		y := tensor.Conv2d(x, w, g.Stride, g.Pad)
+		dy := randT(rng, dtype.F64, y.Shape()...)
+		dx, dw := tensor.Conv2dInputGrad(x, w, dy, g.Stride, g.Pad), tensor.Conv2dWeightGrad(x, w, dy, g.Stride, g.Pad)
+		want := dot(y, dy)
+		for name, got := range map[string]float64{"<x, dx>": dot(x, dx), "<w, dw>": dot(w, dw)} {
+			if math.Abs(got-want) > 1e-9*(1+math.Abs(want)) {
+				t.Errorf("%+v: %s = %v, want <y, dy> = %v", g, name, got, want)
+			}
+		}
+	}
+}
+
+func dot(a, b *tensor.Tensor) float64 {
+	var s float64
+	bs := b.Float64s()
+	for i, v := range a.Float64s() {
+		s += v * bs[i]
+	}
+	return s
 }
 
 func BenchmarkLinear(b *testing.B) {
