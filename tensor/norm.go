@@ -35,6 +35,24 @@ func layerNorm[T float](y, x, w, b, mean, rstd *Tensor, eps float64) {
 	c := x.Dim(-1)
 	xs, ws, bs, ys := get[T](x), get[T](w), get[T](b), buf[T](y)
 	ms, rs := view[T](mean), view[T](rstd)
+	// Rows are independent: large inputs split across cores (a single
+	// range skips building the closure).
+	if parts := parallelParts(len(xs)); parts <= 1 {
+		layerNormRows(ys, xs, ws, bs, ms, rs, eps)
+	} else {
+		parallelSplit(len(ms), parts, func(lo, hi int) {
+			layerNormRows(ys[lo*c:hi*c], xs[lo*c:hi*c], ws, bs, ms[lo:hi], rs[lo:hi], eps)
+		})
+	}
+	put(y, ys)
+	drop(x, xs)
+	drop(w, ws)
+	drop(b, bs)
+}
+
+// layerNormRows normalises the rows of xs (of len(ws) elements each).
+func layerNormRows[T float](ys, xs, ws, bs, ms, rs []T, eps float64) {
+	c := len(ws)
 	for r := range ms {
 		row := xs[r*c : (r+1)*c]
 		var sum T
@@ -53,10 +71,6 @@ func layerNorm[T float](y, x, w, b, mean, rstd *Tensor, eps float64) {
 			out[j] = (v-mu)*rs[r]*ws[j] + bs[j]
 		}
 	}
-	put(y, ys)
-	drop(x, xs)
-	drop(w, ws)
-	drop(b, bs)
 }
 
 // LayerNormBackward returns the gradients of x, w and b.
@@ -121,6 +135,17 @@ func Softmax(x *Tensor) *Tensor {
 func softmax[T float](y, x *Tensor) {
 	c := x.Dim(-1)
 	xs, ys := get[T](x), buf[T](y)
+	if parts := parallelParts(len(xs)); parts <= 1 {
+		softmaxRows(ys, xs, c)
+	} else {
+		parallelSplit(len(xs)/c, parts, func(lo, hi int) { softmaxRows(ys[lo*c:hi*c], xs[lo*c:hi*c], c) })
+	}
+	put(y, ys)
+	drop(x, xs)
+}
+
+// softmaxRows normalises each row of c elements of xs into ys.
+func softmaxRows[T float](ys, xs []T, c int) {
 	for r := 0; r < len(xs); r += c {
 		row, out := xs[r:r+c], ys[r:r+c]
 		mx := T(math.Inf(-1))
@@ -136,8 +161,6 @@ func softmax[T float](y, x *Tensor) {
 			out[j] /= sum
 		}
 	}
-	put(y, ys)
-	drop(x, xs)
 }
 
 // SoftmaxBackward returns y·(dy - Σ dy·y) over the last axis, y being Softmax's output.
@@ -154,6 +177,20 @@ func SoftmaxBackward(y, dy *Tensor) *Tensor {
 func softmaxBackward[T float](dx, y, dy *Tensor) {
 	c := y.Dim(-1)
 	ys, gs, out := get[T](y), get[T](dy), buf[T](dx)
+	if parts := parallelParts(len(ys)); parts <= 1 {
+		softmaxBackwardRows(out, ys, gs, c)
+	} else {
+		parallelSplit(len(ys)/c, parts, func(lo, hi int) {
+			softmaxBackwardRows(out[lo*c:hi*c], ys[lo*c:hi*c], gs[lo*c:hi*c], c)
+		})
+	}
+	put(dx, out)
+	drop(y, ys)
+	drop(dy, gs)
+}
+
+// softmaxBackwardRows computes y·(dy - Σ dy·y) row by row.
+func softmaxBackwardRows[T float](out, ys, gs []T, c int) {
 	for r := 0; r < len(ys); r += c {
 		var dot T
 		for j := range c {
@@ -163,9 +200,6 @@ func softmaxBackward[T float](dx, y, dy *Tensor) {
 			out[r+j] = ys[r+j] * (gs[r+j] - dot)
 		}
 	}
-	put(dx, out)
-	drop(y, ys)
-	drop(dy, gs)
 }
 
 // CrossEntropy returns the mean over rows of -log softmax(logits)[target]

@@ -676,3 +676,29 @@ func TestCrossEntropy(t *testing.T) {
 		}
 	}
 }
+
+// TestRowOpsSplitAcrossCores: LayerNorm and softmax of a tensor large
+// enough to split across cores give, bit for bit, what each row alone gives.
+func TestRowOpsSplitAcrossCores(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const rows, c = 4, 1 << 16
+	x, dy := randT(rng, dtype.F32, rows, c), randT(rng, dtype.F32, rows, c)
+	w, b := randT(rng, dtype.F32, c), randT(rng, dtype.F32, c)
+	y, _, _ := tensor.LayerNorm(x, w, b, 1e-5)
+	s := tensor.Softmax(x)
+	ds := tensor.SoftmaxBackward(s, dy)
+	for r := range rows {
+		row := func(t *tensor.Tensor) *tensor.Tensor { return tensor.SliceRows(t, r, 1) }
+		yr, _, _ := tensor.LayerNorm(row(x), w, b, 1e-5)
+		sr := tensor.Softmax(row(x))
+		for name, pair := range map[string][2]*tensor.Tensor{
+			"LayerNorm":       {row(y), yr},
+			"Softmax":         {row(s), sr},
+			"SoftmaxBackward": {row(ds), tensor.SoftmaxBackward(sr, row(dy))},
+		} {
+			if string(pair[0].Data()) != string(pair[1].Data()) {
+				t.Errorf("%s: row %d differs from the row computed alone", name, r)
+			}
+		}
+	}
+}
