@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/vec"
 )
 
 // AdamWScalars are the per-step constants of AdamW, computed in float64 on
@@ -50,8 +51,18 @@ func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 
 // adamWRange updates one range of elements, op by op over chunks that stay
 // in L1, each op's results rounded (for low-precision tensors) before the
-// next op reads them.
+// next op reads them. The T conversions round products before their sums,
+// so that no build fuses them into a multiply-add. In float32 with nothing to round, vec.AdamW gives the
+// same bits running all the ops on each element in registers.
 func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScalars) {
+	if p, ok := any(ps).([]float32); ok && !rp.on && !rm.on && !rv.on {
+		vec.AdamW(p, any(gs).([]float32), any(ms).([]float32), any(vs).([]float32), vec.AdamWParams{
+			Decay: float32(s.Decay), Lerp: float32(s.Lerp), Beta2: float32(s.Beta2),
+			OneMinusBeta2: float32(s.OneMinusB2), BC2Sqrt: float32(s.BC2Sqrt), Eps: float32(s.Eps),
+			NegStep: float32(s.NegStepSize),
+		})
+		return
+	}
 	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)
 	bc2, eps, step := T(s.BC2Sqrt), T(s.Eps), T(s.NegStepSize)
 	var d [256]T
@@ -63,7 +74,7 @@ func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScal
 		}
 		rp.all(p)
 		for i := range m {
-			m[i] += lerp * (g[i] - m[i])
+			m[i] += T(lerp * (g[i] - m[i]))
 		}
 		rm.all(m)
 		for i := range v {
@@ -71,7 +82,7 @@ func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScal
 		}
 		rv.all(v)
 		for i := range v {
-			v[i] += omb2 * g[i] * g[i]
+			v[i] += T(omb2 * g[i] * g[i])
 		}
 		rv.all(v)
 		for i := range d {
@@ -87,7 +98,7 @@ func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScal
 		}
 		rv.all(d)
 		for i := range p {
-			p[i] += step * (m[i] / d[i])
+			p[i] += T(step * (m[i] / d[i]))
 		}
 		rp.all(p)
 	}
@@ -106,7 +117,7 @@ func sgd[T float](p, g *Tensor, lr float64) {
 	ps, gs, r := get[T](p), get[T](g), roundTo[T](p.dtype)
 	neg := T(-lr)
 	for i := range ps {
-		ps[i] = r.do(ps[i] + neg*gs[i])
+		ps[i] = r.do(ps[i] + T(neg*gs[i]))
 	}
 	put(p, ps)
 	drop(g, gs)
