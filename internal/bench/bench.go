@@ -104,7 +104,11 @@ type StepResult struct {
 // Step times steps training steps (after warm-up) of model with precision
 // on a synthetic batch of the model's reference shape.
 func Step(model, spec string, steps int) (StepResult, error) {
-	step, err := newStep(model, spec)
+	p, err := precision.Parse(spec, precision.Options{})
+	if err != nil {
+		return StepResult{}, err
+	}
+	step, err := newStep(model, p)
 	if err != nil {
 		return StepResult{}, err
 	}
@@ -123,17 +127,13 @@ func Step(model, spec string, steps int) (StepResult, error) {
 	}
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
-	return StepResult{Model: model, Precision: spec, MS: float64(elapsed.Microseconds()) / 1e3 / float64(steps),
+	return StepResult{Model: model, Precision: p.Name(), MS: float64(elapsed.Microseconds()) / 1e3 / float64(steps),
 		Allocs: float64(after.Mallocs-before.Mallocs) / float64(steps)}, nil
 }
 
-// newStep builds model with precision spec, AdamW and a synthetic batch of
+// newStep builds model with precision p, AdamW and a synthetic batch of
 // the model's reference shape, and returns one training step over them.
-func newStep(model, spec string) (func() error, error) {
-	p, err := precision.Parse(spec, precision.Options{})
-	if err != nil {
-		return nil, err
-	}
+func newStep(model string, p precision.Plugin) (func() error, error) {
 	m, err := models.New(model, 1)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ func BenchmarkStep(b *testing.B) {
 	for _, model := range []string{"mlp784", "mlp", "cnn", "gpt"} {
 		for _, spec := range []string{"32-true", "bf16-mixed"} {
 			b.Run(model+"/"+spec, func(b *testing.B) {
-				step, err := newStep(model, spec)
+				step, err := newStep(model, mustParse(b, spec))
 				if err != nil {
 					b.Fatal(err)
 				}

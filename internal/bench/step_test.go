@@ -2,6 +2,8 @@ package bench
 
 import (
 	"testing"
+
+	"github.com/weftml/weft/precision"
 )
 
 // TestStepAllocations checks that a steady training step of the small
@@ -10,7 +12,7 @@ import (
 func TestStepAllocations(t *testing.T) {
 	for _, model := range []string{"mlp", "cnn", "gpt"} {
 		for _, spec := range []string{"32-true", "bf16-mixed"} {
-			step, err := newStep(model, spec)
+			step, err := newStep(model, mustParse(t, spec))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -28,4 +30,13 @@ func TestStepAllocations(t *testing.T) {
 			}
 		}
 	}
+}
+
+func mustParse(tb testing.TB, spec string) precision.Plugin {
+	tb.Helper()
+	p, err := precision.Parse(spec, precision.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
 }
