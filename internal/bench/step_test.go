@@ -10,6 +10,9 @@ import (
 // reference models allocates nothing: activations, gradients, tensor
 // headers and tape nodes all come back from the previous step.
 func TestStepAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's instrumentation allocates")
+	}
 	for _, model := range []string{"mlp", "cnn", "gpt"} {
 		for _, spec := range []string{"32-true", "bf16-mixed"} {
 			step, err := newStep(model, mustParse(t, spec))
