@@ -144,38 +144,41 @@ func im2col[T float](cols, imgs []T, g ConvGeom, back bool) {
 
 // im2colImages is im2col for images [first, last).
 func im2colImages[T float](cols, imgs []T, g ConvGeom, first, last int, back bool) {
-	hw, ld := g.OutH*g.OutW, g.N*g.OutH*g.OutW
+	hw, ld, s := g.OutH*g.OutW, g.N*g.OutH*g.OutW, g.Stride
 	for n := first; n < last; n++ { // one image at a time, so that it stays in cache
 		img := imgs[n*g.C*g.H*g.W:][:g.C*g.H*g.W]
 		r := 0 // row of cols: (c, ky, kx)
 		for c := range g.C {
 			for ky := range g.KH {
+				// Output rows [y0, y1) read image rows inside the image.
+				y0 := max(0, (g.Pad-ky+s-1)/s)
+				y1 := min(g.OutH, (g.H+g.Pad-ky+s-1)/s)
 				for kx := range g.KW {
-					// Output columns [lo, hi) read pixels inside the image.
-					lo := max(0, (g.Pad-kx+g.Stride-1)/g.Stride)
-					hi := min(g.OutW, (g.W+g.Pad-kx+g.Stride-1)/g.Stride)
-					x0 := lo*g.Stride - g.Pad + kx
+					// Output columns [x0, x1) read pixels inside the image.
+					x0 := max(0, (g.Pad-kx+s-1)/s)
+					x1 := min(g.OutW, (g.W+g.Pad-kx+s-1)/s)
 					out := cols[r*ld+n*hw:][:hw]
 					r++
 					if !back {
 						clear(out) // padding
 					}
-					for oy := range g.OutH {
-						y := oy*g.Stride - g.Pad + ky
-						if y < 0 || y >= g.H || lo >= hi {
-							continue
-						}
-						row, line := out[oy*g.OutW:][lo:hi], img[(c*g.H+y)*g.W+x0:]
+					if x0 >= x1 {
+						continue
+					}
+					width := x1 - x0
+					for oy := y0; oy < y1; oy++ {
+						row := out[oy*g.OutW+x0:][:width]
+						line := img[(c*g.H+oy*s-g.Pad+ky)*g.W+x0*s-g.Pad+kx:][:(width-1)*s+1]
 						switch {
 						case back:
 							for ox, v := range row {
-								line[ox*g.Stride] += v
+								line[ox*s] += v
 							}
-						case g.Stride == 1:
+						case s == 1:
 							copy(row, line)
 						default:
 							for ox := range row {
-								row[ox] = line[ox*g.Stride]
+								row[ox] = line[ox*s]
 							}
 						}
 					}
