@@ -112,7 +112,7 @@ type node struct {
 	in       [3]*Var
 	backward func(tp *Tape, n *node, dy *tensor.Tensor)
 	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd
-	ints     [4]int            // axis, stride and padding, permutation ...
+	ints     [8]int            // axis, stride and padding, permutation ...
 	flag     bool              // MatMul's transB
 	scale    float64
 	idx      []int // embedding rows, cross-entropy targets

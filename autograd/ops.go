@@ -219,7 +219,7 @@ func reshapeBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 }
 
 // Permute reorders x's axes: output axis i is input axis perm[i] (at most
-// four axes).
+// eight axes, as tensor.Permute).
 func (tp *Tape) Permute(x *Var, perm ...int) *Var {
 	n := tp.record(tensor.Permute(x.Value, perm...), permuteBackward, x)
 	for i, p := range perm {
