@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/vec"
 )
 
 // unary returns f applied to every element of x, in x's dtype.
@@ -152,8 +153,12 @@ func ReLU(x *Tensor) *Tensor {
 
 func relu[T float](out, x *Tensor) {
 	xs, ys := get[T](x), buf[T](out)
-	for i, v := range xs {
-		ys[i] = max(v, 0)
+	if y32, ok := any(ys).([]float32); ok {
+		vec.ReLU(y32, any(xs).([]float32))
+	} else {
+		for i, v := range xs {
+			ys[i] = max(v, 0)
+		}
 	}
 	put(out, ys)
 	drop(x, xs)
@@ -173,11 +178,15 @@ func ReLUBackward(y, dy *Tensor) *Tensor {
 
 func reluBackward[T float](dx, y, dy *Tensor) {
 	ys, gs, out := get[T](y), get[T](dy), buf[T](dx)
-	gs = gs[:len(ys)]
-	for i, v := range ys {
-		out[i] = gs[i]
-		if v <= 0 {
-			out[i] = 0
+	if o32, ok := any(out).([]float32); ok {
+		vec.ReLUBackward(o32, any(ys).([]float32), any(gs).([]float32))
+	} else {
+		gs = gs[:len(ys)]
+		for i, v := range ys {
+			out[i] = gs[i]
+			if v <= 0 {
+				out[i] = 0
+			}
 		}
 	}
 	put(dx, out)

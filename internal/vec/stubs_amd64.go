@@ -13,3 +13,14 @@ var useAVX512 = cpu.X86.HasAVX512F
 //
 //go:noescape
 func adamWAVX512(p, g, m, v []float32, s AdamWParams)
+
+// reluAVX512 is reluGo for len(x), a multiple of sixteen; len(y) >= len(x).
+//
+//go:noescape
+func reluAVX512(y, x []float32)
+
+// reluBackwardAVX512 is reluBackwardGo for len(y), a multiple of sixteen;
+// dx and dy have at least len(y) elements.
+//
+//go:noescape
+func reluBackwardAVX512(dx, y, dy []float32)

@@ -9,3 +9,7 @@ const useAVX512 = false
 func adamWAVX512(p, g, m, v []float32, s AdamWParams) {
 	panic("vec: no assembly in this build")
 }
+
+func reluAVX512(y, x []float32) { panic("vec: no assembly in this build") }
+
+func reluBackwardAVX512(dx, y, dy []float32) { panic("vec: no assembly in this build") }
