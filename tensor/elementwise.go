@@ -85,14 +85,10 @@ func gelu64(y, cdf, x *Tensor) {
 	}
 }
 
-// gelu32 computes as PyTorch's CUDA kernel does in float32, with erf32
-// for erff.
+// gelu32 computes as PyTorch's CUDA kernel does in float32 (vec.GELU).
 func gelu32(y, cdf, x *Tensor) {
-	xs, ys, cs := get[float32](x), buf[float32](y), cdf.f32()
-	for i, v := range xs {
-		c := 0.5 * (1 + erf32(v*sqrtHalf))
-		cs[i], ys[i] = c, v*c
-	}
+	xs, ys := get[float32](x), buf[float32](y)
+	vec.GELU(ys, cdf.f32(), xs)
 	put(y, ys)
 	drop(x, xs)
 }
@@ -120,25 +116,16 @@ func geluBackward64(dx, x, cdf, dy *Tensor) {
 	drop(dy, gs)
 }
 
-// geluBackward32 computes as PyTorch's CUDA kernel does in float32, with
-// exp32 for expf.
+// geluBackward32 computes as PyTorch's CUDA kernel does in float32
+// (vec.GELUBackward).
 func geluBackward32(dx, x, cdf, dy *Tensor) {
 	xs, cs, gs, out := get[float32](x), get[float32](cdf), get[float32](dy), buf[float32](dx)
-	for i, v := range xs {
-		pdf := exp32(-0.5*v*v) * invSqrt2Pi
-		out[i] = gs[i] * (cs[i] + v*pdf)
-	}
+	vec.GELUBackward(out, xs, cs, gs)
 	put(dx, out)
 	drop(x, xs)
 	drop(cdf, cs)
 	drop(dy, gs)
 }
-
-// The float32 GELU kernels' constants, PyTorch's kAlpha and kBeta.
-const (
-	sqrtHalf   = math.Sqrt2 / 2
-	invSqrt2Pi = 1 / (math.Sqrt2 * math.SqrtPi) // φ(0)
-)
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {

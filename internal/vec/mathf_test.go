@@ -1,4 +1,4 @@
-package tensor
+package vec
 
 import (
 	"math"
