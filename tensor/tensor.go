@@ -253,8 +253,12 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 		return t
 	}
 	out := empty(dt, t.shape...)
-	if t.dtype == dtype.F64 {
+	switch {
+	case t.dtype == dtype.F64:
 		dtype.EncodeF64(dt, out.data, t.f64(), sat)
+		return out
+	case dt == dtype.F32 && !sat: // widening: decode straight into out
+		dtype.Decode(t.dtype, out.f32(), t.data)
 		return out
 	}
 	src := get[float32](t)
