@@ -24,7 +24,7 @@ func NewCNN(rng *rand.Rand) *CNN {
 }
 
 func (m *CNN) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
-	x := tp.Const(b.X)            // (B, 1, 12, 12)
+	x := tp.Const(b.X)                  // (B, 1, 12, 12)
 	x = tp.ReLU(m.Conv1.Forward(tp, x)) // (B, 8, 12, 12)
 	x = tp.ReLU(m.Conv2.Forward(tp, x)) // (B, 16, 6, 6)
 	x = tp.Reshape(x, b.X.Dim(0), -1)   // (B, 576)

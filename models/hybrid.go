@@ -40,7 +40,7 @@ func NewHybrid(rng *rand.Rand, cfg HybridConfig) *Hybrid {
 // start token followed by the first T-1 characters.
 func (h *Hybrid) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
 	vis := h.Vision.Forward(tp, tp.Const(b.X)) // (B, T, C)
-	return h.Decoder.ForwardWith(tp, b, vis)         // (B·T, V)
+	return h.Decoder.ForwardWith(tp, b, vis)   // (B·T, V)
 }
 
 func (h *Hybrid) Params() []nn.Param { return nil }

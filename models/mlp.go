@@ -25,7 +25,7 @@ func NewMLP(rng *rand.Rand) *MLP {
 }
 
 func (m *MLP) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
-	x := tp.Const(b.X)          // (B, 32)
+	x := tp.Const(b.X)                // (B, 32)
 	x = tp.GELU(m.FC1.Forward(tp, x)) // (B, 64)
 	x = m.Norm.Forward(tp, m.FC2.Forward(tp, x))
 	x = tp.GELU(x)

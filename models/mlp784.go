@@ -21,8 +21,8 @@ func NewMLP784(rng *rand.Rand) *MLP784 {
 
 func (m *MLP784) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
 	x := tp.ReLU(m.FC1.Forward(tp, tp.Const(b.X))) // (B, 1024)
-	x = tp.ReLU(m.FC2.Forward(tp, x))                    // (B, 1024)
-	return m.Head.Forward(tp, x), nil                    // (B, 10)
+	x = tp.ReLU(m.FC2.Forward(tp, x))              // (B, 1024)
+	return m.Head.Forward(tp, x), nil              // (B, 10)
 }
 
 func (m *MLP784) Params() []nn.Param { return nil }
