@@ -12,14 +12,7 @@ import (
 // cnn's two convolutions (batch 32, 12×12 images).
 func BenchmarkConv2d(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	randn := func(shape ...int) *tensor.Tensor {
-		t := tensor.New(dtype.F32, shape...)
-		vals := make([]float32, t.Len())
-		for i := range vals {
-			vals[i] = float32(rng.NormFloat64())
-		}
-		return tensor.FromFloat32(vals, shape...)
-	}
+	randn := func(shape ...int) *tensor.Tensor { return randT(rng, dtype.F32, shape...) }
 	for _, c := range []struct {
 		name        string
 		x, w        *tensor.Tensor
