@@ -132,9 +132,14 @@ func (r rounding[T]) do(x T) T {
 	return T(r.dt.Round(float32(x)))
 }
 
-// all rounds every element of xs.
+// all rounds every element of xs; float32 slices take dtype's bulk rounding,
+// which skips Round's per-element dispatch.
 func (r rounding[T]) all(xs []T) {
 	if !r.on {
+		return
+	}
+	if x32, ok := any(xs).([]float32); ok {
+		dtype.RoundFloat32s(r.dt, x32)
 		return
 	}
 	for i, x := range xs {
