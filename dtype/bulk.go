@@ -60,9 +60,12 @@ func Encode(d DType, dst []byte, src []float32, sat bool) {
 			le.PutUint16(dst[2*i:], BF16FromF32(clamp(x, lim)))
 		}
 	case F16:
-		f := minifloats[F16]
+		if nativeLE {
+			encodeF16(asHalves(dst, len(src)), src, lim)
+			return
+		}
 		for i, x := range src {
-			le.PutUint16(dst[2*i:], uint16(f.encode(clamp(x, lim))))
+			le.PutUint16(dst[2*i:], toF16(clamp(x, lim)))
 		}
 	case E2M1:
 		f := minifloats[E2M1]
@@ -126,9 +129,12 @@ func Decode(d DType, dst []float32, src []byte) {
 			dst[i] = F32FromBF16(le.Uint16(src[2*i:]))
 		}
 	case F16:
-		f := minifloats[F16]
+		if nativeLE {
+			decodeF16(dst, asHalves(src, len(dst)))
+			return
+		}
 		for i := range dst {
-			dst[i] = f.decode(uint32(le.Uint16(src[2*i:])))
+			dst[i] = fromF16(le.Uint16(src[2*i:]))
 		}
 	case E2M1:
 		t := decodeTables[E2M1]
