@@ -315,16 +315,34 @@ func (t *Tensor) Fill(v float64) {
 // Norm returns the L2 norm of the elements, accumulated in float64.
 func (t *Tensor) Norm() float64 {
 	var s float64
-	for _, v := range t.Float64s() {
-		s += v * v
+	if t.dtype == dtype.F64 {
+		for _, v := range t.f64() {
+			s += v * v
+		}
+		return math.Sqrt(s)
 	}
+	vals := get[float32](t) // every narrower float widens to float32 exactly
+	for _, v := range vals {
+		s += float64(v) * float64(v)
+	}
+	drop(t, vals)
 	return math.Sqrt(s)
 }
 
 // HasNonFinite reports whether any element is inf or NaN.
 func (t *Tensor) HasNonFinite() bool {
-	for _, v := range t.Float64s() {
-		if math.IsInf(v, 0) || math.IsNaN(v) {
+	if t.dtype == dtype.F64 {
+		for _, v := range t.f64() {
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				return true
+			}
+		}
+		return false
+	}
+	vals := get[float32](t)
+	defer drop(t, vals)
+	for _, v := range vals {
+		if math.Float32bits(v)&0x7f800000 == 0x7f800000 { // all-ones exponent: inf or NaN
 			return true
 		}
 	}
