@@ -702,3 +702,22 @@ func TestRowOpsSplitAcrossCores(t *testing.T) {
 		}
 	}
 }
+
+// TestNormAndNonFinite: Norm accumulates in float64 whatever the storage,
+// and HasNonFinite finds an inf or NaN in any float dtype.
+func TestNormAndNonFinite(t *testing.T) {
+	for _, dt := range []dtype.DType{dtype.F64, dtype.F32, dtype.BF16, dtype.F16} {
+		x := tensor.FromFloat64([]float64{3, -4, 0.5, 0}, 4).To(dt)
+		if got, want := x.Norm(), math.Sqrt(9+16+0.25); got != want {
+			t.Errorf("%v: Norm = %v, want %v", dt, got, want)
+		}
+		if x.HasNonFinite() {
+			t.Errorf("%v: finite values reported non-finite", dt)
+		}
+		for _, bad := range []float64{math.Inf(1), math.Inf(-1), math.NaN()} {
+			if y := tensor.FromFloat64([]float64{1, 2, bad}, 3).To(dt); !y.HasNonFinite() {
+				t.Errorf("%v: %v not found", dt, bad)
+			}
+		}
+	}
+}
