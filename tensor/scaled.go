@@ -15,7 +15,7 @@ import (
 // of a tensor quantized as x·s. A scale of 0 means 1, as in gemm.Matrix.
 func ScaledMatMul(a, b *Tensor, transA, transB bool, scaleA, scaleB float32, out dtype.DType) *Tensor {
 	if len(a.shape) != 2 || len(b.shape) != 2 {
-		panic(fmt.Sprintf("tensor: ScaledMatMul needs matrices, got %v and %v", a.shape, b.shape))
+		panic(fmt.Sprintf("tensor: ScaledMatMul needs matrices, got %v and %v", a, b))
 	}
 	m, k := a.shape[0], a.shape[1]
 	if transA {
@@ -26,13 +26,20 @@ func ScaledMatMul(a, b *Tensor, transA, transB bool, scaleA, scaleB float32, out
 		kb, n = n, kb
 	}
 	if k != kb {
-		panic(fmt.Sprintf("tensor: ScaledMatMul shapes %v and %v (transA=%v transB=%v) do not match", a.shape, b.shape, transA, transB))
+		panic(fmt.Sprintf("tensor: ScaledMatMul shapes %v and %v (transA=%v transB=%v) do not match", a, b, transA, transB))
 	}
 	opA, opB := operand(a, 0, transA), operand(b, 0, transB)
 	opA.Scale, opB.Scale = scaleA, scaleB
-	c := make([]float32, m*n)
+	res := empty(out, m, n) // GEMM with beta 0 writes every element
+	if out == dtype.F64 {   // float32 products, widened
+		c := scratch[float32](m * n)
+		gemm.F32(m, n, k, opA, opB, 0, c, n)
+		storeAs(res, c)
+		release(c)
+		return res
+	}
+	c := buf[float32](res)
 	gemm.F32(m, n, k, opA, opB, 0, c, n)
-	res := New(out, m, n)
-	storeAs(res, c)
+	put(res, c)
 	return res
 }
