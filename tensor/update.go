@@ -52,15 +52,17 @@ func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 // adamWRange updates one range of elements, op by op over chunks that stay
 // in L1, each op's results rounded (for low-precision tensors) before the
 // next op reads them. The T conversions round products before their sums,
-// so that no build fuses them into a multiply-add. In float32 with nothing to round, vec.AdamW gives the
-// same bits running all the ops on each element in registers.
+// so that no build fuses them into a multiply-add. In float32 with each
+// tensor float32 or bfloat16, vec.AdamWBF16 gives the same bits running all
+// the ops on each element in registers, rounding between them.
 func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScalars) {
-	if p, ok := any(ps).([]float32); ok && !rp.on && !rm.on && !rv.on {
-		vec.AdamW(p, any(gs).([]float32), any(ms).([]float32), any(vs).([]float32), vec.AdamWParams{
+	inVec := func(r rounding[T]) bool { return !r.on || r.dt == dtype.BF16 }
+	if p, ok := any(ps).([]float32); ok && inVec(rp) && inVec(rm) && inVec(rv) {
+		vec.AdamWBF16(p, any(gs).([]float32), any(ms).([]float32), any(vs).([]float32), vec.AdamWParams{
 			Decay: float32(s.Decay), Lerp: float32(s.Lerp), Beta2: float32(s.Beta2),
 			OneMinusBeta2: float32(s.OneMinusB2), BC2Sqrt: float32(s.BC2Sqrt), Eps: float32(s.Eps),
 			NegStep: float32(s.NegStepSize),
-		})
+		}, rp.on, rm.on, rv.on)
 		return
 	}
 	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/vec"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -180,11 +181,7 @@ func eligible(m nn.Module, format Format, filter Filter, owner any) (*nn.Linear,
 // amaxOf returns the largest |v| in vals, or NaN if one is NaN (as
 // torch.amax, so that a NaN reaches the scale update).
 func amaxOf(vals []float32) float32 {
-	var m float32
-	for _, v := range vals {
-		m = max(m, math.Float32frombits(math.Float32bits(v)&^(1<<31)))
-	}
-	return m
+	return vec.AbsMax(vals)
 }
 
 // castScaled returns vals·scale cast to dt with saturation, shaped as
