@@ -721,3 +721,27 @@ func TestNormAndNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleToAndAbsMax: ScaleTo rounds each float32 product v·scale to the
+// dtype with saturation, and AbsMax is the largest |v|.
+func TestScaleToAndAbsMax(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+		x := randT(rng, dt, 5, 7)
+		vals := x.Float32s()
+		var want float32
+		for _, v := range vals {
+			want = max(want, float32(math.Abs(float64(v))))
+		}
+		if got := x.AbsMax(); got != want {
+			t.Errorf("%v: AbsMax = %v, want %v", dt, got, want)
+		}
+		const scale = 300
+		q := tensor.ScaleTo(x, scale, dtype.E4M3FN)
+		for i, got := range q.Float32s() {
+			if want := dtype.E4M3FN.RoundSat(vals[i] * scale); got != want {
+				t.Fatalf("%v: ScaleTo element %d = %v, want %v", dt, i, got, want)
+			}
+		}
+	}
+}

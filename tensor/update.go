@@ -159,3 +159,33 @@ func addInPlace[T float](t, u *Tensor) {
 	put(t, ts)
 	drop(u, us)
 }
+
+// AbsMax returns the largest |v| among t's elements in float32, NaN if one
+// is NaN (torch.amax of t.abs(): an FP8 scale's amax).
+func (t *Tensor) AbsMax() float32 {
+	vals := get[float32](t)
+	defer drop(t, vals)
+	return vec.AbsMax(vals)
+}
+
+// ScaleTo returns t·scale rounded to dt with saturation, the product taken
+// in float32: a tensor quantized to FP8 with a per-tensor scale.
+func ScaleTo(t *Tensor, scale float32, dt dtype.DType) *Tensor {
+	vals, scaled := get[float32](t), scratch[float32](t.Len())
+	for i, v := range vals {
+		scaled[i] = v * scale
+	}
+	out := empty(dt, t.shape...)
+	encode(dt, out.data, scaled, true)
+	release(scaled)
+	drop(t, vals)
+	return out
+}
+
+// SetShape gives t a new shape with the same number of elements, in place:
+// for a tensor its maker has not handed out yet (a view would cost a
+// header that does not own the storage).
+func (t *Tensor) SetShape(shape ...int) {
+	mustFit(t.Len(), shape)
+	t.setShape(shape)
+}

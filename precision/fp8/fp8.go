@@ -13,7 +13,6 @@ package fp8
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
@@ -89,6 +88,8 @@ type quantized interface {
 	// along returns the operand for a GEMM that reduces along axis of the
 	// stored matrix: 1 along its rows, 0 down its columns.
 	along(axis int) operand
+	// free returns the cast matrix's storage once no GEMM needs it.
+	free()
 }
 
 // operand is what a GEMM multiplies: t's elements times scale.
@@ -99,6 +100,8 @@ type operand struct {
 
 // along implements quantized: one per-tensor scale serves every GEMM.
 func (o operand) along(int) operand { return o }
+
+func (o operand) free() { tensor.Free(o.t) }
 
 func matmul(a, b operand, transA, transB bool, out dtype.DType) *tensor.Tensor {
 	return tensor.ScaledMatMul(a.t, b.t, transA, transB, a.scale, b.scale, out)
@@ -129,19 +132,24 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 	if tp.Caster != nil {
 		outDType = tp.Caster.CastInput(autograd.OpLinear, outDType)
 	}
-	qx := l.q.quantize(roleX, x.Value.Reshape(-1, in), l.format.Forward)
+	x2 := x.Value.Reshape(-1, in)
+	qx := l.q.quantize(roleX, x2, l.format.Forward)
+	tensor.Free(x2)
 	qw := l.q.quantize(roleW, w.Value, l.format.Forward)
 	y := matmul(qx.along(1), qw.along(1), false, true, dtype.F32) // (M, out)
 	if b != nil {
-		y = tensor.AddBroadcast(y, b.Value, 1)
+		y = replace(y, tensor.AddBroadcast(y, b.Value, 1))
 	}
-	y = y.To(outDType).Reshape(append(slices.Clone(xShape[:len(xShape)-1]), out)...)
+	y = replace(y, y.To(outDType))
+	var dims [8]int
+	y.SetShape(append(append(dims[:0], xShape[:len(xShape)-1]...), out)...)
 	return tp.Record(y, func(dy *tensor.Tensor) []*tensor.Tensor {
 		dy2 := dy.Reshape(-1, out)
 		qdy := l.q.quantize(roleDY, dy2, l.format.Backward)
 		grads := make([]*tensor.Tensor, 3) // for x, w, b
 		if x.RequiresGrad() {
-			grads[0] = matmul(qdy.along(1), qw.along(0), false, false, x.Value.DType()).Reshape(xShape...)
+			grads[0] = matmul(qdy.along(1), qw.along(0), false, false, x.Value.DType())
+			grads[0].SetShape(xShape...)
 		}
 		if w.RequiresGrad() {
 			grads[1] = matmul(qdy.along(0), qx.along(0), true, false, w.Value.DType())
@@ -149,8 +157,21 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 		if b != nil {
 			grads[2] = tensor.ReduceBroadcast(dy2, b.Value.Shape(), 1, b.Value.DType())
 		}
+		for _, q := range []quantized{qx, qw, qdy} {
+			q.free()
+		}
+		tensor.Free(dy2)
 		return grads
 	}, x, w, b)
+}
+
+// replace frees old, a temporary, once new (which may be old itself) has
+// taken its place.
+func replace(old, new *tensor.Tensor) *tensor.Tensor {
+	if new != old {
+		tensor.Free(old)
+	}
+	return new
 }
 
 // eligible returns m as a Linear that owner should give FP8 GEMMs, or nil
@@ -184,16 +205,10 @@ func amaxOf(vals []float32) float32 {
 	return vec.AbsMax(vals)
 }
 
-// castScaled returns vals·scale cast to dt with saturation, shaped as
-// shape, as the operand that multiplies it back by 1/scale. It overwrites
-// vals.
-func castScaled(vals []float32, shape []int, scale float32, dt dtype.DType) operand {
-	for i := range vals {
-		vals[i] *= scale
-	}
-	q := tensor.New(dt, shape...)
-	dtype.Encode(dt, q.Data(), vals, true)
-	return operand{t: q, scale: 1 / scale}
+// castScaled returns t·scale cast to dt with saturation, as the operand
+// that multiplies it back by 1/scale.
+func castScaled(t *tensor.Tensor, scale float32, dt dtype.DType) operand {
+	return operand{t: tensor.ScaleTo(t, scale, dt), scale: 1 / scale}
 }
 
 // updateScale is Transformer Engine's scale update: the scale that maps

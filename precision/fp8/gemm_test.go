@@ -52,8 +52,8 @@ func TestParityFP8GEMM(t *testing.T) {
 			if got := fmt.Sprintf("%dx%dx%d", x.Dim(0), x.Dim(1), w.Dim(0)); got != c {
 				t.Fatalf("x is %v and w %v: case %s, want %s", x.Shape(), w.Shape(), got, c)
 			}
-			qx := castScaled(x.Float32s(), x.Shape(), get("x_scale").Float32s()[0], dtype.E4M3FN)
-			qw := castScaled(w.Float32s(), w.Shape(), get("w_scale").Float32s()[0], dtype.E4M3FN)
+			qx := castScaled(x, get("x_scale").Float32s()[0], dtype.E4M3FN)
+			qw := castScaled(w, get("w_scale").Float32s()[0], dtype.E4M3FN)
 			got := matmul(qx, qw, false, true, dtype.F32)
 			if !got.SameShape(want) {
 				t.Fatalf("out is %v, reference %v", got.Shape(), want.Shape())

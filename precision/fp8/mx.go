@@ -75,6 +75,10 @@ func (b blocks) along(axis int) operand {
 	return operand{t: tensor.FromFloat32(out, b.rows, b.cols), scale: 1}
 }
 
+// free implements quantized: the blocks are cast afresh for each GEMM, and
+// the garbage collector takes them.
+func (blocks) free() {}
+
 // roundBlock replaces blk by the values MXFP8 holds for it: the shared
 // scale is 2^e with e = floor(log2(amax)) - emax(dt) (8 for E4M3, 15 for
 // E5M2), clamped to E8M0's 2^-127..2^127, and each element is blk/2^e cast

@@ -126,8 +126,7 @@ func freshScales() [numRoles]scaleState {
 
 func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quantized {
 	s := &l.scales[r]
-	vals := t.Float32s()
-	amax := amaxOf(vals)
+	amax := t.AbsMax()
 	if reduce := l.recipe.reduceAmax; reduce != nil {
 		if m, err := reduce(amax); err == nil {
 			amax = m
@@ -135,9 +134,9 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quanti
 			amax = float32(math.NaN()) // a failed reduction keeps the scale (amax NaN), and the collective's error ends the step
 		}
 	}
-	q := castScaled(vals, t.Shape(), s.scale, dt)
-	if drop := len(s.history) - l.recipe.HistoryLen + 1; drop > 0 {
-		s.history = s.history[drop:]
+	q := castScaled(t, s.scale, dt)
+	if keep := l.recipe.HistoryLen - 1; len(s.history) > keep { // the newest HistoryLen amaxes, in place
+		s.history = s.history[:copy(s.history, s.history[len(s.history)-keep:])]
 	}
 	s.history = append(s.history, amax)
 	s.scale = updateScale(l.recipe.Algo.reduce(s.history), s.scale, float32(dt.Max()), l.recipe.Margin)
@@ -251,6 +250,5 @@ func (p *Current) ConvertModule(_ string, m nn.Module) error {
 type currentScaling struct{}
 
 func (currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType) quantized {
-	vals := t.Float32s()
-	return castScaled(vals, t.Shape(), updateScale(amaxOf(vals), 1, float32(dt.Max()), 0), dt)
+	return castScaled(t, updateScale(t.AbsMax(), 1, float32(dt.Max()), 0), dt)
 }
