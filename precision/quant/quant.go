@@ -41,7 +41,8 @@ type Weight interface {
 	Shape() []int
 	// Bytes counts the memory the quantized weight holds.
 	Bytes() int
-	// Dequantize returns the weight in dt.
+	// Dequantize returns the weight in dt, a fresh tensor the caller owns
+	// (the Linears free it after their product).
 	Dequantize(dt dtype.DType) *tensor.Tensor
 }
 
@@ -107,7 +108,9 @@ type linear4 struct {
 
 func (g *linear4) Linear(tp *autograd.Tape, x, _, b *autograd.Var) *autograd.Var {
 	return frozenLinear(tp, x, b, g.q, func(x, bias *tensor.Tensor) *tensor.Tensor {
-		return tensor.Linear(x, g.q.Dequantize(x.DType()), bias)
+		w := g.q.Dequantize(x.DType())
+		defer tensor.Free(w) // dequantized for this product only, as bitsandbytes does
+		return tensor.Linear(x, w, bias)
 	})
 }
 
@@ -211,7 +214,9 @@ func frozenLinear(tp *autograd.Tape, x, b *autograd.Var, w Weight, forward func(
 // Var that needs none).
 func inputGrads(dy *tensor.Tensor, x, b *autograd.Var, w Weight) (dx, db *tensor.Tensor) {
 	if x.RequiresGrad() {
-		dx = tensor.MatMul(dy, w.Dequantize(x.Value.DType()), false, false).Reshape(x.Value.Shape()...)
+		deq := w.Dequantize(x.Value.DType())
+		dx = tensor.MatMul(dy, deq, false, false).Reshape(x.Value.Shape()...)
+		tensor.Free(deq)
 	}
 	if b != nil && b.RequiresGrad() {
 		db = tensor.ReduceBroadcast(dy, b.Value.Shape(), 1, dy.DType())
