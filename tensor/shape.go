@@ -56,15 +56,6 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 // lives on the stack).
 const maxPermuteRank = 8
 
-// InversePermutation returns the permutation that undoes perm.
-func InversePermutation(perm []int) []int {
-	inv := make([]int, len(perm))
-	for i, p := range perm {
-		inv[p] = i
-	}
-	return inv
-}
-
 // Narrow returns a copy of x restricted to [start, start+length) along its last axis.
 func Narrow(x *Tensor, start, length int) *Tensor {
 	c := x.Dim(-1)
