@@ -130,13 +130,17 @@ func (r *Rank) SyncGrads(ctx context.Context) error {
 		}
 		dt := g.DType()
 		padded := pad(g, s.chunk*r.comm.Size())
+		tensor.Free(g) // padded replaces it
+		s.full.Grad = nil
 		if r.Info.Sharding.Gradients {
 			chunk := tensor.New(dt, s.chunk)
-			if err := r.comm.ReduceScatter(ctx, padded.Data(), chunk.Data(), dt, comm.Sum); err != nil {
+			err := r.comm.ReduceScatter(ctx, padded.Data(), chunk.Data(), dt, comm.Sum)
+			tensor.Free(padded)
+			if err != nil {
 				return fmt.Errorf("strategy %s: reduce-scatter %s: %w", r.Info.Name, r.params[i].Path, err)
 			}
 			chunk.ScaleInPlace(inv)
-			s.local.Grad, s.full.Grad = chunk, nil // the full gradient is freed
+			s.local.Grad = chunk
 			continue
 		}
 		if err := r.comm.AllReduce(ctx, padded.Data(), dt, comm.Sum); err != nil {
