@@ -23,18 +23,69 @@ func parallelFor(n int, body func(lo, hi int)) {
 	body(0, n)
 }
 
-// parallelSplit runs body over [0, n) in parts contiguous ranges, one per
-// goroutine, the first on the calling one.
+// parallelSplit runs body over [0, n) in parts contiguous ranges: the
+// first on the calling goroutine, the others on helpers.
 func parallelSplit(n, parts int, body func(lo, hi int)) {
-	var wg sync.WaitGroup
+	jobs := hire(parts - 1)
+	done := waitGroups.Get().(*sync.WaitGroup)
 	per := (n + parts - 1) / parts
 	for lo := per; lo < n; lo += per {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			body(lo, min(lo+per, n))
-		}()
+		done.Add(1)
+		jobs <- rangeJob{body: body, lo: lo, hi: min(lo+per, n), done: done}
 	}
 	body(0, min(per, n))
-	wg.Wait()
+	// Run the ranges no helper has taken yet rather than wait for one to
+	// wake (they may be another call's: each signals its own caller).
+	for drained := false; !drained; {
+		select {
+		case j := <-jobs:
+			j.run()
+		default:
+			drained = true
+		}
+	}
+	done.Wait()
+	waitGroups.Put(done)
+}
+
+// rangeJob is one range of a parallelSplit, sent to helpers by value.
+type rangeJob struct {
+	body   func(lo, hi int)
+	lo, hi int
+	done   *sync.WaitGroup
+}
+
+func (j rangeJob) run() {
+	j.body(j.lo, j.hi)
+	j.done.Done()
+}
+
+// helpers run the ranges of parallel splits. They start when first needed
+// and then wait on jobs for good, so that a split starts no goroutines
+// and allocates nothing but its caller's closure.
+var helpers struct {
+	sync.Mutex
+	n    int
+	jobs chan rangeJob
+}
+
+var waitGroups = sync.Pool{New: func() any { return new(sync.WaitGroup) }}
+
+// hire returns the job queue once at least n helpers exist.
+func hire(n int) chan rangeJob {
+	helpers.Lock()
+	defer helpers.Unlock()
+	if helpers.jobs == nil {
+		// Room for the ranges of several calls; when it is full, callers
+		// wait for helpers, which always make progress.
+		helpers.jobs = make(chan rangeJob, 64)
+	}
+	for ; helpers.n < n; helpers.n++ {
+		go func(jobs chan rangeJob) {
+			for j := range jobs {
+				j.run()
+			}
+		}(helpers.jobs)
+	}
+	return helpers.jobs
 }
