@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/weftml/weft/dtype"
@@ -740,6 +741,38 @@ func TestScaleToAndAbsMax(t *testing.T) {
 			if want := dtype.E4M3FN.RoundSat(vals[i] * scale); got != want {
 				t.Fatalf("%v: ScaleTo element %d = %v, want %v", dt, i, got, want)
 			}
+		}
+	}
+}
+
+// TestParallelSplitsConcurrently: splits from several goroutines share the
+// helpers (a caller may run another call's range) and each still gets
+// its own whole result.
+func TestParallelSplitsConcurrently(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	xs := make([]*tensor.Tensor, 4)
+	want := make([]string, len(xs))
+	for i := range xs {
+		xs[i] = randT(rng, dtype.F32, 4, 1<<16)
+		want[i] = string(tensor.Softmax(xs[i]).Data())
+	}
+	var wg sync.WaitGroup
+	errs := make([]bool, len(xs))
+	for i := range xs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				if string(tensor.Softmax(xs[i]).Data()) != want[i] {
+					errs[i] = true
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, bad := range errs {
+		if bad {
+			t.Errorf("goroutine %d: a concurrent softmax differs from its serial result", i)
 		}
 	}
 }
