@@ -194,17 +194,9 @@ func anyNaN(got, want uint32, bf16 bool) bool {
 func BenchmarkAdamWBF16(b *testing.B) {
 	const n = 1 << 20
 	s := adamWParams(1e-3, 1e-2, 0.9, 0.999, 1e-8, 10)
-	r := rand.New(rand.NewPCG(1, 2))
-	var in [4][]float32
-	for k := range in {
-		in[k] = make([]float32, n)
-		for i := range in[k] {
-			in[k][i] = float32(r.NormFloat64())
-			if k == 3 {
-				in[k][i] *= in[k][i]
-			}
-		}
-		dtype.RoundFloat32s(dtype.BF16, in[k])
+	in := adamWBenchInputs(n)
+	for _, x := range in {
+		dtype.RoundFloat32s(dtype.BF16, x) // bf16 tensors' values
 	}
 	bench := func(fn func(p, g, m, v []float32, s AdamWParams, roundP, roundM, roundV bool)) func(b *testing.B) {
 		return func(b *testing.B) {

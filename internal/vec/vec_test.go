@@ -123,9 +123,9 @@ func TestAdamW(t *testing.T) {
 	}
 }
 
-func BenchmarkAdamW(b *testing.B) {
-	const n = 1 << 20
-	s := adamWParams(1e-3, 1e-2, 0.9, 0.999, 1e-8, 10)
+// adamWBenchInputs returns the benchmarks' p, g, m and v: n standard
+// normal values each, v squared.
+func adamWBenchInputs(n int) [4][]float32 {
 	r := rand.New(rand.NewPCG(1, 2))
 	var in [4][]float32
 	for k := range in {
@@ -137,6 +137,13 @@ func BenchmarkAdamW(b *testing.B) {
 	for i, x := range in[3] {
 		in[3][i] = x * x
 	}
+	return in
+}
+
+func BenchmarkAdamW(b *testing.B) {
+	const n = 1 << 20
+	s := adamWParams(1e-3, 1e-2, 0.9, 0.999, 1e-8, 10)
+	in := adamWBenchInputs(n)
 	bench := func(fn func(p, g, m, v []float32, s AdamWParams)) func(b *testing.B) {
 		return func(b *testing.B) {
 			b.SetBytes(7 * 4 * n) // four slices read, three written
