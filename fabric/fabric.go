@@ -22,7 +22,7 @@ import (
 
 // Fabric drives one model and its optimizer.
 type Fabric struct {
-	plugin  precision.Plugin // the root scope's
+	plugin  precision.Plugin // the root scope's: New's, or built by Setup
 	policy  precision.Policy
 	scaling precision.LossScaling
 	plan    *precision.Resolution // set by Setup
@@ -40,16 +40,21 @@ type Fabric struct {
 }
 
 // New returns a Fabric that trains the whole model with the precision
-// plugin p. Its tape recycles activations during Backward: read what you
-// need of the forward pass (the logits) before calling Backward.
+// plugin p, which then belongs to it (p's state, a loss scale or amax
+// histories, serves this fabric's model alone). Its tape recycles
+// activations during Backward: read what you need of the forward pass (the
+// logits) before calling Backward.
 func New(p precision.Plugin) *Fabric {
-	return NewPolicy(precision.Policy{Default: p}, precision.LossScalingAuto)
+	f := NewPolicy(precision.Policy{Default: precision.Once(p)}, precision.LossScalingAuto)
+	f.plugin = p // Input and Forward work before Setup, as Lightning's autocast does
+	return f
 }
 
 // NewPolicy returns a Fabric that gives each module the plugin pol
-// assigns it; scaling NoLossScaling refuses float16 compute.
+// assigns it, built afresh for its model by Setup; scaling NoLossScaling
+// refuses float16 compute.
 func NewPolicy(pol precision.Policy, scaling precision.LossScaling) *Fabric {
-	f := &Fabric{plugin: pol.Default, policy: pol, scaling: scaling, scaler: precision.ScalerOf(pol.Default)}
+	f := &Fabric{policy: pol, scaling: scaling, scaler: precision.ScalerOf(nil)}
 	f.tape.Recycle = true
 	return f
 }
@@ -107,7 +112,8 @@ func (f *Fabric) Rank() *strategy.Rank { return f.dist }
 // Plan returns the resolved per-module precision (nil before Setup).
 func (f *Fabric) Plan() *precision.Resolution { return f.plan }
 
-// Precision returns the plugin the fabric was built with.
+// Precision returns the root scope's plugin (nil before a NewPolicy
+// fabric's Setup).
 func (f *Fabric) Precision() precision.Plugin { return f.plugin }
 
 // Setup converts the model for the precision (cast, layer replacement) and
@@ -118,10 +124,10 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	if err != nil {
 		return fmt.Errorf("fabric: setup: %w", err)
 	}
-	stateDType, setsState := precision.OptimizerStateDType(f.plugin)
+	stateDType, setsState := precision.OptimizerStateDType(plan.Root)
 	stater, canHold := opt.(interface{ SetStateDType(dtype.DType) })
 	if setsState && !canHold {
-		return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", f.plugin.Name(), opt)
+		return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", plan.Root.Name(), opt)
 	}
 	if err := plan.Convert(); err != nil {
 		return fmt.Errorf("fabric: setup: %w", err)
@@ -129,20 +135,13 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	if setsState {
 		stater.SetStateDType(stateDType)
 	}
-	f.plan, f.scaler, f.scopes = plan, plan.Scaler, plan.Scoper()
+	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
 	if f.distCfg != nil {
 		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, nn.Parameters(m), gatherFormats(plan)); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		opt.SetParams(f.dist.OptimizerParams())
-		if s, ok := f.scaler.(interface {
-			SetAgreement(func(bool) (bool, error))
-		}); ok {
-			s.SetAgreement(f.dist.AnyNonFinite)
-		}
-		for _, sc := range plan.Scopes { // FP8 recipes scale by the amax over all ranks
-			precision.ReduceAmaxes(sc.Plugin, f.dist.Max)
-		}
+		plan.AgreeOver(f.dist)
 	}
 	f.model, f.opt = m, opt
 	return nil

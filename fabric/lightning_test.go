@@ -81,7 +81,7 @@ func TestLightningMatrixInverted(t *testing.T) {
 		spec := r.spec(t)
 		for _, st := range strategies {
 			t.Run(st+"/"+spec, func(t *testing.T) {
-				p, err := precision.Parse(spec, precision.Options{})
+				p, err := precision.ParseSpec(spec, precision.Options{})
 				if err == nil {
 					model := models.NewGPT(rand.New(rand.NewPCG(1, 1)), models.ReferenceGPT)
 					_, err = fabric.MakePlan(model, precision.Policy{Default: p}, precision.LossScalingAuto, st, 2)

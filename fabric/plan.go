@@ -65,9 +65,9 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Precision: pol.Default.Name(), Strategy: st.Name, Devices: devices, LossScaling: "none"}
+	p := &Plan{Precision: pol.Default.String(), Strategy: st.Name, Devices: devices, LossScaling: "none"}
 	for _, r := range pol.Rules {
-		p.Rules = append(p.Rules, r.Pattern+"="+r.Plugin.Name())
+		p.Rules = append(p.Rules, r.Pattern+"="+r.Spec.String())
 	}
 	if res.ScalesLoss() {
 		p.LossScaling = fmt.Sprintf("dynamic, scale %g", res.Scaler.Scale())

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 )
@@ -15,7 +16,7 @@ import (
 // ("vision.**", "blocks.*.fc"), or "kind:" and a module kind ("kind:Conv2d").
 type Rule struct {
 	Pattern string
-	Plugin  Plugin
+	Spec    Spec
 }
 
 // ParseRule reads "PATTERN=SPEC" as given to --precision-for.
@@ -24,11 +25,39 @@ func ParseRule(s string, opts Options) (Rule, error) {
 	if !ok || strings.TrimSpace(pattern) == "" {
 		return Rule{}, fmt.Errorf("precision rule %q: want PATTERN=SPEC, e.g. 'vision.**=16-mixed'", s)
 	}
-	p, err := Parse(spec, opts)
+	sp, err := ParseSpec(spec, opts)
 	if err != nil {
 		return Rule{}, fmt.Errorf("precision rule %q: %w", s, err)
 	}
-	return Rule{Pattern: strings.TrimSpace(pattern), Plugin: p}, nil
+	return Rule{Pattern: strings.TrimSpace(pattern), Spec: sp}, nil
+}
+
+// ParsePolicy is the one place a run's precision is read: the spec of the
+// whole model, per-module rules "PATTERN=SPEC", and the loss scaling
+// ("auto", "dynamic" or "" for auto; "none"). Deprecation notices go to
+// opts.Warn.
+func ParsePolicy(spec string, rules []string, lossScale string, opts Options) (Policy, LossScaling, error) {
+	var scaling LossScaling
+	switch lossScale {
+	case "", "auto", "dynamic":
+	case "none":
+		scaling = NoLossScaling
+	default:
+		return Policy{}, 0, fmt.Errorf("loss scale %q: accepted are auto and none", lossScale)
+	}
+	root, err := ParseSpec(spec, opts)
+	if err != nil {
+		return Policy{}, 0, err
+	}
+	pol := Policy{Default: root}
+	for _, r := range rules {
+		rule, err := ParseRule(r, opts)
+		if err != nil {
+			return Policy{}, 0, err
+		}
+		pol.Rules = append(pol.Rules, rule)
+	}
+	return pol, scaling, nil
 }
 
 // specificity ranks how precisely a pattern names modules: a literal path
@@ -84,9 +113,10 @@ func matchSegments(pattern, path []string) int {
 
 // Policy assigns plugins to the modules of a model: the most specific
 // matching rule wins, a module no rule matches inherits its parent's
-// plugin, and the root's default is Default.
+// plugin, and the root's default is Default. It holds Specs, not plugins:
+// each Resolve builds the plugins of one model.
 type Policy struct {
-	Default Plugin
+	Default Spec
 	Rules   []Rule
 }
 
@@ -115,12 +145,24 @@ const (
 	NoLossScaling
 )
 
-// Resolve applies the policy to m. It fails on an ambiguous pair of rules,
-// on two different loss scalers, and on float16 autocast without a loss
-// scaler when scaling is NoLossScaling.
+// Resolve applies the policy to m, building fresh plugins for it: the
+// default's and one per rule, which the modules the rule matches share.
+// It fails on an ambiguous pair of rules, on two different loss scalers,
+// and on float16 autocast without a loss scaler when scaling is
+// NoLossScaling.
 func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error) {
-	res := &Resolution{Root: pol.Default}
-	if err := pol.resolve(res, "", m, Scope{Plugin: pol.Default, Rule: -1}); err != nil {
+	root, err := pol.Default.New()
+	if err != nil {
+		return nil, err
+	}
+	plugins := make([]Plugin, len(pol.Rules))
+	for i, r := range pol.Rules {
+		if plugins[i], err = r.Spec.New(); err != nil {
+			return nil, fmt.Errorf("precision rule %q: %w", r.Pattern, err)
+		}
+	}
+	res := &Resolution{Root: root}
+	if err := pol.resolve(res, plugins, "", m, Scope{Plugin: root, Rule: -1}); err != nil {
 		return nil, err
 	}
 	var owner Plugin
@@ -152,7 +194,7 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 	return res, nil
 }
 
-func (pol Policy) resolve(res *Resolution, path string, m nn.Module, inherited Scope) error {
+func (pol Policy) resolve(res *Resolution, plugins []Plugin, path string, m nn.Module, inherited Scope) error {
 	kind := nn.Kind(m)
 	plugin, best, bestRule := inherited.Plugin, 0, inherited.Rule
 	for i, r := range pol.Rules {
@@ -162,13 +204,13 @@ func (pol Policy) resolve(res *Resolution, path string, m nn.Module, inherited S
 		case s == best && best > 0:
 			return fmt.Errorf("precision: rules %q and %q both match module %q equally; make one more specific", pol.Rules[bestRule].Pattern, r.Pattern, path)
 		default:
-			plugin, best, bestRule = r.Plugin, s, i
+			plugin, best, bestRule = plugins[i], s, i
 		}
 	}
 	scope := Scope{Path: path, Kind: kind, Module: m, Plugin: plugin, Rule: bestRule}
 	res.Scopes = append(res.Scopes, scope)
 	for _, c := range m.Children() {
-		if err := pol.resolve(res, nn.Join(path, c.Name), c.Module, scope); err != nil {
+		if err := pol.resolve(res, plugins, nn.Join(path, c.Name), c.Module, scope); err != nil {
 			return err
 		}
 	}
@@ -181,6 +223,18 @@ func displayPath(path string) string {
 		return "(root)"
 	}
 	return path
+}
+
+// AgreeOver gives every plugin of the model that must agree with other
+// ranks (the loss scaler, FP8 amaxes) the rank's reductions. Giving them
+// twice (to a plugin several modules share) changes nothing.
+func (r *Resolution) AgreeOver(ranks comm.Agreement) {
+	for _, s := range r.Scopes {
+		AgreeOver(s.Plugin, ranks)
+	}
+	if a, ok := r.Scaler.(RankAgreer); ok {
+		a.AgreeOver(ranks)
+	}
 }
 
 // ScalesLoss reports whether the resolved model has a loss scaler.

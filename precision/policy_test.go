@@ -12,7 +12,16 @@ import (
 	"github.com/weftml/weft/precision"
 )
 
-func parseSpec(t *testing.T, spec string) precision.Plugin {
+func parseSpec(t *testing.T, spec string) precision.Spec {
+	t.Helper()
+	p, err := precision.ParseSpec(spec, precision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func parsePlugin(t *testing.T, spec string) precision.Plugin {
 	t.Helper()
 	p, err := precision.Parse(spec, precision.Options{})
 	if err != nil {
@@ -131,7 +140,7 @@ func TestComposeConflicts(t *testing.T) {
 }
 
 func TestComposeRoles(t *testing.T) {
-	p := parseSpec(t, "bf16-true+bf16-mixed")
+	p := parsePlugin(t, "bf16-true+bf16-mixed")
 	if p.Name() != "bf16-true+bf16-mixed" || len(precision.Members(p)) != 2 {
 		t.Fatalf("composition %q has members %v", p.Name(), precision.Members(p))
 	}
@@ -142,7 +151,7 @@ func TestComposeRoles(t *testing.T) {
 		t.Errorf("compute from bf16-mixed: layer_norm must run in float32")
 	}
 	// Nested compositions flatten, so a claim inside one is seen.
-	if r, err := precision.Compose(parseSpec(t, "bf16-mixed"), p); err == nil {
+	if r, err := precision.Compose(parsePlugin(t, "bf16-mixed"), p); err == nil {
 		t.Fatalf("bf16-mixed twice claims compute twice, got %s", r.Name())
 	}
 }

@@ -7,6 +7,7 @@ package precision
 
 import (
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 )
@@ -73,11 +74,14 @@ type Stateful interface {
 	UnmarshalState([]byte) error
 }
 
-// AmaxReducer is a plugin that keeps amaxes (FP8 delayed scaling): on
-// several ranks the fabric gives it the reduction (max over ranks) so that
-// every rank casts with the same scales. On one device it is never called.
-type AmaxReducer interface {
-	SetAmaxReduction(reduce func(float32) (float32, error))
+// RankAgreer is the rank-agreement role: a plugin whose decisions every
+// rank must share (a loss scaler skips a step when any rank found inf/NaN;
+// an FP8 recipe casts a tensor with one scale, from the amax over ranks).
+// On several ranks the fabric hands it the rank's reductions once, at
+// setup. If no plugin implements it, or on one device, where it is never
+// called, each plugin decides from its own rank's values alone.
+type RankAgreer interface {
+	AgreeOver(r comm.Agreement)
 }
 
 // GatherQuantizer picks a narrower wire format for the all-gathers of a
@@ -180,12 +184,12 @@ func OptimizerStateDType(p Plugin) (dt dtype.DType, ok bool) {
 	return dtype.Invalid, false
 }
 
-// ReduceAmaxes gives every member of p that keeps amaxes the reduction
-// over ranks.
-func ReduceAmaxes(p Plugin, reduce func(float32) (float32, error)) {
+// AgreeOver gives every member of p that must agree with other ranks
+// their reductions.
+func AgreeOver(p Plugin, r comm.Agreement) {
 	for _, m := range Members(p) {
-		if a, ok := m.(AmaxReducer); ok {
-			a.SetAmaxReduction(reduce)
+		if a, ok := m.(RankAgreer); ok {
+			a.AgreeOver(r)
 		}
 	}
 }
@@ -205,7 +209,7 @@ func States(p Plugin) map[string]Stateful {
 // layer replacements in composition order, then the cast of every
 // parameter to p's storage dtype.
 func ConvertModule(p Plugin, m nn.Module) error {
-	res, err := Policy{Default: p}.Resolve(m, LossScalingAuto)
+	res, err := Policy{Default: Once(p)}.Resolve(m, LossScalingAuto)
 	if err != nil {
 		return err
 	}

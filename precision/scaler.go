@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/weftml/weft/comm"
+
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 )
@@ -45,12 +47,12 @@ type GradScaler struct {
 	growthTracker int
 	unscaled      bool // Unscale ran since the last Update
 	foundInf      bool
-	agree         func(found bool) (bool, error)
+	ranks         comm.Agreement // nil on one device
 }
 
-// SetAgreement makes Unscale combine its inf/NaN finding with other
-// ranks' through agree, so that all ranks skip a step together.
-func (s *GradScaler) SetAgreement(agree func(found bool) (bool, error)) { s.agree = agree }
+// AgreeOver makes Unscale combine its inf/NaN finding with other ranks',
+// so that all ranks skip a step together.
+func (s *GradScaler) AgreeOver(r comm.Agreement) { s.ranks = r }
 
 // NewGradScaler returns a scaler with PyTorch's defaults: scale 65536,
 // growth 2, backoff 0.5, interval 2000.
@@ -82,8 +84,8 @@ func (s *GradScaler) Unscale(params []nn.NamedParam) error {
 			g.ScaleInPlace(inv)
 		}
 	}
-	if s.agree != nil {
-		found, err := s.agree(s.foundInf)
+	if s.ranks != nil {
+		found, err := s.ranks.Any(s.foundInf)
 		if err != nil {
 			return err
 		}

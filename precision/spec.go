@@ -3,6 +3,7 @@ package precision
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/precision/fp8"
@@ -92,26 +93,109 @@ func Specs() []string {
 	return append(out, "64", "32", "16", "bf16")
 }
 
-// Parse builds the plugin a spec string names: one of Specs, a jmp-style
-// policy ("params=float32,compute=bfloat16,output=float32"), or several
-// joined with "+" and composed ("bf16-mixed+fp8").
-func Parse(spec string, opts Options) (Plugin, error) {
-	parts := strings.Split(spec, "+")
-	plugins := make([]Plugin, len(parts))
-	for i, part := range parts {
-		p, err := parseOne(part, opts)
-		if err != nil {
-			return nil, err
-		}
-		plugins[i] = p
-	}
-	return Compose(plugins...)
+// Spec is a parsed precision spec: a recipe for plugins, not a plugin.
+// Plugins hold state that belongs to one model on one rank (a loss scale,
+// amax histories, the layers they converted), so a Policy keeps Specs and
+// every Resolve builds fresh plugins from them. The zero Spec builds
+// "32-true".
+type Spec struct {
+	name  string
+	build func() (Plugin, error)
 }
 
-func parseOne(spec string, opts Options) (Plugin, error) {
+// New builds a fresh plugin of the spec.
+func (s Spec) New() (Plugin, error) {
+	if s.build == nil {
+		return True{DType: dtype.F32}, nil
+	}
+	return s.build()
+}
+
+// String is the canonical name of the plugins the spec builds.
+func (s Spec) String() string {
+	if s.build == nil {
+		return "32-true"
+	}
+	return s.name
+}
+
+// SpecFunc is the Spec of a plugin of one's own: build is called once for
+// every model (and rank) resolved with it and must return a fresh value.
+func SpecFunc(build func() Plugin) Spec {
+	return Spec{name: build().Name(), build: func() (Plugin, error) { return build(), nil }}
+}
+
+// Once is the Spec of one plugin value: the value belongs to the first
+// model resolved with it, and resolving a second model with it is an
+// error (its state, a loss scale or amax histories, cannot serve two).
+func Once(p Plugin) Spec {
+	var bound atomic.Bool
+	return Spec{name: p.Name(), build: func() (Plugin, error) {
+		if bound.Swap(true) {
+			return nil, fmt.Errorf("precision: the plugin value %s already belongs to a model; give each model (and rank) its own, e.g. with precision.SpecFunc", p.Name())
+		}
+		return p, nil
+	}}
+}
+
+// Join is the Spec of the composition of the plugins specs build, checked
+// once here: a conflict is the *ConflictError Compose returns.
+func Join(specs ...Spec) (Spec, error) {
+	build := func() (Plugin, error) {
+		ps := make([]Plugin, len(specs))
+		for i, s := range specs {
+			p, err := s.New()
+			if err != nil {
+				return nil, err
+			}
+			ps[i] = p
+		}
+		return Compose(ps...)
+	}
+	p, err := build()
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{name: p.Name(), build: build}, nil
+}
+
+// ParseSpec reads a spec string: one of Specs, a jmp-style policy
+// ("params=float32,compute=bfloat16,output=float32"), or several joined
+// with "+" and composed ("bf16-mixed+fp8"). Warnings (deprecated aliases)
+// go to opts.Warn here, once, not on every New.
+func ParseSpec(spec string, opts Options) (Spec, error) {
+	parts := strings.Split(spec, "+")
+	specs := make([]Spec, len(parts))
+	for i, part := range parts {
+		s, err := parseOne(part, opts)
+		if err != nil {
+			return Spec{}, err
+		}
+		specs[i] = s
+	}
+	if len(specs) == 1 {
+		return specs[0], nil
+	}
+	return Join(specs...)
+}
+
+// Parse builds one plugin of a spec string (see ParseSpec).
+func Parse(spec string, opts Options) (Plugin, error) {
+	s, err := ParseSpec(spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.New()
+}
+
+func parseOne(spec string, opts Options) (Spec, error) {
 	name := strings.TrimSpace(spec)
 	if strings.Contains(name, "=") {
-		return ParseJMP(name)
+		p, err := ParseJMP(name)
+		if err != nil {
+			return Spec{}, err
+		}
+		return Spec{name: p.Name(), build: func() (Plugin, error) { return p, nil }}, nil
 	}
 	if a, ok := aliases[name]; ok {
 		if a.notice != "" && opts.Warn != nil {
@@ -121,8 +205,9 @@ func parseOne(spec string, opts Options) (Plugin, error) {
 	}
 	for _, s := range specs {
 		if s.name == name {
-			return s.build(opts), nil
+			build := s.build
+			return Spec{name: build(opts).Name(), build: func() (Plugin, error) { return build(opts), nil }}, nil
 		}
 	}
-	return nil, fmt.Errorf("precision %q is not known; accepted: %s, a policy like params=float32,compute=bfloat16,output=float32, or several joined by +", spec, strings.Join(Specs(), ", "))
+	return Spec{}, fmt.Errorf("precision %q is not known; accepted: %s, a policy like params=float32,compute=bfloat16,output=float32, or several joined by +", spec, strings.Join(Specs(), ", "))
 }

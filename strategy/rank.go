@@ -155,9 +155,9 @@ func (r *Rank) SyncGrads(ctx context.Context) error {
 	return nil
 }
 
-// AnyNonFinite reports whether any rank's found is true, so that all ranks
-// skip a step together.
-func (r *Rank) AnyNonFinite(found bool) (bool, error) {
+// Any reports whether any rank's found is true (a non-finite gradient),
+// so that all ranks skip a step together.
+func (r *Rank) Any(found bool) (bool, error) {
 	flag := tensor.New(dtype.F32, 1)
 	if found {
 		flag.Fill(1)

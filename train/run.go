@@ -134,10 +134,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 			return nil, err
 		}
 	}
-	var lora *quant.LoRA
 	if len(c.LoRA.Targets) > 0 {
-		lora = quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...)
-		root, err := precision.Compose(pol.Default, lora)
+		lora := precision.SpecFunc(func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
+		root, err := precision.Join(pol.Default, lora)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +157,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	if err := r.f.Setup(r.model, opt); err != nil {
 		return nil, err
 	}
-	if lora != nil { // QLoRA: only the adapters train
+	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
 	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm}
@@ -318,27 +317,21 @@ func nonFinite(f *fabric.Fabric, forward func(*autograd.Tape) (*autograd.Var, er
 
 // policy builds the precision policy of the run.
 func (c Config) policy() (precision.Policy, precision.LossScaling, error) {
-	var scaling precision.LossScaling
-	switch c.LossScale {
-	case "", "auto", "dynamic":
-	case "none":
-		scaling = precision.NoLossScaling
-	default:
-		return precision.Policy{}, 0, fmt.Errorf("loss scale %q: accepted are auto and none", c.LossScale)
+	rules := make([]string, len(c.Modules))
+	for i, m := range c.Modules {
+		rules[i] = m.Match + "=" + m.Precision
 	}
-	root, err := precision.Parse(c.Precision, precision.Options{})
-	if err != nil {
-		return precision.Policy{}, 0, err
-	}
-	pol := precision.Policy{Default: root}
-	for _, m := range c.Modules {
-		r, err := precision.ParseRule(m.Match+"="+m.Precision, precision.Options{})
-		if err != nil {
-			return precision.Policy{}, 0, err
+	return precision.ParsePolicy(c.Precision, rules, c.LossScale, precision.Options{})
+}
+
+// loraOf returns the LoRA member of p, if it has one.
+func loraOf(p precision.Plugin) (*quant.LoRA, bool) {
+	for _, m := range precision.Members(p) {
+		if l, ok := m.(*quant.LoRA); ok {
+			return l, true
 		}
-		pol.Rules = append(pol.Rules, r)
 	}
-	return pol, scaling, nil
+	return nil, false
 }
 
 // openMetrics opens metrics.jsonl for appending after step start, keeping

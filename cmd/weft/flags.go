@@ -27,25 +27,5 @@ func (f *precisionFlags) register(fs *pflag.FlagSet, def string) {
 // notices go to warn.
 func (f *precisionFlags) policy(warn io.Writer) (precision.Policy, precision.LossScaling, error) {
 	opts := precision.Options{Warn: func(msg string) { fmt.Fprintln(warn, "weft: warning:", msg) }}
-	var scaling precision.LossScaling
-	switch f.lossScale {
-	case "auto", "dynamic":
-	case "none":
-		scaling = precision.NoLossScaling
-	default:
-		return precision.Policy{}, 0, fmt.Errorf("--loss-scale %q: accepted are auto and none", f.lossScale)
-	}
-	root, err := precision.Parse(f.spec, opts)
-	if err != nil {
-		return precision.Policy{}, 0, err
-	}
-	pol := precision.Policy{Default: root}
-	for _, r := range f.rules {
-		rule, err := precision.ParseRule(r, opts)
-		if err != nil {
-			return precision.Policy{}, 0, err
-		}
-		pol.Rules = append(pol.Rules, rule)
-	}
-	return pol, scaling, nil
+	return precision.ParsePolicy(f.spec, f.rules, f.lossScale, opts)
 }

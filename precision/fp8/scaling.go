@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 
+	"github.com/weftml/weft/comm"
+
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
@@ -41,15 +43,15 @@ type Delayed struct {
 	Filter     Filter   // DefaultFilter
 
 	layers map[string]*delayedLayer // by module path
-	// reduceAmax, if set, makes each amax the maximum over data-parallel
+	// ranks, if set, makes each amax the maximum over data-parallel
 	// ranks, as Transformer Engine's amax reduction does, so that every
 	// rank casts with the same scales.
-	reduceAmax func(float32) (float32, error)
+	ranks comm.Agreement
 }
 
-// SetAmaxReduction makes every amax the reduction over ranks that reduce
-// computes; the fabric sets it when it trains on several ranks.
-func (p *Delayed) SetAmaxReduction(reduce func(float32) (float32, error)) { p.reduceAmax = reduce }
+// AgreeOver makes every amax the maximum over ranks; the fabric calls it
+// when it trains on several ranks.
+func (p *Delayed) AgreeOver(r comm.Agreement) { p.ranks = r }
 
 // NewDelayed returns the recipe with Transformer Engine's defaults.
 func NewDelayed() *Delayed {
@@ -127,8 +129,8 @@ func freshScales() [numRoles]scaleState {
 func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quantized {
 	s := &l.scales[r]
 	amax := t.AbsMax()
-	if reduce := l.recipe.reduceAmax; reduce != nil {
-		if m, err := reduce(amax); err == nil {
+	if ranks := l.recipe.ranks; ranks != nil {
+		if m, err := ranks.Max(amax); err == nil {
 			amax = m
 		} else {
 			amax = float32(math.NaN()) // a failed reduction keeps the scale (amax NaN), and the collective's error ends the step

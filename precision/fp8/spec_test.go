@@ -90,7 +90,11 @@ func TestSpecFreshState(t *testing.T) {
 // it: fc2 here, under a bf16-mixed default.
 func TestPolicyScope(t *testing.T) {
 	m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
-	pol := precision.Policy{Default: parse(t, "bf16-mixed"), Rules: []precision.Rule{{Pattern: "fc2", Plugin: parse(t, "bf16-mixed+fp8")}}}
+	rule, err := precision.ParseRule("fc2=bf16-mixed+fp8", precision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := precision.Policy{Default: precision.Once(parse(t, "bf16-mixed")), Rules: []precision.Rule{rule}}
 	res, err := pol.Resolve(m, precision.LossScalingAuto)
 	if err != nil {
 		t.Fatal(err)
