@@ -15,8 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-
-	"github.com/weftml/weft/models"
 )
 
 // Corpus vocabulary: one id per printable ASCII byte, tab and newline, and
@@ -239,10 +237,10 @@ func NewTokenSampler(tokens []int, batch, seqLen int, seed uint64) *TokenSampler
 // Next returns the batch at the current position and advances it: Tokens
 // and Targets [batch·seqLen] with Shape [batch, seqLen], each target the
 // token after its input.
-func (s *TokenSampler) Next() models.Batch {
+func (s *TokenSampler) Next() Batch {
 	rng := rand.New(rand.NewPCG(s.seed, s.cursor))
 	s.cursor++
-	b := models.Batch{
+	b := Batch{
 		Tokens:  make([]int, 0, s.batch*s.seq),
 		Shape:   []int{s.batch, s.seq},
 		Targets: make([]int, 0, s.batch*s.seq),

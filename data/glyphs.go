@@ -11,7 +11,6 @@ import (
 	"golang.org/x/image/font/opentype"
 	"golang.org/x/image/math/fixed"
 
-	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -37,7 +36,7 @@ type GlyphConfig struct {
 // characters drawn uniformly from cfg.Classes, with Targets their class
 // indices. Each is centred by its ink, shifted by up to Size/8 pixels each
 // way and noised; the batch depends only on cfg, batch and step.
-func GlyphBatch(cfg GlyphConfig, batch int, step uint64) models.Batch {
+func GlyphBatch(cfg GlyphConfig, batch int, step uint64) Batch {
 	size := cmp.Or(cfg.Size, 12)
 	classes := []rune(cmp.Or(cfg.Classes, "0123456789"))
 	r := newRenderer(size, size, size)
@@ -49,7 +48,7 @@ func GlyphBatch(cfg GlyphConfig, batch int, step uint64) models.Batch {
 		targets[i] = rng.IntN(len(classes))
 		r.draw(pix[i*size*size:(i+1)*size*size], string(classes[targets[i]]), rng)
 	}
-	return models.Batch{X: tensor.FromFloat32(pix, batch, 1, size, size), Targets: targets}
+	return Batch{X: tensor.FromFloat32(pix, batch, 1, size, size), Targets: targets}
 }
 
 // TextImageConfig describes images of short strings, for models that read

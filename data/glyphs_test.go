@@ -2,15 +2,8 @@ package data
 
 import (
 	"math"
-	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
-
-	"github.com/weftml/weft/autograd"
-	"github.com/weftml/weft/models"
-	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/optim"
 )
 
 func TestGlyphBatch(t *testing.T) {
@@ -139,47 +132,4 @@ func TestTextImageBatch(t *testing.T) {
 	if wide, _ := TextImageBatch(TextImageConfig{Height: 16, Width: 40}, 1, 0); !slices.Equal(wide.Shape(), []int{1, 1, 16, 40}) {
 		t.Errorf("Height 16, Width 40 gave %v", wide.Shape())
 	}
-}
-
-// TestCNNLearnsGlyphs trains the reference cnn on glyph batches: a dataset
-// it cannot learn would keep the loss near ln 10.
-func TestCNNLearnsGlyphs(t *testing.T) {
-	start := time.Now()
-	m := models.NewCNN(rand.New(rand.NewPCG(0, 0)))
-	opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tp autograd.Tape
-	var losses []float64
-	for step := range 60 {
-		b := GlyphBatch(GlyphConfig{Seed: 1}, 32, uint64(step))
-		logits, err := m.Forward(&tp, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		loss, err := tp.CrossEntropy(logits, b.Targets)
-		if err != nil {
-			t.Fatal(err)
-		}
-		losses = append(losses, loss.Value.Float64s()[0])
-		if err := tp.Backward(loss); err != nil {
-			t.Fatal(err)
-		}
-		opt.Step()
-		opt.ZeroGrad()
-	}
-	first, last := mean(losses[:5]), mean(losses[len(losses)-5:])
-	t.Logf("loss %.3f over the first 5 steps, %.3f over the last 5 (%v)", first, last, time.Since(start).Round(time.Millisecond))
-	if last > 0.5*first {
-		t.Errorf("loss fell from %.3f to %.3f, want below half", first, last)
-	}
-}
-
-func mean(x []float64) float64 {
-	var s float64
-	for _, v := range x {
-		s += v
-	}
-	return s / float64(len(x))
 }

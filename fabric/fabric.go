@@ -34,9 +34,12 @@ type Fabric struct {
 	tape    autograd.Tape
 	model   nn.Module
 	opt     optim.Optimizer
-	step    int
+	steps   int // optimizer steps taken
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
+	// OnNonFinite is what TrainStep does with a non-finite loss that no
+	// loss scaler absorbs (StopOnNonFinite unless set).
+	OnNonFinite OnNonFinite
 }
 
 // New returns a Fabric that trains the whole model with the precision
@@ -164,8 +167,12 @@ func (f *Fabric) Input(t *tensor.Tensor) *tensor.Tensor {
 // floating output to the precision's output dtype. The scope is closed on
 // return, on error and on panic.
 func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+	return f.forward(context.Background(), fn)
+}
+
+func (f *Fabric) forward(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
 	if f.dist != nil {
-		if err := f.dist.BeforeForward(context.Background()); err != nil {
+		if err := f.dist.BeforeForward(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -195,17 +202,19 @@ func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*aut
 }
 
 // Backward computes gradients of the loss, scaled by the loss scaler.
-func (f *Fabric) Backward(loss *autograd.Var) error {
+func (f *Fabric) Backward(loss *autograd.Var) error { return f.backward(context.Background(), loss) }
+
+func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 	if loss.Value.Len() == 1 && f.nonFinite == nil {
 		if l := loss.Value.Item(); math.IsNaN(l) || math.IsInf(l, 0) {
-			f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.step, l, f.diagnose())
+			f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.steps, l, f.diagnose())
 		}
 	}
 	if err := f.tape.BackwardScaled(loss, f.scaler.Scale()); err != nil {
 		return err
 	}
 	if f.dist != nil {
-		return f.dist.SyncGrads(context.Background())
+		return f.dist.SyncGrads(ctx)
 	}
 	return nil
 }
@@ -244,19 +253,21 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 
 // Step steps the optimizer through the loss scaler (skipped if a gradient
 // is inf or NaN), updates the scale and clears the gradients.
-func (f *Fabric) Step() (skipped bool, err error) {
+func (f *Fabric) Step() (skipped bool, err error) { return f.step(context.Background()) }
+
+func (f *Fabric) step(ctx context.Context) (skipped bool, err error) {
 	skipped, err = f.scaler.Step(f.opt)
 	if err != nil {
-		return false, fmt.Errorf("fabric: step %d: %w", f.step, err)
+		return false, fmt.Errorf("fabric: step %d: %w", f.steps, err)
 	}
 	f.scaler.Update()
 	f.opt.ZeroGrad()
 	if f.dist != nil {
-		if err := f.dist.AfterStep(context.Background()); err != nil {
-			return false, fmt.Errorf("fabric: step %d: %w", f.step, err)
+		if err := f.dist.AfterStep(ctx); err != nil {
+			return false, fmt.Errorf("fabric: step %d: %w", f.steps, err)
 		}
 	}
-	f.step++
+	f.steps++
 	return skipped, nil
 }
 
@@ -281,10 +292,10 @@ func (f *Fabric) States() map[string]precision.Stateful {
 }
 
 // StepCount returns the number of optimizer steps taken (skipped ones too).
-func (f *Fabric) StepCount() int { return f.step }
+func (f *Fabric) StepCount() int { return f.steps }
 
 // SetStepCount sets the step counter when resuming from a checkpoint.
-func (f *Fabric) SetStepCount(n int) { f.step = n }
+func (f *Fabric) SetStepCount(n int) { f.steps = n }
 
 // LossScale is the current loss scale (1 without a scaler).
 func (f *Fabric) LossScale() float64 { return f.scaler.Scale() }
@@ -310,8 +321,8 @@ func (f *Fabric) NonFiniteParams() string {
 			continue
 		}
 		why := fmt.Sprintf("parameter %s (%s) holds inf/NaN since an optimizer step", p.Path, p.Var.Value.DType())
-		if f.step > 0 {
-			why = fmt.Sprintf("after the optimizer step of step %d, parameter %s (%s) holds inf/NaN", f.step-1, p.Path, p.Var.Value.DType())
+		if f.steps > 0 {
+			why = fmt.Sprintf("after the optimizer step of step %d, parameter %s (%s) holds inf/NaN", f.steps-1, p.Path, p.Var.Value.DType())
 		}
 		if e, ok := f.opt.(interface{ Underflow(path string) error }); ok {
 			if err := e.Underflow(p.Path); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -13,9 +12,9 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/comm/local"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
-	"github.com/weftml/weft/internal/parity"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
@@ -71,9 +70,9 @@ var adamW = optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Weig
 func newMLP() *models.MLP { return models.NewMLP(rand.New(rand.NewPCG(1, 2))) }
 
 // batches returns n fixed random batches of 16 rows for the MLP.
-func batches(n int) []models.Batch {
+func batches(n int) []data.Batch {
 	rng := rand.New(rand.NewPCG(7, 8))
-	out := make([]models.Batch, n)
+	out := make([]data.Batch, n)
 	for i := range out {
 		x := make([]float32, 16*32)
 		for j := range x {
@@ -83,13 +82,13 @@ func batches(n int) []models.Batch {
 		for j := range y {
 			y[j] = rng.IntN(10)
 		}
-		out[i] = models.Batch{X: tensor.FromFloat32(x, 16, 32), Targets: y}
+		out[i] = data.Batch{X: tensor.FromFloat32(x, 16, 32), Targets: y}
 	}
 	return out
 }
 
 // manualLoss is the plain autograd loop's forward and backward: no fabric.
-func manualLoss(t *testing.T, tp *autograd.Tape, m *models.MLP, b models.Batch) float64 {
+func manualLoss(t *testing.T, tp *autograd.Tape, m *models.MLP, b data.Batch) float64 {
 	t.Helper()
 	logits, err := m.Forward(tp, b)
 	if err != nil {
@@ -106,7 +105,7 @@ func manualLoss(t *testing.T, tp *autograd.Tape, m *models.MLP, b models.Batch) 
 }
 
 // fabricLoss is the fabric loop's input, forward, loss and backward.
-func fabricLoss(t *testing.T, f *fabric.Fabric, m models.Model, b models.Batch) float64 {
+func fabricLoss(t *testing.T, f *fabric.Fabric, m models.Model, b data.Batch) float64 {
 	t.Helper()
 	b.X = f.Input(b.X)
 	logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
@@ -514,41 +513,6 @@ func TestClipGradNormScaled(t *testing.T) {
 	}
 }
 
-func referenceDir() string { return models.ReferenceDir("../" + models.DefaultReferenceDir) }
-
-// TestNonFinite: "16-true" on the reference MLP diverges at step 1, because
-// AdamW's eps is 0 in float16, and the fabric says so.
-func TestNonFinite(t *testing.T) {
-	ref, err := models.LoadReference(referenceDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := parity.Train(ref, "mlp", 3, mustParse(t, "32-true"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.NonFinite != "" {
-		t.Errorf("32-true: finite run reported %q", res.NonFinite)
-	}
-
-	res, err = parity.Train(ref, "mlp", 3, mustParse(t, "16-true"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := res.NonFinite
-	if msg == "" {
-		t.Fatalf("16-true: losses %v, but NonFinite() is nil", res.Losses)
-	}
-	if !regexp.MustCompile(`\bstep 1\b`).MatchString(msg) {
-		t.Errorf("16-true: NonFinite does not name step 1: %s", msg)
-	}
-	for _, want := range []string{"eps", "float16"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("16-true: NonFinite does not mention %s: %s", want, msg)
-		}
-	}
-}
-
 // pathRecorder records the module paths its ConvertModule is called with.
 type pathRecorder struct{ paths *[]string }
 
@@ -589,7 +553,7 @@ func TestClipGradNormAcrossRanks(t *testing.T) {
 	for i := range y {
 		y[i] = rng.IntN(10)
 	}
-	norm := func(b models.Batch, f *fabric.Fabric, m models.Model) float64 {
+	norm := func(b data.Batch, f *fabric.Fabric, m models.Model) float64 {
 		fabricLoss(t, f, m, b)
 		n, err := f.ClipGradNorm(1e9)
 		if err != nil {
@@ -608,7 +572,7 @@ func TestClipGradNormAcrossRanks(t *testing.T) {
 		}
 		return f, m, f.Setup(m, opt)
 	}
-	whole := models.Batch{X: tensor.FromFloat64(x, 8, 32), Targets: y}
+	whole := data.Batch{X: tensor.FromFloat64(x, 8, 32), Targets: y}
 	f, m, err := newRank(nil)
 	if err != nil {
 		t.Fatal(err)

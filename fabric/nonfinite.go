@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 
@@ -12,6 +13,10 @@ import (
 // the first module whose output holds inf or NaN ("" if none does): where
 // a numerical blow-up starts.
 func (f *Fabric) FirstNonFinite(fn func(tp *autograd.Tape) (*autograd.Var, error)) (string, error) {
+	return f.firstNonFinite(context.Background(), fn)
+}
+
+func (f *Fabric) firstNonFinite(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (string, error) {
 	spy := &nanSpy{paths: map[any]string{}}
 	for _, s := range f.plan.Scopes {
 		if reflect.TypeOf(s.Module).Comparable() {
@@ -21,7 +26,7 @@ func (f *Fabric) FirstNonFinite(fn func(tp *autograd.Tape) (*autograd.Var, error
 	f.spy = spy
 	f.tape.NoGrad = true
 	defer func() { f.spy, f.tape.NoGrad = nil, false }()
-	if _, err := f.Forward(fn); err != nil {
+	if _, err := f.forward(ctx, fn); err != nil {
 		return "", err
 	}
 	return spy.first, nil

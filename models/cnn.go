@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
 )
 
@@ -23,7 +24,7 @@ func NewCNN(rng *rand.Rand) *CNN {
 	}
 }
 
-func (m *CNN) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+func (m *CNN) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 	x := tp.Const(b.X)                  // (B, 1, 12, 12)
 	x = tp.ReLU(m.Conv1.Forward(tp, x)) // (B, 8, 12, 12)
 	x = tp.ReLU(m.Conv2.Forward(tp, x)) // (B, 16, 6, 6)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
 )
 
@@ -47,13 +48,13 @@ func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
 	return g
 }
 
-func (g *GPT) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+func (g *GPT) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 	return g.ForwardWith(tp, b, nil)
 }
 
 // ForwardWith adds extra (B, T, C), if not nil, to the token and position
 // embeddings: the conditioning a decoder receives from an encoder.
-func (g *GPT) ForwardWith(tp *autograd.Tape, b Batch, extra *autograd.Var) (*autograd.Var, error) {
+func (g *GPT) ForwardWith(tp *autograd.Tape, b data.Batch, extra *autograd.Var) (*autograd.Var, error) {
 	extra, exit := tp.Enter(g, extra)
 	bs, t := b.Shape[0], b.Shape[1]
 	tok, err := g.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)

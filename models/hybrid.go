@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
 )
 
@@ -38,7 +39,7 @@ func NewHybrid(rng *rand.Rand, cfg HybridConfig) *Hybrid {
 
 // Forward takes images b.X (B, 1, H, W) and tokens b.Tokens (B, T): the
 // start token followed by the first T-1 characters.
-func (h *Hybrid) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+func (h *Hybrid) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 	vis := h.Vision.Forward(tp, tp.Const(b.X)) // (B, T, C)
 	return h.Decoder.ForwardWith(tp, b, vis)   // (B·T, V)
 }

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
 )
 
@@ -24,7 +25,7 @@ func NewMLP(rng *rand.Rand) *MLP {
 	}
 }
 
-func (m *MLP) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+func (m *MLP) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 	x := tp.Const(b.X)                // (B, 32)
 	x = tp.GELU(m.FC1.Forward(tp, x)) // (B, 64)
 	x = m.Norm.Forward(tp, m.FC2.Forward(tp, x))

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
 )
 
@@ -19,7 +20,7 @@ func NewMLP784(rng *rand.Rand) *MLP784 {
 	return &MLP784{FC1: nn.NewLinear(rng, 784, 1024, true), FC2: nn.NewLinear(rng, 1024, 1024, true), Head: nn.NewLinear(rng, 1024, 10, true)}
 }
 
-func (m *MLP784) Forward(tp *autograd.Tape, b Batch) (*autograd.Var, error) {
+func (m *MLP784) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 	x := tp.ReLU(m.FC1.Forward(tp, tp.Const(b.X))) // (B, 1024)
 	x = tp.ReLU(m.FC2.Forward(tp, x))              // (B, 1024)
 	return m.Head.Forward(tp, x), nil              // (B, 10)

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -60,32 +61,32 @@ func (r *Reference) Final64(model, path string) (*tensor.Tensor, error) {
 }
 
 // Batch returns the batch of step s (0-based) of the reference schedule.
-func (r *Reference) Batch(model string, s int) (Batch, error) {
+func (r *Reference) Batch(model string, s int) (data.Batch, error) {
 	switch model {
 	case "mlp", "cnn":
 		rows := map[string]int{"mlp": 64, "cnn": 32}[model]
 		x, err := r.Tensor(model + ".x")
 		if err != nil {
-			return Batch{}, err
+			return data.Batch{}, err
 		}
 		y, err := r.Tensor(model + ".y")
 		if err != nil {
-			return Batch{}, err
+			return data.Batch{}, err
 		}
 		n := x.Dim(0)
 		start := (rows * s) % n
 		if start+rows > n {
-			return Batch{}, fmt.Errorf("reference %s: batch of step %d runs past %d rows", model, s, n)
+			return data.Batch{}, fmt.Errorf("reference %s: batch of step %d runs past %d rows", model, s, n)
 		}
-		return Batch{X: tensor.SliceRows(x, start, rows), Targets: y.Ints()[start : start+rows]}, nil
+		return data.Batch{X: tensor.SliceRows(x, start, rows), Targets: y.Ints()[start : start+rows]}, nil
 	case "gpt":
 		tok, err := r.Tensor("gpt.tokens")
 		if err != nil {
-			return Batch{}, err
+			return data.Batch{}, err
 		}
 		ids := tok.Ints()
 		const seqs, t = 8, 16
-		b := Batch{Shape: []int{seqs, t}}
+		b := data.Batch{Shape: []int{seqs, t}}
 		for j := range seqs {
 			o := (131*s + 509*j) % (len(ids) - t - 1)
 			b.Tokens = append(b.Tokens, ids[o:o+t]...)
@@ -93,5 +94,5 @@ func (r *Reference) Batch(model string, s int) (Batch, error) {
 		}
 		return b, nil
 	}
-	return Batch{}, fmt.Errorf("no reference data schedule for model %q", model)
+	return data.Batch{}, fmt.Errorf("no reference data schedule for model %q", model)
 }

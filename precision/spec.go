@@ -119,10 +119,11 @@ func (s Spec) String() string {
 	return s.name
 }
 
-// SpecFunc is the Spec of a plugin of one's own: build is called once for
-// every model (and rank) resolved with it and must return a fresh value.
-func SpecFunc(build func() Plugin) Spec {
-	return Spec{name: build().Name(), build: func() (Plugin, error) { return build(), nil }}
+// SpecFunc is the Spec, called name, of a plugin of one's own: build is
+// called once for every model (and rank) resolved with it and must return
+// a fresh value.
+func SpecFunc(name string, build func() Plugin) Spec {
+	return Spec{name: name, build: func() (Plugin, error) { return build(), nil }}
 }
 
 // Once is the Spec of one plugin value: the value belongs to the first

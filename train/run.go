@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
 	_ "github.com/weftml/weft/comm/local" // in-process ranks
 	_ "github.com/weftml/weft/comm/mpi"   // Open MPI ranks, under mpirun
@@ -135,7 +134,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		}
 	}
 	if len(c.LoRA.Targets) > 0 {
-		lora := precision.SpecFunc(func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
+		lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
 		root, err := precision.Join(pol.Default, lora)
 		if err != nil {
 			return nil, err
@@ -151,6 +150,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		return nil, err
 	}
 	r.f = fabric.NewPolicy(pol, scaling)
+	if c.OnNaN == "skip" {
+		r.f.OnNonFinite = fabric.SkipNonFinite
+	}
 	if r.comm.Size() > 1 || info.Sharding.OptimizerState {
 		r.f.Distribute(info, r.comm)
 	}
@@ -190,21 +192,14 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 			return nil, err
 		}
 		began := time.Now()
-		b, err := r.t.batch(uint64(step)).Share(r.comm.Rank(), r.comm.Size())
-		if err != nil {
-			return nil, err
-		}
-		loss, skipped, err := trainStep(r.f, r.model, b, c.OnNaN)
+		res, err := r.f.TrainStep(ctx, r.model, r.t.batch(uint64(step)))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
-		if loss, err = r.mean(loss); err != nil {
-			return nil, err
-		}
-		m := Metrics{Step: step, Loss: Float(loss), Skipped: skipped, LossScale: r.f.LossScale()}
+		m := Metrics{Step: step, Loss: Float(res.Loss), Skipped: res.Skipped, LossScale: r.f.LossScale()}
 		m.TokensPerS = float64(r.t.units) / time.Since(began).Seconds()
 		if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
-			v, err := r.evaluate()
+			v, err := r.evaluate(ctx)
 			if err != nil {
 				return nil, err
 			}
@@ -234,85 +229,17 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	return sum, plotLoss(filepath.Join(c.Out, "metrics.jsonl"), filepath.Join(c.Out, "loss.png"))
 }
 
-// mean averages v over the ranks (each rank's loss is over an equal share).
-func (r *rankRun) mean(v float64) (float64, error) {
-	if r.comm.Size() == 1 {
-		return v, nil
-	}
-	s, err := comm.SumFloat64(context.Background(), r.comm, v)
-	return s / float64(r.comm.Size()), err
-}
-
-// evaluate returns the mean loss over EvalBatches validation batches,
-// each rank taking its share, recording nothing.
-func (r *rankRun) evaluate() (float64, error) {
-	tp := r.f.Tape()
-	tp.NoGrad = true
-	defer func() { tp.NoGrad = false }()
+// evaluate returns the mean loss over EvalBatches validation batches.
+func (r *rankRun) evaluate(ctx context.Context) (float64, error) {
 	var total float64
 	for i := range r.c.EvalBatches {
-		b, err := r.t.val(i).Share(r.comm.Rank(), r.comm.Size())
+		l, err := r.f.EvalLoss(ctx, r.model, r.t.val(i))
 		if err != nil {
 			return 0, err
 		}
-		b.X = r.f.Input(b.X)
-		logits, err := r.f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return r.model.Forward(tp, b) })
-		if err != nil {
-			return 0, err
-		}
-		l, err := tp.CrossEntropy(logits, b.Targets)
-		if err != nil {
-			return 0, err
-		}
-		total += l.Value.Item()
+		total += l
 	}
-	return r.mean(total / float64(r.c.EvalBatches))
-}
-
-// trainStep is the five verbs of a step: input, forward, loss, backward,
-// step. A non-finite loss without a loss scaler to absorb it stops the run
-// with a diagnosis, or with onNaN "skip" skips the batch.
-func trainStep(f *fabric.Fabric, m models.Model, b models.Batch, onNaN string) (loss float64, skipped bool, err error) {
-	b.X = f.Input(b.X)
-	forward := func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) }
-	logits, err := f.Forward(forward)
-	if err != nil {
-		return 0, false, err
-	}
-	l, err := f.Tape().CrossEntropy(logits, b.Targets)
-	if err != nil {
-		return 0, false, err
-	}
-	loss = l.Value.Item()
-	if (math.IsNaN(loss) || math.IsInf(loss, 0)) && !f.Plan().ScalesLoss() {
-		f.Tape().Reset()
-		if onNaN == "skip" {
-			return loss, true, nil
-		}
-		return loss, false, nonFinite(f, forward, loss)
-	}
-	if err := f.Backward(l); err != nil {
-		return 0, false, err
-	}
-	skipped, err = f.Step()
-	return loss, skipped, err
-}
-
-// nonFinite explains a non-finite loss: the first module whose output went
-// inf/NaN and what the fabric knows of the cause.
-func nonFinite(f *fabric.Fabric, forward func(*autograd.Tape) (*autograd.Var, error), loss float64) error {
-	where, err := f.FirstNonFinite(forward)
-	if err != nil {
-		return err
-	}
-	msg := fmt.Sprintf("loss is %v", loss)
-	if where != "" {
-		msg += "; the first module whose output is not finite is " + where
-	}
-	if params := f.NonFiniteParams(); params != "" {
-		msg += "; " + params
-	}
-	return fmt.Errorf("%s (the last checkpoint is untouched; on_nan: skip would skip such batches)", msg)
+	return total / float64(r.c.EvalBatches), nil
 }
 
 // policy builds the precision policy of the run.

@@ -52,7 +52,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	}
 	for range n {
 		window := ids[max(0, len(ids)-c.GPT.Context):]
-		b := models.Batch{Tokens: window, Shape: []int{1, len(window)}}
+		b := data.Batch{Tokens: window, Shape: []int{1, len(window)}}
 		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return gpt.Forward(tp, b) })
 		if err != nil {
 			return "", err

@@ -14,8 +14,8 @@ type task struct {
 	// newModel builds the model with its initial weights (the same on
 	// every rank: the seed decides them).
 	newModel func() models.Model
-	batch    func(step uint64) models.Batch
-	val      func(i int) models.Batch
+	batch    func(step uint64) data.Batch
+	val      func(i int) data.Batch
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
@@ -31,15 +31,15 @@ func newTask(c Config) (*task, error) {
 		}
 		cfg := c.gptConfig()
 		// A sampler per call: ranks draw the same batches concurrently.
-		draw := func(tokens []int, seed, pos uint64) models.Batch {
+		draw := func(tokens []int, seed, pos uint64) data.Batch {
 			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
 			s.Seek(pos)
 			return s.Next()
 		}
 		return &task{
 			newModel: func() models.Model { return models.NewGPT(rng(), cfg) },
-			batch:    func(step uint64) models.Batch { return draw(corpus.Train, c.Seed, step) },
-			val:      func(i int) models.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
+			batch:    func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
+			val:      func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
 			units:    c.BatchSize * c.GPT.Context, unit: "tokens",
 		}, nil
 	case "cnn":
@@ -47,8 +47,8 @@ func newTask(c Config) (*task, error) {
 		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
 		return &task{
 			newModel: func() models.Model { return models.NewCNN(rng()) },
-			batch:    func(step uint64) models.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
-			val:      func(i int) models.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
+			batch:    func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
+			val:      func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
 			units:    c.BatchSize, unit: "images",
 		}, nil
 	case "hybrid":
@@ -58,8 +58,8 @@ func newTask(c Config) (*task, error) {
 		valCfg.Seed++
 		return &task{
 			newModel: func() models.Model { return models.NewHybrid(rng(), h) },
-			batch:    func(step uint64) models.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
-			val:      func(i int) models.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
+			batch:    func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
+			val:      func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
 			units:    c.BatchSize, unit: "images",
 		}, nil
 	}
@@ -68,10 +68,10 @@ func newTask(c Config) (*task, error) {
 
 // hybridBatch turns rendered text into a decoder batch: inputs are a start
 // token (id start) then the first T-1 characters, targets all T characters.
-func hybridBatch(cfg data.TextImageConfig, n int, step uint64, start int) models.Batch {
+func hybridBatch(cfg data.TextImageConfig, n int, step uint64, start int) data.Batch {
 	images, text := data.TextImageBatch(cfg, n, step)
 	t := len(text[0])
-	b := models.Batch{X: images, Shape: []int{n, t}}
+	b := data.Batch{X: images, Shape: []int{n, t}}
 	for _, chars := range text {
 		b.Tokens = append(append(b.Tokens, start), chars[:t-1]...)
 		b.Targets = append(b.Targets, chars...)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/weftml/weft/internal/bench"
+	"github.com/weftml/weft/cmd/weft/internal/bench"
 )
 
 // benchReport is `weft bench --json`'s object; a sub-benchmark fills only its part.

@@ -8,9 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/weftml/weft/internal/parity"
+	"github.com/weftml/weft/cmd/weft/internal/parity"
 	"github.com/weftml/weft/models"
-	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 )
 
@@ -54,8 +53,7 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 			if steps == 0 {
 				return fmt.Errorf("model %q has no runs in %s/trajectories.json (models: %v)", model, dir, traj.ModelNames())
 			}
-			fresh := func() precision.Plugin { c, _ := parity.CaseFor(spec); return c.Plugin }
-			res, err := parity.TrainOn(ref, model, steps, fresh, parity.Dist{Strategy: strat, Devices: devices, Backend: backend}, nil)
+			res, err := parity.TrainOn(ref, model, steps, c.Spec, parity.Dist{Strategy: strat, Devices: devices, Backend: backend}, nil)
 			if err == nil && len(res.Ranks) > 0 && res.Ranks[0].Rank != 0 {
 				return nil // under mpirun, rank 0 reports
 			}

@@ -1,15 +1,17 @@
 // Command fabric trains the reference MLP under bf16-mixed precision with
 // the Fabric API, on a synthetic task: classify x by the argmax of a fixed
-// random linear teacher. Each step is five verbs: input, forward, loss,
-// backward, step.
+// random linear teacher. Each step is the training step weft train runs:
+// input cast, forward in the precision's scope, loss, backward through the
+// loss scaler, optimizer step.
 package main
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"math/rand/v2"
 
-	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
@@ -33,25 +35,16 @@ func main() {
 	teacher := randn(rng, D*K) // (D, K)
 
 	for step := range 100 {
-		batch := synthetic(rng, teacher)
-		batch.X = f.Input(batch.X) // (B, D) in bfloat16
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) {
-			return model.Forward(tp, batch) // (B, K), returned in float32
-		})
-		check(err)
-		loss, err := f.Tape().CrossEntropy(logits, batch.Targets) // ()
-		check(err)
-		check(f.Backward(loss))
-		_, err = f.Step()
+		res, err := f.TrainStep(context.Background(), model, synthetic(rng, teacher))
 		check(err)
 		if step%10 == 0 || step == 99 {
-			fmt.Printf("step %3d  loss %.4f\n", step, loss.Value.Item())
+			fmt.Printf("step %3d  loss %.4f\n", step, res.Loss)
 		}
 	}
 }
 
 // synthetic draws a batch x ~ N(0, 1) labelled argmax(x·teacher).
-func synthetic(rng *rand.Rand, teacher []float32) models.Batch {
+func synthetic(rng *rand.Rand, teacher []float32) data.Batch {
 	x := randn(rng, B*D) // (B, D)
 	y := make([]int, B)  // (B,)
 	for i := range B {
@@ -66,7 +59,7 @@ func synthetic(rng *rand.Rand, teacher []float32) models.Batch {
 			}
 		}
 	}
-	return models.Batch{X: tensor.FromFloat32(x, B, D), Targets: y}
+	return data.Batch{X: tensor.FromFloat32(x, B, D), Targets: y}
 }
 
 func randn(rng *rand.Rand, n int) []float32 {

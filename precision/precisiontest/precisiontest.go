@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
@@ -458,7 +459,7 @@ func testForward(t *testing.T, newPlugin func() precision.Plugin) {
 	}
 	tp := &autograd.Tape{}
 	exit := precision.Enter(p, tp)
-	out, err := m.Forward(tp, models.Batch{X: x})
+	out, err := m.Forward(tp, data.Batch{X: x})
 	exit.Exit()
 	if err != nil {
 		t.Fatalf("%s: forward: %v", p.Name(), err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
@@ -229,7 +230,7 @@ func TestStorageCast(t *testing.T) {
 	}
 	tp := &autograd.Tape{}
 	exit := precision.Enter(p, tp)
-	logits, err := g.Forward(tp, models.Batch{Tokens: make([]int, 2*8), Shape: []int{2, 8}})
+	logits, err := g.Forward(tp, data.Batch{Tokens: make([]int, 2*8), Shape: []int{2, 8}})
 	exit.Exit()
 	if err != nil || logits.Value.DType() != dtype.BF16 || logits.Value.HasNonFinite() {
 		t.Fatalf("forward: %v, logits %v", err, logits)

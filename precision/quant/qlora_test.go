@@ -33,7 +33,7 @@ func TestQLoRA(t *testing.T) {
 	cfg := models.GPTConfig{Vocab: data.VocabSize, Context: 16, Width: 32, Heads: 2, Layers: 2}
 	g := models.NewGPT(rand.New(rand.NewPCG(1, 0)), cfg)
 	var tp autograd.Tape
-	loss := func(b models.Batch) *autograd.Var {
+	loss := func(b data.Batch) *autograd.Var {
 		logits, err := g.Forward(&tp, b)
 		if err != nil {
 			t.Fatal(err)

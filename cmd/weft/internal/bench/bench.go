@@ -3,13 +3,14 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"time"
 	"unsafe"
 
-	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/internal/gemm"
@@ -151,29 +152,14 @@ func newStep(model string, p precision.Plugin) (func() error, error) {
 		return nil, err
 	}
 	return func() error {
-		b := batch
-		if b.X = f.Input(batch.X); b.X != batch.X {
-			defer tensor.Free(b.X) // the input cast for this step
-		}
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
-		if err != nil {
-			return err
-		}
-		loss, err := f.Tape().CrossEntropy(logits, b.Targets)
-		if err != nil {
-			return err
-		}
-		if err := f.Backward(loss); err != nil {
-			return err
-		}
-		_, err = f.Step()
+		_, err := f.TrainStep(context.Background(), m, batch)
 		return err
 	}, nil
 }
 
 // syntheticBatch is a random batch of the shapes the reference runs use
 // (mlp784: 64 flattened 28×28 images).
-func syntheticBatch(model string) (models.Batch, error) {
+func syntheticBatch(model string) (data.Batch, error) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	labels := func(n, classes int) []int {
 		out := make([]int, n)
@@ -191,13 +177,13 @@ func syntheticBatch(model string) (models.Batch, error) {
 	}
 	switch model {
 	case "mlp784":
-		return models.Batch{X: images(64, 784), Targets: labels(64, 10)}, nil
+		return data.Batch{X: images(64, 784), Targets: labels(64, 10)}, nil
 	case "mlp":
-		return models.Batch{X: images(64, 32), Targets: labels(64, 10)}, nil
+		return data.Batch{X: images(64, 32), Targets: labels(64, 10)}, nil
 	case "cnn":
-		return models.Batch{X: images(32, 1, 12, 12), Targets: labels(32, 10)}, nil
+		return data.Batch{X: images(32, 1, 12, 12), Targets: labels(32, 10)}, nil
 	case "gpt":
-		return models.Batch{Tokens: labels(8*16, 48), Shape: []int{8, 16}, Targets: labels(8*16, 48)}, nil
+		return data.Batch{Tokens: labels(8*16, 48), Shape: []int{8, 16}, Targets: labels(8*16, 48)}, nil
 	}
-	return models.Batch{}, fmt.Errorf("bench: no step benchmark for model %q (mlp784, mlp, cnn, gpt)", model)
+	return data.Batch{}, fmt.Errorf("bench: no step benchmark for model %q (mlp784, mlp, cnn, gpt)", model)
 }

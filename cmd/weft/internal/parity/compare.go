@@ -32,31 +32,31 @@ var tolerances = map[string]Tolerance{
 	"16-true":        {1e-4, 1e-2},
 }
 
-// Case is a reference run and the plugin that replays it. Tol is zero for
+// Case is a reference run and the spec that replays it. Tol is zero for
 // compositions PyTorch has no run of (Lightning cannot express them).
 type Case struct {
-	Run    string
-	Plugin precision.Plugin
-	Tol    Tolerance
+	Run  string
+	Spec precision.Spec
+	Tol  Tolerance
 }
 
 // CaseFor returns the replay of the reference run called run: the pure
 // float64/float32 runs ("float64-manual", "float32") or a precision spec.
 func CaseFor(run string) (Case, error) {
-	var p precision.Plugin
+	var spec precision.Spec
 	switch run {
 	case "float64-manual", "float64":
-		run, p = "float64-manual", precision.Pure{DType: dtype.F64}
+		run, spec = "float64-manual", precision.SpecFunc("float64", func() precision.Plugin { return precision.Pure{DType: dtype.F64} })
 	case "float32":
-		run, p = "32-true", precision.Pure{DType: dtype.F32}
+		run, spec = "32-true", precision.SpecFunc("float32", func() precision.Plugin { return precision.Pure{DType: dtype.F32} })
 	default:
 		var err error
-		if p, err = precision.Parse(run, precision.Options{}); err != nil {
+		if spec, err = precision.ParseSpec(run, precision.Options{}); err != nil {
 			return Case{}, err
 		}
-		run = p.Name()
+		run = spec.String()
 	}
-	return Case{Run: run, Plugin: p, Tol: tolerances[run]}, nil
+	return Case{Run: run, Spec: spec, Tol: tolerances[run]}, nil
 }
 
 // Compare checks a replay against its reference run: every loss (a null

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
 	_ "github.com/weftml/weft/comm/local" // the in-process backend
 	_ "github.com/weftml/weft/comm/mpi"   // Open MPI, under mpirun
@@ -22,7 +21,6 @@ import (
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
-	"github.com/weftml/weft/tensor"
 )
 
 // Trajectories is trajectories.json: PyTorch's losses per model and run.
@@ -95,8 +93,8 @@ func (l Float) MarshalJSON() ([]byte, error) {
 // with precision p, as the reference runs did: inputs cast and forward run
 // in p's scope, cross-entropy on the (float32) logits outside it, backward
 // through the loss scaler, AdamW. onStep, if not nil, sees each loss.
-func Train(ref *models.Reference, model string, steps int, p precision.Plugin, onStep func(step int, loss float64)) (*Result, error) {
-	return TrainOn(ref, model, steps, func() precision.Plugin { return p }, Dist{Strategy: "single", Devices: 1, Backend: "local"}, onStep)
+func Train(ref *models.Reference, model string, steps int, spec precision.Spec, onStep func(step int, loss float64)) (*Result, error) {
+	return TrainOn(ref, model, steps, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, onStep)
 }
 
 // Dist places a replay on ranks: the global batch is split evenly across
@@ -119,12 +117,12 @@ type RankReport struct {
 	Gathered       map[string]int64 `json:"gathered_bytes"` // parameter all-gathers by wire dtype
 }
 
-// TrainOn is Train on the ranks d describes; newPlugin builds each rank's
-// own plugin (plugins hold per-rank state such as a loss scale). The
-// reported loss is computed from every rank's logits, gathered, exactly as
-// one device computes it. The Result holds the reports of the ranks this
-// process ran; its losses are those of the lowest of them.
-func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() precision.Plugin, d Dist, onStep func(step int, loss float64)) (*Result, error) {
+// TrainOn is Train on the ranks d describes, each with its own plugins
+// built from spec. The reported loss is computed from every rank's logits,
+// gathered, exactly as one device computes it. The Result holds the
+// reports of the ranks this process ran; its losses are those of the
+// lowest of them.
+func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec, d Dist, onStep func(step int, loss float64)) (*Result, error) {
 	info, err := strategy.Lookup(d.Strategy)
 	if err != nil {
 		return nil, err
@@ -142,7 +140,7 @@ func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() pr
 		if c.Rank() != 0 {
 			step = nil
 		}
-		results[i], err = replayRank(ref, model, steps, newPlugin(), info, c, step)
+		results[i], err = replayRank(ref, model, steps, spec, info, c, step)
 		return err
 	})
 	if err != nil {
@@ -156,8 +154,9 @@ func TrainOn(ref *models.Reference, model string, steps int, newPlugin func() pr
 	return &res, nil
 }
 
-// replayRank is one rank's replay; rank 0's Result carries the losses.
-func replayRank(ref *models.Reference, model string, steps int, p precision.Plugin, info strategy.Info, c comm.Communicator, onStep func(int, float64)) (*Result, error) {
+// replayRank is one rank's replay, through the training step weft train
+// runs; rank 0's Result carries the losses.
+func replayRank(ref *models.Reference, model string, steps int, spec precision.Spec, info strategy.Info, c comm.Communicator, onStep func(int, float64)) (*Result, error) {
 	m, err := models.New(model, 0)
 	if err != nil {
 		return nil, err
@@ -169,50 +168,30 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 	if err != nil {
 		return nil, err
 	}
-	f := fabric.New(p)
+	f := fabric.NewPolicy(precision.Policy{Default: spec}, precision.LossScalingAuto)
+	f.OnNonFinite = fabric.TrainOnNonFinite // as PyTorch does: the reference runs go on after a NaN
 	if c.Size() > 1 || info.Sharding.OptimizerState {
 		f.Distribute(info, c)
 	}
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err
 	}
-	res := &Result{Model: model, Precision: p.Name(), FinalNorms: map[string]Float{}}
+	res := &Result{Model: model, Precision: spec.String(), FinalNorms: map[string]Float{}}
 	report := RankReport{Rank: c.Rank()}
 	for s := range steps {
-		global, err := ref.Batch(model, s)
+		batch, err := ref.Batch(model, s)
 		if err != nil {
 			return nil, err
 		}
-		batch, err := global.Share(c.Rank(), c.Size())
+		step, err := f.TrainStep(context.Background(), m, batch)
 		if err != nil {
 			return nil, err
 		}
-		batch.X = f.Input(batch.X)
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, batch) })
-		if err != nil {
-			return nil, err
-		}
-		loss, err := f.Tape().CrossEntropy(logits, batch.Targets)
-		if err != nil {
-			return nil, err
-		}
-		l, err := globalLoss(c, logits.Value, loss.Value, global.Targets)
-		if err != nil {
-			return nil, err
-		}
-		res.Losses = append(res.Losses, Float(l))
+		res.Losses = append(res.Losses, Float(step.Loss))
 		if onStep != nil {
-			onStep(s, l)
+			onStep(s, step.Loss)
 		}
-		if err := f.Backward(loss); err != nil {
-			return nil, err
-		}
-		if f.Rank() != nil {
-			_, report.GradBytes = f.Rank().Bytes()
-		}
-		if _, err := f.Step(); err != nil {
-			return nil, err
-		}
+		report.GradBytes = step.GradBytes
 		if f.Plan().ScalesLoss() {
 			res.LossScale = append(res.LossScale, Float(f.LossScale()))
 		}
@@ -242,27 +221,6 @@ func replayRank(ref *models.Reference, model string, steps int, p precision.Plug
 		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
 	}
 	return res, nil
-}
-
-// globalLoss is the loss one device would report: every rank's logits
-// gathered in rank order (the batch's row order) and reduced as one batch.
-func globalLoss(c comm.Communicator, logits, local *tensor.Tensor, targets []int) (float64, error) {
-	if c.Size() == 1 {
-		return local.Item(), nil
-	}
-	all := make([]byte, c.Size()*len(logits.Data()))
-	if err := c.AllGather(context.Background(), logits.Data(), all); err != nil {
-		return 0, err
-	}
-	full, err := tensor.FromBytes(logits.DType(), all, c.Size()*logits.Dim(0), logits.Dim(-1))
-	if err != nil {
-		return 0, err
-	}
-	l, err := tensor.CrossEntropy(full, targets)
-	if err != nil {
-		return 0, err
-	}
-	return l.Item(), nil
 }
 
 // sentBytes flattens comm.Stats into "collective/dtype" keys.

@@ -14,10 +14,10 @@ import (
 // of every model to 1e-9.
 func TestParityStrategies(t *testing.T) {
 	ref, traj := loadReference(t)
-	newPlugin := func() precision.Plugin { p, _ := precision.Parse("64-true", precision.Options{}); return p }
+	spec := mustSpec(t, "64-true")
 	for _, model := range traj.ModelNames() {
 		steps := traj.Models[model].Steps
-		single, err := TrainOn(ref, model, steps, newPlugin, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+		single, err := TrainOn(ref, model, steps, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -25,7 +25,7 @@ func TestParityStrategies(t *testing.T) {
 			for _, n := range []int{2, 4} {
 				t.Run(fmt.Sprintf("%s/%s/%d", model, st, n), func(t *testing.T) {
 					t.Parallel()
-					res, err := TrainOn(ref, model, steps, newPlugin, Dist{Strategy: st, Devices: n, Backend: "local"}, nil)
+					res, err := TrainOn(ref, model, steps, spec, Dist{Strategy: st, Devices: n, Backend: "local"}, nil)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -84,14 +84,15 @@ func TestFP8ScalesAgreeAcrossRanks(t *testing.T) {
 		mu      sync.Mutex
 		plugins []precision.Plugin
 	)
-	newPlugin := func() precision.Plugin { // called by each rank's goroutine
-		p, _ := precision.Parse("bf16-mixed+fp8", precision.Options{})
+	base := mustSpec(t, "bf16-mixed+fp8")
+	spec := precision.SpecFunc(base.String(), func() precision.Plugin { // called by each rank's goroutine
+		p, _ := base.New()
 		mu.Lock()
 		defer mu.Unlock()
 		plugins = append(plugins, p)
 		return p
-	}
-	if _, err := TrainOn(ref, "mlp", 5, newPlugin, Dist{Strategy: "ddp", Devices: 2, Backend: "local"}, nil); err != nil {
+	})
+	if _, err := TrainOn(ref, "mlp", 5, spec, Dist{Strategy: "ddp", Devices: 2, Backend: "local"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var states [][]byte
@@ -115,8 +116,7 @@ func TestFP8ScalesAgreeAcrossRanks(t *testing.T) {
 func TestFP8Gathers(t *testing.T) {
 	ref, _ := loadReference(t)
 	const steps, ranks = 3, 2
-	newPlugin := func() precision.Plugin { p, _ := precision.Parse("transformer-engine", precision.Options{}); return p }
-	res, err := TrainOn(ref, "mlp", steps, newPlugin, Dist{Strategy: "fsdp", Devices: ranks, Backend: "local"}, nil)
+	res, err := TrainOn(ref, "mlp", steps, mustSpec(t, "transformer-engine"), Dist{Strategy: "fsdp", Devices: ranks, Backend: "local"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,4 +140,13 @@ func TestFP8Gathers(t *testing.T) {
 			t.Errorf("rank %d gathered %v; want float8_e4m3fn %d, float32 %d, bfloat16 %d", r.Rank, g, gathers*fp8, gathers*scales, gathers*bf16)
 		}
 	}
+}
+
+func mustSpec(t *testing.T, spec string) precision.Spec {
+	t.Helper()
+	s, err := precision.ParseSpec(spec, precision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/weftml/weft/models"
 )
 
-func referenceDir() string { return models.ReferenceDir("../../" + models.DefaultReferenceDir) }
+func referenceDir() string { return models.ReferenceDir("../../../../" + models.DefaultReferenceDir) }
 
 // TestParity replays every run of every model in trajectories.json (a run
 // weft has no replay for fails) and compares losses and loss scales; the
@@ -25,7 +25,7 @@ func TestParity(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				res, err := Train(ref, model, len(run.Losses), c.Plugin, nil)
+				res, err := Train(ref, model, len(run.Losses), c.Spec, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
