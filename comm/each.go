@@ -12,8 +12,11 @@ import (
 
 // Each runs fn for every communicator this process holds (all ranks of an
 // in-process group, one rank under mpirun), each on its own goroutine, and
-// closes each communicator when its fn returns. It returns the ranks'
-// errors joined.
+// closes each communicator when its fn returns. It returns the cause of a
+// failure once: the first error in rank order that is not a peer's
+// failure seen from another rank (a PeerError or ErrClosed), else the
+// first error. Ranks that fail alike (a non-finite loss all of them see)
+// report it once, as rank 0 does.
 func Each(comms []Communicator, fn func(i int, c Communicator) error) error {
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
@@ -26,7 +29,18 @@ func Each(comms []Communicator, fn func(i int, c Communicator) error) error {
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	var first error
+	for _, err := range errs {
+		var peer *PeerError
+		switch {
+		case err == nil:
+		case !errors.As(err, &peer) && !errors.Is(err, ErrClosed):
+			return err
+		case first == nil:
+			first = err
+		}
+	}
+	return first
 }
 
 // SumFloat64 returns the sum of v over c's ranks (a loss, a squared norm).

@@ -124,6 +124,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
 	case c.Model == "gpt" && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
 		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
+	case c.Strategy == "single" && c.Devices > 1:
+		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.Devices)
 	case c.Devices < 1 && c.Comm != "mpi":
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
 	case c.BatchSize%max(c.Devices, 1) != 0:
