@@ -133,3 +133,60 @@ func buildWeft(t *testing.T) string {
 	}
 	return bin
 }
+
+// TestTrainUnderMpirun trains a subset of the product matrix (see
+// train's TestProductMatrix) as two Open MPI processes and requires what
+// two in-process ranks give: the same losses and final weights, bit for bit.
+func TestTrainUnderMpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil || testing.Short() {
+		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
+	}
+	bin := buildWeft(t)
+	config := filepath.Join(t.TempDir(), "tiny.yaml")
+	tiny := "gpt: {layers: 1, width: 16, heads: 2, context: 8}\ncorpus_bytes: 262144\nbatch_size: 4\neval_batches: 1\neval_every: 1000\nsave_every: 1000\nsteps: 3\n"
+	if err := os.WriteFile(config, []byte(tiny), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, args := range map[string][]string{
+		"te-fsdp":        {"--precision", "transformer-engine", "--strategy", "fsdp"},
+		"16mixed-ddp":    {"--precision", "16-mixed", "--strategy", "ddp"},
+		"hybrid-ddp":     {"--model", "hybrid", "--precision", "bf16-true", "--precision-for", "vision.**=16-mixed", "--strategy", "ddp"},
+		"cnn-bf16-zero2": {"--model", "cnn", "--precision", "bf16-true", "--strategy", "zero2"},
+		"nf4-fsdp":       {"--precision", "bf16-true+nf4-dq", "--strategy", "fsdp"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			train := func(comm string) (losses string, state []byte) {
+				out := filepath.Join(t.TempDir(), comm)
+				cmd := append([]string{"train", "--config", config, "--devices", "2", "--comm", comm, "--out", out}, args...)
+				if comm == "mpi" {
+					cmd = append(append(mpirunArgs(2), bin), cmd...)
+				}
+				name := map[string]string{"mpi": mpirun, "local": bin}[comm]
+				if b, err := exec.Command(name, cmd...).CombinedOutput(); err != nil {
+					t.Fatalf("%s: %v\n%s", comm, err, b)
+				}
+				metrics, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if state, err = os.ReadFile(filepath.Join(out, "checkpoints", "step-000003", "state.safetensors")); err != nil {
+					t.Fatal(err)
+				}
+				for _, line := range strings.Split(strings.TrimSpace(string(metrics)), "\n") {
+					var m struct{ Loss, ValLoss *float64 }
+					if err := json.Unmarshal([]byte(line), &m); err != nil || m.Loss == nil {
+						t.Fatalf("%s: metrics line %q: %v", comm, line, err)
+					}
+					losses += strconv.FormatFloat(*m.Loss, 'g', -1, 64) + " "
+				}
+				return losses, state
+			}
+			mpiLosses, mpiState := train("mpi")
+			localLosses, localState := train("local")
+			if mpiLosses != localLosses || string(mpiState) != string(localState) {
+				t.Fatalf("mpirun: losses %s; in-process: %s (final weights equal: %v)", mpiLosses, localLosses, string(mpiState) == string(localState))
+			}
+		})
+	}
+}
