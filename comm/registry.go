@@ -3,7 +3,9 @@ package comm
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -57,4 +59,16 @@ func Backends() []string {
 	registryMu.RLock()
 	defer registryMu.RUnlock()
 	return slices.Sorted(maps.Keys(registry))
+}
+
+// LauncherSize returns the number of processes an MPI launcher (mpirun,
+// srun with PMI) started this job with, read from the environment it
+// sets; ok is false outside such a launcher.
+func LauncherSize() (size int, ok bool) {
+	for _, key := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"} {
+		if n, err := strconv.Atoi(os.Getenv(key)); err == nil && n > 0 {
+			return n, true
+		}
+	}
+	return 0, false
 }

@@ -7,11 +7,14 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
 )
@@ -26,7 +29,7 @@ type Config struct {
 	LossScale   string      `yaml:"loss_scale"`   // auto or none
 	Strategy    string      `yaml:"strategy"`     // single
 	Devices     int         `yaml:"devices"`      // 1
-	Comm        string      `yaml:"comm"`         // local (ranks as goroutines) or mpi (under mpirun)
+	Comm        string      `yaml:"comm"`         // auto (mpi under an MPI launcher, else local), local (ranks as goroutines) or mpi
 	Steps       int         `yaml:"steps"`        // optimizer steps
 	BatchSize   int         `yaml:"batch_size"`   // sequences or images per step
 	LR          float64     `yaml:"lr"`           // AdamW learning rate
@@ -75,7 +78,7 @@ type ModuleFor struct {
 func Defaults() Config {
 	return Config{
 		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
-		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "local",
+		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto",
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
 		LoRA: LoRA{Rank: 8, Alpha: 16},
@@ -97,6 +100,13 @@ func LoadConfig(path string, c *Config) error {
 // ParseConfig overlays YAML b on c; unknown keys are errors, all of them
 // on one line.
 func ParseConfig(b []byte, c *Config) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return err
+	}
+	if err := integral(&doc, reflect.TypeOf(*c)); err != nil {
+		return err
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	err := dec.Decode(c)
@@ -104,12 +114,74 @@ func ParseConfig(b []byte, c *Config) error {
 	if errors.As(err, &te) {
 		return errors.New(strings.Join(te.Errors, "; "))
 	}
+	if errors.Is(err, io.EOF) { // an empty file sets nothing
+		return nil
+	}
 	return err
 }
 
-// validate reports the first setting that cannot run.
-func (c Config) validate() error {
+// integral refuses a non-integral number for an integer field, which the
+// YAML decoder would truncate (width: 64.5 would train at width 64).
+func integral(n *yaml.Node, t reflect.Type) error {
 	switch {
+	case n.Kind == yaml.DocumentNode || n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		elem := t
+		if n.Kind == yaml.SequenceNode {
+			elem = t.Elem()
+		}
+		for _, c := range n.Content {
+			if err := integral(c, elem); err != nil {
+				return err
+			}
+		}
+	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if f, ok := fieldByTag(t, n.Content[i].Value); ok {
+				if err := integral(n.Content[i+1], f.Type); err != nil {
+					return fmt.Errorf("%s: %w", n.Content[i].Value, err)
+				}
+			}
+		}
+	case n.Kind == yaml.ScalarNode && n.Tag == "!!float" && isInteger(t.Kind()):
+		return fmt.Errorf("line %d: %s is not an integer", n.Line, n.Value)
+	}
+	return nil
+}
+
+// fieldByTag finds the field of struct type t whose yaml key is key.
+func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if f := t.Field(i); strings.Split(f.Tag.Get("yaml"), ",")[0] == key {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
+}
+
+func isInteger(k reflect.Kind) bool { return k >= reflect.Int && k <= reflect.Uint64 }
+
+// backend resolves Comm "auto": mpi under an MPI launcher, else local.
+func (c Config) backend() string {
+	if c.Comm != "auto" {
+		return c.Comm
+	}
+	if _, launched := comm.LauncherSize(); launched {
+		return "mpi"
+	}
+	return "local"
+}
+
+// validate reports the first setting that cannot run; a launcher's
+// process count that disagrees with the settings comes first.
+func (c Config) validate() error {
+	size, launched := comm.LauncherSize()
+	switch {
+	case launched && size > 1 && c.Comm == "local":
+		return fmt.Errorf("comm local under an MPI launcher of %d processes: each would train alone into the same run folder; use comm mpi (or leave comm to auto)", size)
+	case launched && c.backend() == "mpi" && c.Devices != size:
+		return fmt.Errorf("devices %d, but the MPI launcher started %d processes: give --devices %d", c.Devices, size, size)
+	case !launched && c.Comm == "mpi":
+		return fmt.Errorf("comm mpi needs an MPI launcher: run under mpirun -np %d", max(c.Devices, 1))
 	case c.Steps < 1:
 		return fmt.Errorf("steps %d: must be at least 1", c.Steps)
 	case c.BatchSize < 1:
@@ -126,14 +198,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
 	case c.Strategy == "single" && c.Devices > 1:
 		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.Devices)
-	case c.Devices < 1 && c.Comm != "mpi":
+	case c.Devices < 1:
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
 	case c.BatchSize%max(c.Devices, 1) != 0:
 		return fmt.Errorf("batch size %d does not split evenly over %d devices", c.BatchSize, c.Devices)
 	case len(c.LoRA.Targets) > 0 && (c.LoRA.Rank < 1 || c.Devices != 1):
 		return fmt.Errorf("lora: rank %d on %d devices: want rank ≥ 1 on one device", c.LoRA.Rank, c.Devices)
-	case c.Comm != "local" && c.Comm != "mpi":
-		return fmt.Errorf("comm %q: accepted are local and mpi", c.Comm)
+	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
+		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
 	}
 	for _, name := range models.Names() {
 		if name == c.Model {

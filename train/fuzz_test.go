@@ -15,7 +15,7 @@ func FuzzParseConfig(f *testing.F) {
 		c := Defaults()
 		if ParseConfig(b, &c) == nil {
 			_ = c.validate()
-			_, _, _ = c.policy()
+			_, _, _ = c.policy(nil)
 		}
 	})
 }

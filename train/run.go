@@ -51,10 +51,15 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*float64)(f))
 }
 
-// Observer sees the run as it goes; Plan is called once before the first step.
+// Observer is the one reporting path of a run: everything printed once per
+// job goes through it, and only rank 0's is called. Warn comes first (the
+// precision's notices), Plan once before the first step, Step after every
+// step, Done when the run ends well.
 type Observer interface {
+	Warn(msg string)
 	Plan(p *fabric.Plan, startStep int)
 	Step(m Metrics, total int)
+	Done(s *Summary)
 }
 
 // Summary is how a run ended.
@@ -70,12 +75,14 @@ type Summary struct {
 // Run trains c.Model with c's precision and strategy, resuming from
 // c.Out's latest checkpoint when resume is set. Devices ranks run as
 // goroutines ("local") or as this process's rank of an mpirun job
-// ("mpi"); rank 0 reports.
+// ("mpi"); rank 0 reports to obs and its Summary is returned (nil in the
+// other processes of an mpirun job).
 func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	pol, scaling, err := c.policy()
+	var warnings []string
+	pol, scaling, err := c.policy(func(msg string) { warnings = append(warnings, msg) })
 	if err != nil {
 		return nil, err
 	}
@@ -90,30 +97,39 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err != nil {
 		return nil, err
 	}
-	comms, err := comm.Open(c.Comm, c.Devices)
+	comms, err := comm.Open(c.backend(), c.Devices)
 	if err != nil {
 		return nil, err
 	}
+	if comms[0].Rank() != 0 { // under mpirun, another process reports
+		obs = quiet{}
+	}
+	for _, w := range warnings {
+		obs.Warn(w)
+	}
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
-		r := &rankRun{c: c, t: t, comm: cm, obs: obs}
-		if cm.Rank() != 0 {
-			r.obs = quiet{}
+		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}}
+		if cm.Rank() == 0 {
+			r.obs = obs
 		}
 		sums[i], err = r.run(ctx, pol, scaling, info, resume)
 		return err
 	})
-	if err != nil {
+	if err != nil || comms[0].Rank() != 0 {
 		return nil, err
 	}
+	obs.Done(sums[0])
 	return sums[0], nil
 }
 
 // quiet is the Observer of ranks other than 0.
 type quiet struct{}
 
+func (quiet) Warn(string)            {}
 func (quiet) Plan(*fabric.Plan, int) {}
 func (quiet) Step(Metrics, int)      {}
+func (quiet) Done(*Summary)          {}
 
 // rankRun is one rank's training loop.
 type rankRun struct {
@@ -167,6 +183,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	if resume {
 		if start, err = ckpt.load(c); err != nil {
 			return nil, err
+		}
+		if start >= c.Steps {
+			return nil, fmt.Errorf("resume: the run in %s has already trained %d steps, and steps is %d; give a larger --steps to train on", c.Out, start, c.Steps)
 		}
 	}
 	sum := &Summary{FirstValLoss: math.NaN()}
@@ -242,13 +261,14 @@ func (r *rankRun) evaluate(ctx context.Context) (float64, error) {
 	return total / float64(r.c.EvalBatches), nil
 }
 
-// policy builds the precision policy of the run.
-func (c Config) policy() (precision.Policy, precision.LossScaling, error) {
+// policy builds the precision policy of the run; its notices (deprecated
+// aliases) go to warn.
+func (c Config) policy(warn func(string)) (precision.Policy, precision.LossScaling, error) {
 	rules := make([]string, len(c.Modules))
 	for i, m := range c.Modules {
 		rules[i] = m.Match + "=" + m.Precision
 	}
-	return precision.ParsePolicy(c.Precision, rules, c.LossScale, precision.Options{})
+	return precision.ParsePolicy(c.Precision, rules, c.LossScale, precision.Options{Warn: warn})
 }
 
 // loraOf returns the LoRA member of p, if it has one.

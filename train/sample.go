@@ -18,6 +18,17 @@ import (
 // run (its latest checkpoint), drawing each from the softmax of the logits
 // divided by temperature (0: always the most likely).
 func Sample(run, prompt string, n int, temperature float64, seed uint64) (string, error) {
+	switch {
+	case n < 1:
+		return "", fmt.Errorf("sample: n %d: want at least 1 character", n)
+	case !(temperature >= 0) || math.IsInf(temperature, 1):
+		return "", fmt.Errorf("sample: temperature %v: want 0 (greedy) or a positive number", temperature)
+	}
+	for i, r := range prompt {
+		if r >= 0x80 || data.EncodeText(string(r))[0] == data.Unknown {
+			return "", fmt.Errorf("sample: the prompt's character %q at byte %d is outside the model's vocabulary (tab, newline and printable ASCII)", r, i)
+		}
+	}
 	dir := filepath.Join(run, "checkpoints")
 	m, _, err := ReadManifest(dir)
 	if err != nil {
@@ -27,7 +38,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if c.Model != "gpt" {
 		return "", fmt.Errorf("sample: the run trained %s; only gpt generates text", c.Model)
 	}
-	pol, scaling, err := c.policy()
+	pol, scaling, err := c.policy(nil)
 	if err != nil {
 		return "", err
 	}

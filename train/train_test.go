@@ -116,7 +116,7 @@ func TestHybridTwoPrecisions(t *testing.T) {
 	c.Model, c.Precision, c.Modules = "hybrid", "bf16-true", []ModuleFor{{Match: "vision.**", Precision: "16-mixed"}}
 	c.Steps, c.BatchSize, c.EvalEvery, c.EvalBatches, c.SaveEvery, c.Out = 120, 16, 60, 2, 120, t.TempDir()
 	var plan *fabric.Plan
-	if _, err := Run(context.Background(), c, false, planSpy{&plan}); err != nil {
+	if _, err := Run(context.Background(), c, false, planSpy{plan: &plan}); err != nil {
 		t.Fatal(err)
 	}
 	ls := losses(t, c.Out)
@@ -135,10 +135,12 @@ func TestHybridTwoPrecisions(t *testing.T) {
 	}
 }
 
-type planSpy struct{ plan **fabric.Plan }
+type planSpy struct {
+	quiet
+	plan **fabric.Plan
+}
 
 func (s planSpy) Plan(p *fabric.Plan, _ int) { *s.plan = p }
-func (planSpy) Step(Metrics, int)            {}
 
 func mean(xs []float64) float64 {
 	var s float64

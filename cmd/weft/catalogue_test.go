@@ -16,6 +16,7 @@ var update = flag.Bool("update", false, "rewrite docs/bad-inputs.md from the cat
 type badInput struct {
 	what string
 	args func(dir string) []string // dir: a scratch folder the case may fill
+	env  []string                  // KEY=VALUE set while the case runs (an MPI launcher's)
 }
 
 func writeFile(dir, name string, b []byte) string {
@@ -25,61 +26,86 @@ func writeFile(dir, name string, b []byte) string {
 }
 
 var catalogue = []badInput{
-	{"an unknown precision", func(string) []string { return []string{"plan", "--precision", "fp9"} }},
-	{"conflicting plugins", func(string) []string { return []string{"plan", "--precision", "16-mixed+bf16-mixed"} }},
-	{"two storage dtypes for one parameter", func(string) []string { return []string{"plan", "--precision", "bf16-true+16-true"} }},
-	{"a malformed per-module rule", func(string) []string { return []string{"plan", "--precision-for", "vision.**"} }},
+	{"an unknown precision", func(string) []string { return []string{"plan", "--precision", "fp9"} }, nil},
+	{"conflicting plugins", func(string) []string { return []string{"plan", "--precision", "16-mixed+bf16-mixed"} }, nil},
+	{"two storage dtypes for one parameter", func(string) []string { return []string{"plan", "--precision", "bf16-true+16-true"} }, nil},
+	{"a malformed per-module rule", func(string) []string { return []string{"plan", "--precision-for", "vision.**"} }, nil},
 	{"equally specific rules", func(string) []string {
 		return []string{"plan", "--model", "hybrid", "--precision-for", "vision.*=16-mixed", "--precision-for", "*.conv1=bf16-mixed"}
-	}},
+	}, nil},
 	{"float16 compute with loss scaling refused", func(string) []string {
 		return []string{"plan", "--model", "hybrid", "--precision-for", "vision.**=16-mixed", "--loss-scale", "none"}
-	}},
-	{"a bad jmp policy", func(string) []string { return []string{"plan", "--precision", "params=int8,compute=bfloat16"} }},
-	{"an unknown model", func(string) []string { return []string{"plan", "--model", "resnet"} }},
-	{"an unknown strategy", func(string) []string { return []string{"plan", "--strategy", "deepspeed"} }},
-	{"zero devices", func(string) []string { return []string{"plan", "--devices", "0"} }},
-	{"a missing reference folder", func(string) []string { return []string{"parity", "--refs", "/nonexistent"} }},
-	{"an unknown flag", func(string) []string { return []string{"train", "--stepz", "3"} }},
+	}, nil},
+	{"a bad jmp policy", func(string) []string { return []string{"plan", "--precision", "params=int8,compute=bfloat16"} }, nil},
+	{"an unknown model", func(string) []string { return []string{"plan", "--model", "resnet"} }, nil},
+	{"an unknown strategy", func(string) []string { return []string{"plan", "--strategy", "deepspeed"} }, nil},
+	{"zero devices", func(string) []string { return []string{"plan", "--devices", "0"} }, nil},
+	{"a missing reference folder", func(string) []string { return []string{"parity", "--refs", "/nonexistent"} }, nil},
+	{"an unknown flag", func(string) []string { return []string{"train", "--stepz", "3"} }, nil},
 	{"an unknown config key", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: gpt\nstepz: 3\n"))}
-	}},
+	}, nil},
 	{"a config that is not YAML", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: [gpt\n"))}
-	}},
+	}, nil},
 	{"a batch that does not split over the devices", func(dir string) []string {
 		return []string{"train", "--batch-size", "15", "--devices", "2", "--out", dir}
-	}},
-	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }},
+	}, nil},
+	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }, nil},
 	{"a checkpoint's latest pointing outside its folder", func(dir string) []string {
 		os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755)
 		writeFile(filepath.Join(dir, "checkpoints"), "latest", []byte("../../etc\n"))
 		return []string{"train", "--resume", "--out", dir}
-	}},
+	}, nil},
 	{"a corrupt manifest", func(dir string) []string {
 		ck := filepath.Join(dir, "checkpoints", "step-000010")
 		os.MkdirAll(ck, 0o755)
 		writeFile(filepath.Join(dir, "checkpoints"), "latest", []byte("step-000010\n"))
 		writeFile(ck, "manifest.json", []byte(`{"format":"weft-checkpoint/1","step":-4}`))
 		return []string{"train", "--resume", "--out", dir}
-	}},
+	}, nil},
 	{"a truncated safetensors file", func(dir string) []string {
 		return []string{"inspect", writeFile(dir, "x.safetensors", []byte{0x40, 0, 0, 0, 0, 0, 0, 0, '{'})}
-	}},
+	}, nil},
 	{"a safetensors header claiming a huge size", func(dir string) []string {
 		return []string{"inspect", writeFile(dir, "x.safetensors", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0})}
-	}},
+	}, nil},
 	{"overlapping tensors", func(dir string) []string {
 		h := `{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}`
 		b := append([]byte{byte(len(h)), 0, 0, 0, 0, 0, 0, 0}, h...)
 		return []string{"inspect", writeFile(dir, "x.safetensors", append(b, make([]byte, 12)...))}
-	}},
-	{"a path that does not exist", func(string) []string { return []string{"inspect", "/nonexistent/ckpt"} }},
+	}, nil},
+	{"a path that does not exist", func(string) []string { return []string{"inspect", "/nonexistent/ckpt"} }, nil},
 	{"an unwritable output folder", func(dir string) []string {
 		return []string{"train", "--steps", "1", "--out", writeFile(dir, "file", nil) + "/run"}
-	}},
-	{"sampling a run that does not exist", func(string) []string { return []string{"sample", "--ckpt", "/nonexistent"} }},
-	{"an unknown bench", func(string) []string { return []string{"bench", "conv"} }},
+	}, nil},
+	{"sampling a run that does not exist", func(string) []string { return []string{"sample", "--ckpt", "/nonexistent"} }, nil},
+	{"an unknown bench", func(string) []string { return []string{"bench", "conv"} }, nil},
+	{"a non-integral number for an integer setting", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt:\n  width: 64.5\n"))}
+	}, nil},
+	{"resuming a run that has finished", func(dir string) []string {
+		root := newRoot()
+		root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
+		root.SetOut(io.Discard)
+		root.Execute()
+		return []string{"train", "--model", "cnn", "--steps", "1", "--resume", "--out", dir}
+	}, nil},
+	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil},
+	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil},
+	{"a prompt outside the vocabulary", func(string) []string { return []string{"sample", "--prompt", "func é"} }, nil},
+	{"in-process ranks under mpirun", func(dir string) []string {
+		return []string{"train", "--devices", "2", "--comm", "local", "--out", dir}
+	}, []string{"OMPI_COMM_WORLD_SIZE=2"}},
+	{"devices that differ from mpirun's processes", func(dir string) []string {
+		return []string{"train", "--devices", "3", "--out", dir}
+	}, []string{"OMPI_COMM_WORLD_SIZE=2"}},
+	{"comm mpi without mpirun", func(dir string) []string {
+		return []string{"train", "--devices", "2", "--comm", "mpi", "--out", dir}
+	}, nil},
+	{"strategy single on several devices", func(dir string) []string {
+		return []string{"train", "--devices", "2", "--out", dir}
+	}, nil},
 }
 
 // TestBadInputCatalogue runs every bad input: each must fail with one line
@@ -91,6 +117,10 @@ func TestBadInputCatalogue(t *testing.T) {
 	for _, c := range catalogue {
 		dir := t.TempDir()
 		args := c.args(dir)
+		for _, kv := range c.env {
+			k, v, _ := strings.Cut(kv, "=")
+			t.Setenv(k, v)
+		}
 		root := newRoot()
 		root.SetArgs(args)
 		root.SetOut(io.Discard)
@@ -102,7 +132,16 @@ func TestBadInputCatalogue(t *testing.T) {
 		}
 		msg, code := err.Error(), exitCode(err)
 		shown := strings.ReplaceAll(strings.Join(args, " "), dir, "DIR")
-		fmt.Fprintf(&doc, "| %s | `weft %s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(strings.ReplaceAll(msg, dir, "DIR"), "|", "\\|"))
+		if len(c.env) > 0 {
+			shown = strings.Join(c.env, " ") + " weft " + shown
+		} else {
+			shown = "weft " + shown
+		}
+		fmt.Fprintf(&doc, "| %s | `%s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(strings.ReplaceAll(msg, dir, "DIR"), "|", "\\|"))
+		for _, kv := range c.env {
+			k, _, _ := strings.Cut(kv, "=")
+			os.Unsetenv(k)
+		}
 	}
 	path := "../../docs/bad-inputs.md"
 	if *update {

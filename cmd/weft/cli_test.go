@@ -43,6 +43,9 @@ func TestCLI(t *testing.T) {
 		{[]string{"train", "--steps", "0"}, 1, []string{"steps 0"}},
 		{[]string{"inspect", "../../testdata/reference/fp8gemm.safetensors"}, 0, []string{"64x32x64.x", "float32", "8192"}},
 		{[]string{"train", "--bogus"}, 1, []string{"unknown flag"}},
+		// Lightning's notice on the alias "16", from train as from plan.
+		{[]string{"train", "--model", "cnn", "--precision", "16", "--steps", "1", "--out", "TMP"}, 0, []string{"warning: precision 16 is supported for historical reasons"}},
+		{[]string{"plan", "--precision", "16"}, 0, []string{"warning: precision 16 is supported for historical reasons"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -50,6 +53,11 @@ func TestCLI(t *testing.T) {
 				tt.args = append(tt.args, "--refs", "../../testdata/reference")
 				if strings.Contains(strings.Join(tt.args, " "), "/nonexistent") {
 					tt.args = tt.args[:len(tt.args)-2]
+				}
+			}
+			for i, a := range tt.args {
+				if a == "TMP" {
+					tt.args[i] = t.TempDir()
 				}
 			}
 			out, code := run(tt.args...)

@@ -163,8 +163,13 @@ func TestTrainUnderMpirun(t *testing.T) {
 					cmd = append(append(mpirunArgs(2), bin), cmd...)
 				}
 				name := map[string]string{"mpi": mpirun, "local": bin}[comm]
-				if b, err := exec.Command(name, cmd...).CombinedOutput(); err != nil {
+				b, err := exec.Command(name, cmd...).CombinedOutput()
+				if err != nil {
 					t.Fatalf("%s: %v\n%s", comm, err, b)
+				}
+				// Rank 0 alone reports, with the first validation loss it read.
+				if summaries := strings.Count(string(b), "validation loss"); summaries != 1 || strings.Contains(string(b), "NaN") {
+					t.Fatalf("%s: %d summaries:\n%s", comm, summaries, b)
 				}
 				metrics, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
 				if err != nil {

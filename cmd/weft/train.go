@@ -46,19 +46,10 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 				}
 				c.Modules = append(c.Modules, m)
 			}
-			obs := newProgress(cmd.OutOrStdout(), c.Model)
-			sum, err := train.Run(cmd.Context(), c, resume, obs)
+			obs := newProgress(cmd.OutOrStdout(), cmd.ErrOrStderr(), c)
+			_, err := train.Run(cmd.Context(), c, resume, obs)
 			obs.finish()
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
-				sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, c.Out, c.Out)
-			if sum.BF16Bytes > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "quantized weights: %d bytes, %.1f%% of their %d bytes in bf16\n",
-					sum.QuantizedBytes, 100*float64(sum.QuantizedBytes)/float64(sum.BF16Bytes), sum.BF16Bytes)
-			}
-			return nil
+			return err
 		},
 	}
 	fs := cmd.Flags()
@@ -70,7 +61,7 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.StringVar(&c.LossScale, "loss-scale", c.LossScale, "auto or none")
 	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: single, ddp, zero1, zero2 or fsdp")
 	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
-	fs.StringVar(&c.Comm, "comm", c.Comm, "local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
+	fs.StringVar(&c.Comm, "comm", c.Comm, "auto (mpi under mpirun, else local), local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
 	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
@@ -118,21 +109,36 @@ func parseModuleFor(s string) (train.ModuleFor, error) {
 	return train.ModuleFor{}, fmt.Errorf("--precision-for %q: want GLOB=SPEC, e.g. 'vision.**=16-mixed'", s)
 }
 
-// progress shows a bar with loss, throughput and ETA on a terminal and a
-// log line every few steps otherwise.
+// progress is rank 0's report of a run: the plan, then a bar with loss,
+// throughput and ETA on a terminal or a log line every few steps
+// otherwise, then the summary.
 type progress struct {
-	out   io.Writer
-	model string
-	bar   *progressbar.ProgressBar
-	start time.Time
-	first int
+	out, warn io.Writer
+	c         train.Config
+	bar       *progressbar.ProgressBar
+	start     time.Time
+	first     int
 }
 
-func newProgress(out io.Writer, model string) *progress { return &progress{out: out, model: model} }
+func newProgress(out, warn io.Writer, c train.Config) *progress {
+	return &progress{out: out, warn: warn, c: c}
+}
+
+func (p *progress) Warn(msg string) { fmt.Fprintln(p.warn, "weft: warning:", msg) }
 
 func (p *progress) Plan(plan *fabric.Plan, start int) {
-	printPlanTo(p.out, p.model, plan)
+	printPlanTo(p.out, p.c.Model, plan)
 	p.start, p.first = time.Now(), start
+}
+
+func (p *progress) Done(sum *train.Summary) {
+	p.finish()
+	fmt.Fprintf(p.out, "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
+		sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, p.c.Out, p.c.Out)
+	if sum.BF16Bytes > 0 {
+		fmt.Fprintf(p.out, "quantized weights: %d bytes, %.1f%% of their %d bytes in bf16\n",
+			sum.QuantizedBytes, 100*float64(sum.QuantizedBytes)/float64(sum.BF16Bytes), sum.BF16Bytes)
+	}
 }
 
 func (p *progress) Step(m train.Metrics, total int) {
@@ -161,5 +167,6 @@ func (p *progress) finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 		fmt.Fprintln(p.out)
+		p.bar = nil
 	}
 }
