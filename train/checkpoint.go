@@ -2,6 +2,8 @@ package train
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +31,7 @@ import (
 // half-written checkpoint where a reader looks. A sharded checkpoint loads
 // onto any number of ranks: the chunks are joined and cut anew.
 const (
-	manifestFormat = "weft-checkpoint/1"
+	manifestFormat = "weft-checkpoint/2"
 	stateFile      = "state.safetensors"
 	manifestFile   = "manifest.json"
 	latestFile     = "latest"
@@ -47,6 +49,15 @@ type Manifest struct {
 	// OptimizerShards is the number of optim-rank files (0: the moments
 	// are whole, in state.safetensors).
 	OptimizerShards int `json:"optimizer_shards"`
+	// Digests are the SHA-256 of every file of the checkpoint and of every
+	// tensor in it, by file name; loading checks them.
+	Digests map[string]Digest `json:"digests"`
+}
+
+// Digest is the SHA-256 (hex) of one safetensors file and of each tensor's bytes.
+type Digest struct {
+	File    string            `json:"file"`
+	Tensors map[string]string `json:"tensors"`
 }
 
 type checkpointer struct {
@@ -119,6 +130,14 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	}
 	if err := checkpoint.WriteSafetensors(filepath.Join(tmp, stateFile), tensors, map[string]string{"format": manifestFormat}); err != nil {
 		return "", err
+	}
+	m.Digests = map[string]Digest{}
+	for _, name := range m.files() {
+		f, raw, err := readFile(filepath.Join(tmp, name))
+		if err != nil {
+			return "", err
+		}
+		m.Digests[name] = digest(f, raw)
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -237,24 +256,91 @@ type saved struct {
 	shards   []*checkpoint.File
 }
 
-// openLatest opens the latest checkpoint under dir (a run's checkpoints folder).
+// files names the checkpoint's safetensors files.
+func (m *Manifest) files() []string {
+	names := []string{stateFile}
+	for r := range m.OptimizerShards {
+		names = append(names, shardFile(r))
+	}
+	return names
+}
+
+// readFile reads and parses a safetensors file, keeping its bytes.
+func readFile(path string) (*checkpoint.File, []byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	f, err := checkpoint.ParseSafetensors(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	return f, raw, nil
+}
+
+func digest(f *checkpoint.File, raw []byte) Digest {
+	d := Digest{File: sha(raw), Tensors: map[string]string{}}
+	for _, name := range f.Names() {
+		t, _ := f.Tensor(name)
+		d.Tensors[name] = sha(t.Data)
+	}
+	return d
+}
+
+func sha(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// verify checks a file of checkpoint ckpt against its digest in the
+// manifest, naming the first tensor that differs.
+func (m *Manifest) verify(ckpt, name string, f *checkpoint.File, raw []byte) error {
+	want, ok := m.Digests[name]
+	if !ok {
+		return fmt.Errorf("checkpoint %s: the manifest has no digest of %s", ckpt, name)
+	}
+	got := digest(f, raw)
+	for _, t := range f.Names() {
+		if got.Tensors[t] != want.Tensors[t] {
+			return fmt.Errorf("checkpoint %s: tensor %s of %s does not match its SHA-256 in the manifest (the file is corrupt or was changed)", ckpt, t, name)
+		}
+	}
+	if got.File != want.File || len(got.Tensors) != len(want.Tensors) {
+		return fmt.Errorf("checkpoint %s: %s does not match its SHA-256 in the manifest (the file is corrupt or was changed)", ckpt, name)
+	}
+	return nil
+}
+
+// openLatest opens the latest checkpoint under dir (a run's checkpoints
+// folder), checking every file against the manifest's digests.
 func openLatest(dir string) (*saved, error) {
 	m, ckpt, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
 	s := &saved{manifest: m, dir: ckpt}
-	if s.file, err = checkpoint.ReadSafetensors(filepath.Join(ckpt, stateFile)); err != nil {
-		return nil, err
-	}
-	for r := range m.OptimizerShards {
-		f, err := checkpoint.ReadSafetensors(filepath.Join(ckpt, shardFile(r)))
+	for i, name := range m.files() {
+		f, err := OpenVerified(ckpt, m, name)
 		if err != nil {
 			return nil, err
 		}
-		s.shards = append(s.shards, f)
+		if i == 0 {
+			s.file = f
+		} else {
+			s.shards = append(s.shards, f)
+		}
 	}
 	return s, nil
+}
+
+// OpenVerified reads the file called name of checkpoint folder ckpt,
+// whose manifest is m, and checks it against m's digests.
+func OpenVerified(ckpt string, m *Manifest, name string) (*checkpoint.File, error) {
+	f, raw, err := readFile(filepath.Join(ckpt, name))
+	if err != nil {
+		return nil, err
+	}
+	return f, m.verify(ckpt, name, f, raw)
 }
 
 // tensor reads a tensor of state.safetensors (shape is not needed there).
@@ -323,6 +409,9 @@ func ParseManifest(b []byte) (*Manifest, error) {
 	}
 	if m.Format != manifestFormat {
 		return nil, fmt.Errorf("manifest: format %q, want %q", m.Format, manifestFormat)
+	}
+	if len(m.Digests) == 0 {
+		return nil, fmt.Errorf("manifest: no digests of the checkpoint's files")
 	}
 	if m.Step < 0 || m.FabricSteps < 0 {
 		return nil, fmt.Errorf("manifest: negative step %d", m.Step)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weftml/weft/checkpoint"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/bad-inputs.md from the catalogue")
@@ -103,9 +105,38 @@ var catalogue = []badInput{
 	{"comm mpi without mpirun", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--comm", "mpi", "--out", dir}
 	}, nil},
+	{"weights overwritten with NaN bytes, inspected", func(dir string) []string {
+		return []string{"inspect", corruptRun(dir, "cnn")}
+	}, nil},
+	{"weights overwritten with NaN bytes, resumed", func(dir string) []string {
+		corruptRun(dir, "cnn")
+		return []string{"train", "--model", "cnn", "--steps", "2", "--resume", "--out", dir}
+	}, nil},
+	{"weights overwritten with NaN bytes, sampled", func(dir string) []string {
+		return []string{"sample", "--ckpt", corruptRun(dir, "gpt")}
+	}, nil},
 	{"strategy single on several devices", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--out", dir}
 	}, nil},
+}
+
+// corruptRun trains model one step into dir and overwrites the bytes of
+// one weight (head.weight) in its checkpoint with NaNs; it returns dir.
+func corruptRun(dir, model string) string {
+	root := newRoot()
+	root.SetArgs([]string{"train", "--model", model, "--steps", "1", "--batch-size", "4", "--out", dir})
+	root.SetOut(io.Discard)
+	root.Execute()
+	state := filepath.Join(dir, "checkpoints", "step-000001", "state.safetensors")
+	b, _ := os.ReadFile(state)
+	if f, err := checkpoint.ParseSafetensors(b); err == nil {
+		w, _ := f.Tensor("model.head.weight") // its Data aliases b
+		for i := 0; i+4 <= len(w.Data); i += 4 {
+			copy(w.Data[i:], []byte{0, 0, 0xc0, 0x7f}) // float32 NaN
+		}
+	}
+	os.WriteFile(state, b, 0o644)
+	return dir
 }
 
 // TestBadInputCatalogue runs every bad input: each must fail with one line

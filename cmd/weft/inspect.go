@@ -26,7 +26,12 @@ the precision state saved with it (loss scale, amax histories ...).`,
 			if err != nil {
 				return err
 			}
-			f, err := checkpoint.ReadSafetensors(tensors)
+			var f *checkpoint.File
+			if manifest != nil {
+				f, err = train.OpenVerified(filepath.Dir(tensors), manifest, filepath.Base(tensors))
+			} else {
+				f, err = checkpoint.ReadSafetensors(tensors)
+			}
 			if err != nil {
 				return err
 			}

@@ -76,6 +76,10 @@ Op-level details matching CUDA's PyTorch 2.11 kernels:
   * gpt attention: att = (q @ k^T) * 0.25 (exact in bf16), masked_fill(-inf),
     softmax over the last axis, y = att @ v. Under bf16-mixed softmax returns
     float32 and the second matmul casts it back to bf16.
+  * backward formulas read the tensors CUDA saves: inputs (bf16 where the op
+    ran in bf16) and, for softmax, its output -- the bf16-rounded output under
+    bf16-true (see _Softmax), the float32 one under bf16-mixed. LayerNorm saves
+    float32 mean/rstd (acc type) in both.
   * embedding backward: float32 accumulation (CUDA feature kernel for 128
     indices), rounded once.
 AdamW (README's op list == PyTorch 2.11 _single_tensor_adam with decoupled
@@ -83,16 +87,20 @@ weight decay). torch 1.13's own AdamW(foreach=False) is NOT used: it updates
 m with mul_(beta1).add_(grad, alpha=1-beta1) (two ops, two bf16 roundings)
 instead of 2.11's lerp_. Each line below is one op on float32 arithmetic,
 rounded to the parameter's dtype (bf16 for bf16-true, else float32):
-    p = p * f32(1 - lr*wd)
-    m = m + f32(1-b1) * (g - m)                  # lerp_, weight 0.1 < 0.5
-    v = v * f32(b2)
-    v = v + f32(1-b2) * g * g                    # addcmul_
-    d = sqrt(v)
-    d = d * (f32(1) / f32(sqrt(1-b2^t)))         # CUDA div by a CPU scalar is a
-                                                 # multiply by its f32 reciprocal
-    d = d + f32(eps)
-    p = p + f32(-lr/(1-b1^t)) * (m / d)          # addcdiv_
-Scalars are computed in float64 (Python) and converted to float32.
+    p = p * f32(1 - lr*wd)                       # mul_
+    m = fma(f32(1-b1), g - m, m)                 # lerp_ (weight 0.1 < 0.5: self + w*(end-self),
+                                                 #   which nvcc contracts to an fma)
+    v = v * f32(b2)                              # mul_
+    v = fma(f32(1-b2), g * g, v)                 # addcmul_ (pointwise_op_impl: fma(alpha, b*c, a))
+    d = sqrt(v)                                  # sqrt
+    d = d * f32(1 / sqrt(1-b2^t))                # CUDA div_true by a CPU scalar multiplies by
+                                                 #   the reciprocal computed in double
+    d = d + f32(eps)                             # add_
+    p = fma(f32(-lr/(1-b1^t)), m / d, p)         # addcdiv_ (fma(alpha, b/c, a))
+Scalars are computed in float64 (Python) and converted to float32. These fma /
+reciprocal details only move float32 ulps; they are there to stay as close to
+the CUDA kernels (PyTorch 2.11 Lerp.h, DeviceAddCmulCdiv.cuh,
+BinaryDivTrueKernel.cu) as cheaply possible.
 """
 import argparse
 import json
@@ -224,7 +232,9 @@ class Mode:
         return self.op("fp32", lambda x, w, b, r: F.layer_norm(x, (x.shape[-1],), w, b, 1e-5), x, w, b)
 
     def softmax(self, x):
-        return self.op("fp32", lambda x, r: torch.softmax(x, -1), x)
+        # softmax's backward uses its saved OUTPUT: the bf16 (rounded) one when
+        # the op ran in bf16 (bf16-true), the float32 one under autocast.
+        return self.op("fp32", lambda x, r: _Softmax.apply(x, r is rnd_ag), x)
 
     def gelu(self, x):
         return self.op("other", lambda x, r: F.gelu(x), x)
@@ -247,6 +257,26 @@ class Mode:
 
 def rnd_ag(z):
     return Q(z)
+
+
+class _Softmax(torch.autograd.Function):
+    """softmax over the last axis, float32 inside; with bf16=True the output
+    saved for backward is the bf16-rounded one, as CUDA's bf16 softmax saves
+    (and softmax_backward_data reads) its bf16 result:
+    gx = y * (g - sum(g * y)) in float32, rounded once (by the caller's Q)."""
+
+    @staticmethod
+    def forward(ctx, x, bf16):
+        y = torch.softmax(x, -1)
+        if bf16:
+            y = rnd(y)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return y * (g - (g * y).sum(-1, keepdim=True)), None
 
 
 # ---------------------------------------------------------------- models
@@ -317,24 +347,33 @@ def f32(s):
     return float(np.float32(s))
 
 
+def fma(a, b, c):
+    """float32 fma(a, b, c): a*b is exact in float64; one rounding of the sum
+    (float64, then float32: a double rounding that differs from a true fma
+    only when the float64 sum lands exactly on a float32 tie)."""
+    a = a.double() if torch.is_tensor(a) else a
+    return (a * b.double() + c.double()).to(F32)
+
+
 @torch.no_grad()
 def adamw_step(params, state, t, bf16):
     r = rnd if bf16 else (lambda z: z)
     bc1 = 1 - B1 ** t
     bc2 = 1 - B2 ** t
     step_size = LR / bc1
-    inv_bc2_sqrt = float(np.float32(1.0) / np.float32(bc2 ** 0.5))
+    bc2_sqrt = bc2 ** 0.5
+    inv_bc2_sqrt = f32(1.0 / bc2_sqrt)  # CUDA div_true by a CPU scalar: a * f32(1/(double)b)
     for name, p in params.items():
         g = p.grad
         m, v = state[name]
-        p.copy_(r(p * f32(1 - LR * WD)))
-        m.copy_(r(m + f32(1 - B1) * (g - m)))
-        v.copy_(r(v * f32(B2)))
-        v.copy_(r(v + (f32(1 - B2) * g) * g))
-        d = r(torch.sqrt(v))
-        d = r(d * inv_bc2_sqrt)
-        d = r(d + f32(EPS))
-        p.copy_(r(p + f32(-step_size) * (m / d)))
+        p.copy_(r(p * f32(1 - LR * WD)))                       # mul_
+        m.copy_(r(fma(f32(1 - B1), g - m, m)))                 # lerp_: self + w*(end-self), nvcc contracts to fma
+        v.copy_(r(v * f32(B2)))                                # mul_
+        v.copy_(r(fma(f32(1 - B2), g * g, v)))                 # addcmul_: fma(alpha, t1*t2, self)
+        d = r(torch.sqrt(v))                                   # sqrt
+        d = r(d * inv_bc2_sqrt)                                # / bias_correction2_sqrt
+        d = r(d + f32(EPS))                                    # add_
+        p.copy_(r(fma(f32(-step_size), m / d, p)))             # addcdiv_: fma(alpha, t1/t2, self)
 
 
 # ---------------------------------------------------------------- training
