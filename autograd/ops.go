@@ -71,8 +71,10 @@ func matMulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // Conv2d returns the 2-D cross-correlation of x [N, C, H, W] with
 // w [Cout, C, KH, KW] plus b [Cout] (nil for none), the bias added as its
 // own op after the convolution is rounded, as PyTorch's cuDNN path does.
+// Autocast casts all three inputs, the bias too, so under bf16 autocast the
+// add is a bf16 op whose result is rounded again.
 func (tp *Tape) Conv2d(x, w, b *Var, stride, pad int) *Var {
-	x, w = tp.autocast(OpConv2d, x), tp.autocast(OpConv2d, w)
+	x, w, b = tp.autocast(OpConv2d, x), tp.autocast(OpConv2d, w), tp.autocast(OpConv2d, b)
 	n := tp.record(tensor.Conv2d(x.Value, w.Value, stride, pad), conv2dBackward, x, w)
 	n.ints[0], n.ints[1] = stride, pad
 	if b == nil {

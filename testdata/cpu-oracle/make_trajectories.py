@@ -11,13 +11,12 @@ It also replays 32-true for every model and bf16-mixed / bf16-true for mlp
 and compares them with the CUDA reference (validation.json); those replays
 are NOT written into trajectories.json (the CUDA runs stay).
 
-Not produced: 16-mixed and 16-true. Torch 1.13's CPU backend has no float16
-conv2d/matmul kernels, and the float16 emulation (with GradScaler) is not
-needed for the missing cases the hidden CUDA references check first.
+Not produced: 16-mixed and 16-true (torch 1.13's CPU backend has no float16
+conv2d/matmul kernels; a float16 emulation with GradScaler was out of scope).
 
 WHY EXPLICIT EMULATION INSTEAD OF torch.autocast("cpu") / CPU bf16 kernels
 --------------------------------------------------------------------------
-Probed on this machine (torch 1.13.0a0, BLAS_INFO=generic, AVX2, no AVX512-BF16):
+Probed on this machine (torch 1.13.0a0, BLAS_INFO=generic, CPU capability AVX2):
   * CPU autocast's lists differ from CUDA's: layer_norm is not in CPU's fp32
     list (bf16 input + fp32 weight raises "expected scalar type BFloat16 but
     found Float"), softmax/log_softmax of a bf16 input return bf16 (CUDA
@@ -98,9 +97,12 @@ rounded to the parameter's dtype (bf16 for bf16-true, else float32):
     d = d + f32(eps)                             # add_
     p = fma(f32(-lr/(1-b1^t)), m / d, p)         # addcdiv_ (fma(alpha, b/c, a))
 Scalars are computed in float64 (Python) and converted to float32. These fma /
-reciprocal details only move float32 ulps; they are there to stay as close to
-the CUDA kernels (PyTorch 2.11 Lerp.h, DeviceAddCmulCdiv.cuh,
-BinaryDivTrueKernel.cu) as cheaply possible.
+reciprocal details only move float32 ulps (they are invisible in bf16-true);
+they follow recent PyTorch CUDA sources (Lerp.h; DeviceAddCmulCdiv.cuh, whose
+explicit std::fma may postdate 2.11 -- before it nvcc's default contraction
+fused the same expressions; BinaryDivTrueKernel.cu). Without them mlp
+bf16-mixed drifts to 2.7e-3 from CUDA at step 58 instead of 1.4e-3: at this
+level the drift is chaotic (see noise_floor.py), not a semantic signal.
 """
 import argparse
 import json
@@ -114,6 +116,9 @@ import torch
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# One thread: CPU float32 conv/reduction kernels split work (and so summation
+# order) by thread count; with one thread the output is reproducible.
+torch.set_num_threads(1)
 F32 = torch.float32
 BF = torch.bfloat16
 
@@ -430,9 +435,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ref", default=os.path.join(HERE, "..", "reference"))
     ap.add_argument("--out", default=HERE)
-    ap.add_argument("--threads", type=int, default=4)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     refs = load_safetensors(os.path.join(args.ref, "refs.safetensors"))
     ref_traj = json.load(open(os.path.join(args.ref, "trajectories.json")))
 
