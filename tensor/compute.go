@@ -34,6 +34,7 @@ func view[T float](t *Tensor) []T {
 // stores T, otherwise a decoded copy in pooled scratch, which the caller
 // may hand back with drop once done with it.
 func get[T float](t *Tensor) []T {
+	t.stored("a kernel")
 	if native[T](t) {
 		return view[T](t)
 	}
@@ -57,6 +58,7 @@ func get[T float](t *Tensor) []T {
 // buf returns a []T to compute t's new elements into: t's own storage when
 // it stores T, otherwise scratch that put encodes back.
 func buf[T float](t *Tensor) []T {
+	t.stored("a kernel")
 	if native[T](t) {
 		return view[T](t)
 	}
