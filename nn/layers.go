@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 
@@ -21,6 +22,12 @@ type Linear struct {
 type LinearGEMM interface {
 	Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
 }
+
+// ErrGEMMReplaced is what a plugin's error wraps when it is asked to
+// replace the arithmetic of a Linear whose GEMM another plugin has
+// replaced already (one of the two would be lost); package precision
+// reports it as a conflict between the two.
+var ErrGEMMReplaced = errors.New("the Linear's arithmetic is already replaced")
 
 // NewLinear initialises W and b uniformly in ±1/sqrt(in), as PyTorch does.
 func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {

@@ -15,23 +15,25 @@ import (
 // its own block, and nothing is carried from step to step.
 type MX struct {
 	Format Format // E4M3, Transformer Engine's default for MXFP8
-	Filter Filter // DefaultFilter
+	Filter Filter // nil: DefaultFilter
+	declines
 }
 
 // BlockSize is the number of elements that share one MX scale.
 const BlockSize = 32
 
 // NewMX returns the recipe with Transformer Engine's defaults.
-func NewMX() *MX { return &MX{Format: E4M3, Filter: DefaultFilter} }
+func NewMX() *MX { return &MX{Format: E4M3} }
 
 func (*MX) Name() string { return "fp8-mx" }
 
 // ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
-func (p *MX) ConvertModule(_ string, m nn.Module) error {
-	l, err := eligible(m, p.Format, p.Filter, p)
+func (p *MX) ConvertModule(path string, m nn.Module) error {
+	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
 		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{}}
 	}
+	p.note(path, why)
 	return err
 }
 

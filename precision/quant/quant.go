@@ -44,6 +44,8 @@ type Weight interface {
 	// Dequantize returns the weight in dt, a fresh tensor the caller owns
 	// (the Linears free it after their product).
 	Dequantize(dt dtype.DType) *tensor.Tensor
+	// Format names the quantization as FileFormats does ("nf4-dq", "int8").
+	Format() string
 }
 
 var (
@@ -71,6 +73,7 @@ type FourBit struct {
 	// in which "." separates segments as "/" does ("head", "blocks.*.out");
 	// DefaultSkip.
 	Skip []string
+	declines
 }
 
 // NewFourBit returns the plugin for cb with bitsandbytes' defaults.
@@ -91,7 +94,7 @@ func (p *FourBit) ConvertModule(path string, m nn.Module) error {
 	if p.BlockSize < 1 {
 		return fmt.Errorf("quant: %s block size %d: must be positive", p.Name(), p.BlockSize)
 	}
-	l, err := eligible(path, m, p.Skip, p)
+	l, err := p.eligible(path, m, p.Skip, p)
 	if l == nil {
 		return err
 	}
@@ -130,6 +133,7 @@ type Int8 struct {
 	Training  bool
 	Threshold float32  // DefaultThreshold; 0 turns the decomposition off
 	Skip      []string // as FourBit's
+	declines
 }
 
 // NewInt8 returns the plugin with Lightning's defaults.
@@ -151,7 +155,7 @@ func (p *Int8) ConvertModule(path string, m nn.Module) error {
 	if !(p.Threshold >= 0) {
 		return fmt.Errorf("quant: %s threshold %v: must be 0 (no decomposition) or more", p.Name(), p.Threshold)
 	}
-	l, err := eligible(path, m, p.Skip, p)
+	l, err := p.eligible(path, m, p.Skip, p)
 	if l == nil {
 		return err
 	}
@@ -299,21 +303,38 @@ func WeightOf(l *nn.Linear) (Weight, bool) {
 	return nil, false
 }
 
+// declines records the Linears a quantizer left as they were, and why:
+// its Declined method is the precision.ConversionReporter role.
+type declines struct{ why map[string]string }
+
+// Declined says why ConvertModule left the Linear at path as it was.
+func (d *declines) Declined(path string) (why string, ok bool) {
+	why, ok = d.why[path]
+	return why, ok
+}
+
 // eligible returns m as a Linear that owner should convert, or nil when m
-// is not a Linear, its path matches a pattern of skip, or owner has
-// converted it already (converting twice changes nothing). A Linear whose
-// arithmetic or weight another plugin has replaced is an error: a
-// quantizer must come before LoRA, and only one may replace a Linear.
-func eligible(path string, m nn.Module, skip []string, owner plugin) (*nn.Linear, error) {
+// is not a Linear or owner has converted it already (converting twice
+// changes nothing), or nil, noting why, when its path matches a pattern of
+// skip. A Linear whose arithmetic or weight another plugin has replaced is
+// an error wrapping nn.ErrGEMMReplaced: a quantizer must come before LoRA,
+// and only one may replace a Linear.
+func (d *declines) eligible(path string, m nn.Module, skip []string, owner plugin) (*nn.Linear, error) {
 	l, ok := m.(*nn.Linear)
 	if !ok || installedBy(l.GEMM, owner) {
 		return nil, nil
 	}
-	if skipped, err := matches(skip, path); skipped || err != nil {
+	if pattern, err := match(skip, path); pattern != "" || err != nil {
+		if pattern != "" {
+			if d.why == nil {
+				d.why = map[string]string{}
+			}
+			d.why[path] = fmt.Sprintf("is skipped: Skip pattern %q keeps it in float", pattern)
+		}
 		return nil, err
 	}
 	if l.GEMM != nil || l.Weight == nil {
-		return nil, fmt.Errorf("quant: %s cannot convert %q: %T has already replaced its arithmetic (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, l.GEMM)
+		return nil, fmt.Errorf("quant: %s cannot convert %q: %w by %T (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, nn.ErrGEMMReplaced, l.GEMM)
 	}
 	return l, nil
 }
@@ -328,15 +349,21 @@ func freeze(l *nn.Linear, g nn.LinearGEMM, codes *tensor.Tensor) {
 // matches reports whether one of patterns matches the module path p;
 // patterns follow path.Match, with "." separating segments as "/" does.
 func matches(patterns []string, p string) (bool, error) {
+	pattern, err := match(patterns, p)
+	return pattern != "", err
+}
+
+// match returns the first of patterns that matches the module path p, or "".
+func match(patterns []string, p string) (string, error) {
 	p = strings.ReplaceAll(p, ".", "/")
 	for _, pat := range patterns {
 		ok, err := path.Match(strings.ReplaceAll(pat, ".", "/"), p)
 		if err != nil {
-			return false, fmt.Errorf("quant: module pattern %q: %w", pat, err)
+			return "", fmt.Errorf("quant: module pattern %q: %w", pat, err)
 		}
 		if ok {
-			return true, nil
+			return pat, nil
 		}
 	}
-	return false, nil
+	return "", nil
 }
