@@ -96,7 +96,7 @@ func (r *Resolution) judge(rule int, t *tally) error {
 	case t.converted == 0:
 		r.Warnings = append(r.Warnings, fmt.Sprintf("%s converted no Linear: %s; the run goes on without it", t.name, t.why()))
 	case len(t.declined) > 0:
-		r.Warnings = append(r.Warnings, fmt.Sprintf("%s%s left %d Linear(s) as they were: %s", prefix, t.name, len(t.declined), list(t.declined)))
+		r.Warnings = append(r.Warnings, fmt.Sprintf("%s%s left %d Linear(s) as they were: %s", prefix, t.name, len(t.declined), list(t.declined, "; ")))
 	}
 	return nil
 }
@@ -104,18 +104,18 @@ func (r *Resolution) judge(rule int, t *tally) error {
 // why explains a converter that converted nothing.
 func (t *tally) why() string {
 	if len(t.declined) > 0 {
-		return list(t.declined)
+		return list(t.declined, "; ")
 	}
-	return fmt.Sprintf("the modules it governs (%s) hold none", list(t.governed))
+	return fmt.Sprintf("the modules it governs (%s) hold none", list(t.governed, ", "))
 }
 
-// list joins up to 5 items and counts the rest.
-func list(items []string) string {
+// list joins up to 5 items with sep and counts the rest.
+func list(items []string, sep string) string {
 	const most = 5
 	if len(items) <= most {
-		return strings.Join(items, "; ")
+		return strings.Join(items, sep)
 	}
-	return fmt.Sprintf("%s; and %d more", strings.Join(items[:most], "; "), len(items)-most)
+	return fmt.Sprintf("%s%sand %d more", strings.Join(items[:most], sep), sep, len(items)-most)
 }
 
 // arithmetic is what a layer replacement changes: a Linear's GEMM and

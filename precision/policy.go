@@ -187,7 +187,9 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 			if owner != nil && ownerRule != s.Rule {
 				return nil, &ConflictError{Role: "loss scaling", A: describe(owner, "module "+displayPath(ownerPath)), B: describe(s.Plugin, "module "+displayPath(s.Path))}
 			}
-			owner, ownerRule, ownerPath = s.Plugin, s.Rule, s.Path
+			if owner == nil { // the outermost module of the owner's scope names it
+				owner, ownerRule, ownerPath = s.Plugin, s.Rule, s.Path
+			}
 		}
 		if a := Autocast(s.Plugin); a != nil && a.CastInput(autograd.OpLinear, dtype.F32) == dtype.F16 && f16 == "" {
 			f16 = s.Path
