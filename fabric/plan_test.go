@@ -293,4 +293,3 @@ func TestPlanWarnings(t *testing.T) {
 		}
 	}
 }
-
