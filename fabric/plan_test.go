@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
@@ -70,19 +69,7 @@ func trainOneStep(t *testing.T, model string, pol precision.Policy) map[string]m
 	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
-	b := tinyBatch(model)
-	b.X = f.Input(b.X)
-	logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	loss, err := f.Tape().CrossEntropy(logits, b.Targets)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Backward(loss); err != nil {
-		t.Fatal(err)
-	}
+	fabricLoss(t, f, m, tinyBatch(model))
 	out := map[string]measured{}
 	nn.Walk(m, func(path string, mod nn.Module) {
 		var got measured
