@@ -71,26 +71,6 @@ func (f Filter) rejection(in, out int) string {
 	return fmt.Sprintf("is %d→%d, which the plugin's Filter rejects", in, out)
 }
 
-// declines records the Linears a plugin left as they were, and why: its
-// Declined method is the precision.ConversionReporter role.
-type declines struct{ why map[string]string }
-
-func (d *declines) note(path, why string) {
-	if why == "" {
-		return
-	}
-	if d.why == nil {
-		d.why = map[string]string{}
-	}
-	d.why[path] = why
-}
-
-// Declined says why ConvertModule left the Linear at path as it was.
-func (d *declines) Declined(path string) (why string, ok bool) {
-	why, ok = d.why[path]
-	return why, ok
-}
-
 // role is the part a tensor plays in a layer's GEMMs; delayed scaling keeps
 // its state per role.
 type role int

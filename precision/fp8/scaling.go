@@ -10,6 +10,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/precision/internal/declined"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -46,8 +47,8 @@ type Delayed struct {
 	// ranks, if set, makes each amax the maximum over data-parallel
 	// ranks, as Transformer Engine's amax reduction does, so that every
 	// rank casts with the same scales.
-	ranks comm.Agreement
-	declines
+	ranks    comm.Agreement
+	declines declined.Log
 }
 
 // AgreeOver makes every amax the maximum over ranks; the fabric calls it
@@ -61,6 +62,10 @@ func NewDelayed() *Delayed {
 
 func (*Delayed) Name() string { return "fp8" }
 
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *Delayed) Declined(path string) (string, bool) { return p.declines.Why(path) }
+
 // ConvertModule gives m FP8 GEMMs if it is an eligible Linear; its scaling
 // state is kept under path.
 func (p *Delayed) ConvertModule(path string, m nn.Module) error {
@@ -69,7 +74,7 @@ func (p *Delayed) ConvertModule(path string, m nn.Module) error {
 	}
 	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l == nil {
-		p.note(path, why)
+		p.declines.Note(path, why)
 		return err
 	}
 	layer := p.layer(path)
@@ -232,9 +237,9 @@ func (p *Delayed) restore(roles map[string]savedScale) ([numRoles]scaleState, er
 // costs a pass over the tensor but follows its range exactly and keeps no
 // state; a tensor whose amax is 0, inf or NaN is cast with scale 1.
 type Current struct {
-	Format Format // Hybrid
-	Filter Filter // nil: DefaultFilter
-	declines
+	Format   Format // Hybrid
+	Filter   Filter // nil: DefaultFilter
+	declines declined.Log
 }
 
 // NewCurrent returns the recipe with Transformer Engine's defaults.
@@ -242,13 +247,17 @@ func NewCurrent() *Current { return &Current{Format: Hybrid} }
 
 func (*Current) Name() string { return "fp8-current" }
 
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *Current) Declined(path string) (string, bool) { return p.declines.Why(path) }
+
 // ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
 func (p *Current) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
 		l.GEMM = &linear{owner: p, format: p.Format, q: currentScaling{}}
 	}
-	p.note(path, why)
+	p.declines.Note(path, why)
 	return err
 }
 

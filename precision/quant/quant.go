@@ -32,6 +32,7 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/precision/internal/declined"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -72,8 +73,8 @@ type FourBit struct {
 	// Skip lists the module paths left in float, as path.Match patterns
 	// in which "." separates segments as "/" does ("head", "blocks.*.out");
 	// DefaultSkip.
-	Skip []string
-	declines
+	Skip     []string
+	declines declined.Log
 }
 
 // NewFourBit returns the plugin for cb with bitsandbytes' defaults.
@@ -94,14 +95,19 @@ func (p *FourBit) ConvertModule(path string, m nn.Module) error {
 	if p.BlockSize < 1 {
 		return fmt.Errorf("quant: %s block size %d: must be positive", p.Name(), p.BlockSize)
 	}
-	l, err := p.eligible(path, m, p.Skip, p)
+	l, why, err := eligible(path, m, p.Skip, p)
 	if l == nil {
+		p.declines.Note(path, why)
 		return err
 	}
 	q := Quantize4(p.Codebook, l.Weight.Value, p.BlockSize, p.Double)
 	freeze(l, &linear4{owner: p, q: q}, q.Codes)
 	return nil
 }
+
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *FourBit) Declined(path string) (string, bool) { return p.declines.Why(path) }
 
 // linear4 is the arithmetic of a FourBit Linear.
 type linear4 struct {
@@ -133,7 +139,7 @@ type Int8 struct {
 	Training  bool
 	Threshold float32  // DefaultThreshold; 0 turns the decomposition off
 	Skip      []string // as FourBit's
-	declines
+	declines  declined.Log
 }
 
 // NewInt8 returns the plugin with Lightning's defaults.
@@ -155,8 +161,9 @@ func (p *Int8) ConvertModule(path string, m nn.Module) error {
 	if !(p.Threshold >= 0) {
 		return fmt.Errorf("quant: %s threshold %v: must be 0 (no decomposition) or more", p.Name(), p.Threshold)
 	}
-	l, err := p.eligible(path, m, p.Skip, p)
+	l, why, err := eligible(path, m, p.Skip, p)
 	if l == nil {
+		p.declines.Note(path, why)
 		return err
 	}
 	if p.Training {
@@ -167,6 +174,10 @@ func (p *Int8) ConvertModule(path string, m nn.Module) error {
 	freeze(l, &linear8{owner: p, w: q}, q.Codes)
 	return nil
 }
+
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *Int8) Declined(path string) (string, bool) { return p.declines.Why(path) }
 
 // linear8 is the arithmetic of an Int8 Linear; w is the frozen weight of
 // "int8", nil for "int8-training".
@@ -303,40 +314,27 @@ func WeightOf(l *nn.Linear) (Weight, bool) {
 	return nil, false
 }
 
-// declines records the Linears a quantizer left as they were, and why:
-// its Declined method is the precision.ConversionReporter role.
-type declines struct{ why map[string]string }
-
-// Declined says why ConvertModule left the Linear at path as it was.
-func (d *declines) Declined(path string) (why string, ok bool) {
-	why, ok = d.why[path]
-	return why, ok
-}
-
 // eligible returns m as a Linear that owner should convert, or nil when m
 // is not a Linear or owner has converted it already (converting twice
-// changes nothing), or nil, noting why, when its path matches a pattern of
-// skip. A Linear whose arithmetic or weight another plugin has replaced is
-// an error wrapping nn.ErrGEMMReplaced: a quantizer must come before LoRA,
-// and only one may replace a Linear.
-func (d *declines) eligible(path string, m nn.Module, skip []string, owner plugin) (*nn.Linear, error) {
+// changes nothing), or nil and why (after the path) when its path matches
+// a pattern of skip. A Linear whose arithmetic or weight another plugin
+// has replaced is an error wrapping nn.ErrGEMMReplaced: a quantizer must
+// come before LoRA, and only one may replace a Linear.
+func eligible(path string, m nn.Module, skip []string, owner plugin) (l *nn.Linear, declined string, err error) {
 	l, ok := m.(*nn.Linear)
 	if !ok || installedBy(l.GEMM, owner) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if pattern, err := match(skip, path); pattern != "" || err != nil {
 		if pattern != "" {
-			if d.why == nil {
-				d.why = map[string]string{}
-			}
-			d.why[path] = fmt.Sprintf("is skipped: Skip pattern %q keeps it in float", pattern)
+			declined = fmt.Sprintf("is skipped: Skip pattern %q keeps it in float", pattern)
 		}
-		return nil, err
+		return nil, declined, err
 	}
 	if l.GEMM != nil || l.Weight == nil {
-		return nil, fmt.Errorf("quant: %s cannot convert %q: %w by %T (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, nn.ErrGEMMReplaced, l.GEMM)
+		return nil, "", fmt.Errorf("quant: %s cannot convert %q: %w by %T (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, nn.ErrGEMMReplaced, l.GEMM)
 	}
-	return l, nil
+	return l, "", nil
 }
 
 // freeze installs g, which holds the Linear's weight as codes, and drops
