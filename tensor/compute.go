@@ -1,6 +1,8 @@
 package tensor
 
 import (
+	"unsafe"
+
 	"github.com/weftml/weft/dtype"
 )
 
@@ -22,12 +24,11 @@ func native[T float](t *Tensor) bool {
 	return t.dtype == dtype.F32
 }
 
-// view reinterprets t's storage as []T; t must be native for T.
+// view reinterprets t's storage as []T; t must be native for T (and not
+// meta: get and buf check).
 func view[T float](t *Tensor) []T {
-	if isF64[T]() {
-		return any(t.f64()).([]T)
-	}
-	return any(t.f32()).([]T)
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/int(unsafe.Sizeof(z)))
 }
 
 // get returns t's elements in compute type T: a view of the storage when t

@@ -39,3 +39,7 @@ func (t *Tensor) stored(op string) {
 		panic(fmt.Sprintf("tensor: %s of the meta tensor %v, which has a shape and no storage (a plan's stand-in); build the model with weights to compute with it", op, t))
 	}
 }
+
+// errMetaKernel is stored's panic for the raw views, which stay cheap
+// enough to inline.
+const errMetaKernel = "tensor: a kernel on a meta tensor, which has a shape and no storage (a plan's stand-in); build the model with weights to compute with it"

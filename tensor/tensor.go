@@ -370,12 +370,16 @@ func (t *Tensor) HasNonFinite() bool {
 }
 
 func (t *Tensor) f32() []float32 {
-	t.stored("a kernel")
+	if t.meta {
+		panic(errMetaKernel)
+	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/4)
 }
 
 func (t *Tensor) f64() []float64 {
-	t.stored("a kernel")
+	if t.meta {
+		panic(errMetaKernel)
+	}
 	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/8)
 }
 
