@@ -92,3 +92,13 @@ func TestPlanAndTrainRefuseAlike(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainWarnsOnce: weft train prints the plan's warnings once, under
+// the plan, however many ranks it runs.
+func TestTrainWarnsOnce(t *testing.T) {
+	out, code := run("train", "--model", "cnn", "--precision", "transformer-engine", "--steps", "1", "--devices", "2", "--out", t.TempDir())
+	const warning = "warning: fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"
+	if code != 0 || strings.Count(out, warning) != 1 {
+		t.Errorf("exit %d; want the warning once in:\n%s", code, out)
+	}
+}
