@@ -121,19 +121,21 @@ func (f *Fabric) Precision() precision.Plugin { return f.plugin }
 
 // Setup converts the model for the precision (cast, layer replacement) and
 // gives the optimizer the precision's optimizer-state dtype. opt must
-// already hold the model's parameters; they keep their identity.
+// already hold the model's parameters; they keep their identity. Its
+// precision errors are MakePlan's, word for word; what the conversion
+// left undone is in Plan().Warnings.
 func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
-	plan, err := f.policy.Resolve(m, f.scaling)
-	if err != nil {
-		return fmt.Errorf("fabric: setup: %w", err)
-	}
-	stateDType, setsState := precision.OptimizerStateDType(plan.Root)
 	stater, canHold := opt.(interface{ SetStateDType(dtype.DType) })
-	if setsState && !canHold {
-		return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", plan.Root.Name(), opt)
-	}
-	if err := plan.Convert(); err != nil {
-		return fmt.Errorf("fabric: setup: %w", err)
+	var stateDType dtype.DType
+	var setsState bool
+	plan, err := prepare(m, f.policy, f.scaling, func(res *precision.Resolution) error {
+		if stateDType, setsState = precision.OptimizerStateDType(res.Root); setsState && !canHold {
+			return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", res.Root.Name(), opt)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if setsState {
 		stater.SetStateDType(stateDType)

@@ -2,42 +2,61 @@ package fabric
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/tensor"
 )
 
 // Bytes is a per-rank memory account.
 type Bytes struct {
-	Params         int64 `json:"params"`
+	Params int64 `json:"params"` // trainable parameters
+	// Frozen counts weights that no gradient reaches (quantized codes and
+	// their constants); every rank holds them whole.
+	Frozen         int64 `json:"frozen"`
 	Grads          int64 `json:"grads"`
 	OptimizerState int64 `json:"optimizer_state"`
 }
 
 func (b *Bytes) add(o Bytes) {
 	b.Params += o.Params
+	b.Frozen += o.Frozen
 	b.Grads += o.Grads
 	b.OptimizerState += o.OptimizerState
 }
 
-// ModulePlan is one module's resolved precision and memory.
+// ModulePlan is one module's resolved precision and memory after the
+// conversion training does.
 type ModulePlan struct {
 	Path    string   `json:"path"`
 	Kind    string   `json:"kind"`
 	Plugins []string `json:"plugins"` // the module's plugin stack
-	Params  int      `json:"params"`  // elements of its own parameters
-	Storage string   `json:"storage"`
+	// Converted says which plugins replaced the module's arithmetic and
+	// how: "fp8 GEMMs", "nf4-dq (weight frozen)"; "" for none.
+	Converted string `json:"converted,omitempty"`
+	Params    int    `json:"params"`           // elements of its own trainable parameters
+	Frozen    int    `json:"frozen,omitempty"` // elements of its frozen weight
+	// Storage lists the formats of its own tensors, frozen weight first
+	// ("nf4-dq(packed)/bfloat16"); a module without any shows its
+	// plugin's storage dtype.
+	Storage string `json:"storage"`
 	// Compute is the dtype each op class runs in: gemm (linear, matmul,
 	// conv2d), norm (layer_norm, softmax, losses) and elementwise.
-	Compute       map[string]string `json:"compute"`
-	Communication string            `json:"communication"` // gather and reduce dtype
-	BytesPerRank  Bytes             `json:"bytes_per_rank"`
+	Compute map[string]string `json:"compute"`
+	// Communication lists the dtypes its parameters travel in: gathers
+	// (FSDP: an FP8 recipe's weights as float8_e4m3fn) and gradient
+	// reductions.
+	Communication string `json:"communication"`
+	BytesPerRank  Bytes  `json:"bytes_per_rank"`
 }
 
-// Plan is what a run would do, resolved without running it.
+// Plan is what a run would do, resolved and converted without running it.
 type Plan struct {
 	Precision    string       `json:"precision"`
 	Rules        []string     `json:"precision_for,omitempty"`
@@ -46,13 +65,38 @@ type Plan struct {
 	LossScaling  string       `json:"loss_scaling"`
 	Modules      []ModulePlan `json:"modules"`
 	BytesPerRank Bytes        `json:"bytes_per_rank"`
+	// Warnings are what the conversion left undone that a user should
+	// hear of (precision.Resolution.Warnings).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // adamMoments is the number of optimizer-state tensors per parameter (AdamW's m and v).
 const adamMoments = 2
 
-// MakePlan resolves pol over m for strategy on devices ranks and accounts
-// the bytes each rank holds, without converting m.
+// prepare resolves pol over m and converts m for it: the one way from a
+// policy to a model ready to train, which Setup and MakePlan share, so
+// that a plan refuses what training refuses with the same error. check,
+// if not nil, vets the resolution before m changes.
+func prepare(m nn.Module, pol precision.Policy, scaling precision.LossScaling, check func(*precision.Resolution) error) (*precision.Resolution, error) {
+	res, err := pol.Resolve(m, scaling)
+	if err != nil {
+		return nil, err
+	}
+	if check != nil {
+		if err := check(res); err != nil {
+			return nil, err
+		}
+	}
+	if err := res.Convert(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// MakePlan converts m for pol as Setup does and accounts the bytes each
+// rank holds for strategy on devices ranks. m is converted in place: build
+// it on shapes alone (nn.Meta, models.NewMeta) to plan without memory for
+// its weights, and give training a model of its own.
 func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, strategyName string, devices int) (*Plan, error) {
 	st, err := strategy.Lookup(strategyName)
 	if err != nil {
@@ -61,38 +105,42 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if devices < 1 {
 		return nil, fmt.Errorf("--devices %d: must be at least 1", devices)
 	}
-	res, err := pol.Resolve(m, scaling)
+	res, err := prepare(m, pol, scaling, nil)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Precision: pol.Default.String(), Strategy: st.Name, Devices: devices, LossScaling: "none"}
+	p := &Plan{Precision: pol.Default.String(), Strategy: st.Name, Devices: devices, LossScaling: "none", Warnings: res.Warnings}
 	for _, r := range pol.Rules {
 		p.Rules = append(p.Rules, r.Pattern+"="+r.Spec.String())
 	}
 	if res.ScalesLoss() {
 		p.LossScaling = fmt.Sprintf("dynamic, scale %g", res.Scaler.Scale())
 	}
+	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
+	state, setsState := precision.OptimizerStateDType(res.Root)
+	ranks := ranks{sh: st.Sharding, n: devices}
 	for _, s := range res.Scopes {
-		mp := planModule(s, st.Sharding, devices)
+		mp := ranks.planModule(s, state, setsState)
 		p.BytesPerRank.add(mp.BytesPerRank)
 		p.Modules = append(p.Modules, mp)
 	}
 	return p, nil
 }
 
-func planModule(s precision.Scope, sh strategy.Sharding, n int) ModulePlan {
+// ranks is how a strategy splits what a module holds over n ranks.
+type ranks struct {
+	sh strategy.Sharding
+	n  int
+}
+
+func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
 	storage := dtype.F32
 	if dt, ok := precision.StorageDType(s.Plugin); ok {
 		storage = dt
 	}
-	state := storage
-	if dt, ok := precision.OptimizerStateDType(s.Plugin); ok {
-		state = dt
-	}
 	gemm := computeDType(s.Plugin, autograd.OpLinear, storage)
 	mp := ModulePlan{
-		// Strategies gather parameters and reduce gradients in the storage dtype.
-		Path: s.Path, Kind: s.Kind, Storage: storage.String(), Communication: storage.String(),
+		Path: s.Path, Kind: s.Kind,
 		Compute: map[string]string{
 			"gemm":        gemm.String(),
 			"norm":        computeDType(s.Plugin, autograd.OpLayerNorm, storage).String(),
@@ -102,16 +150,67 @@ func planModule(s precision.Scope, sh strategy.Sharding, n int) ModulePlan {
 	for _, m := range precision.Members(s.Plugin) {
 		mp.Plugins = append(mp.Plugins, m.Name())
 	}
+	var formats, wire []string
+	if l, ok := s.Module.(*nn.Linear); ok {
+		if w, ok := quant.WeightOf(l); ok {
+			format := w.Format()
+			if _, packed := w.(*quant.Blockwise); packed {
+				format += "(packed)"
+			}
+			formats = append(formats, format)
+			mp.Frozen = tensor.Numel(w.Shape())
+			mp.BytesPerRank.Frozen = int64(w.Bytes()) // not sharded: strategies shard parameters only
+		}
+	}
+	mp.Converted = describeConversion(s, mp.Frozen > 0)
 	for _, p := range s.Module.Params() {
-		n64 := int64(p.Var.Value.Len())
-		mp.Params += p.Var.Value.Len()
+		v := p.Var.Value
+		mp.Params += v.Len()
+		formats = appendNew(formats, v.DType().String())
+		on := v.DType()
+		if dt, _, ok := precision.GatherFormat(s.Plugin, nn.Join(s.Path, p.Name)); ok && rk.sh.Parameters && rk.n > 1 {
+			on = dt
+		}
+		wire = appendNew(appendNew(wire, on.String()), v.DType().String())
+		moments := int64(v.Bytes())
+		if setsState {
+			moments = int64(state.StorageBytes(v.Len()))
+		}
 		mp.BytesPerRank.add(Bytes{
-			Params:         strategy.PerRank(int64(storage.StorageBytes(int(n64))), sh.Parameters, n),
-			Grads:          strategy.PerRank(int64(storage.StorageBytes(int(n64))), sh.Gradients, n),
-			OptimizerState: strategy.PerRank(adamMoments*int64(state.StorageBytes(int(n64))), sh.OptimizerState, n),
+			Params:         strategy.PerRank(int64(v.Bytes()), rk.sh.Parameters, rk.n),
+			Grads:          strategy.PerRank(int64(v.Bytes()), rk.sh.Gradients, rk.n),
+			OptimizerState: strategy.PerRank(adamMoments*moments, rk.sh.OptimizerState, rk.n),
 		})
 	}
+	if len(formats) == 0 {
+		formats = []string{storage.String()}
+	}
+	if len(wire) == 0 {
+		wire = []string{storage.String()}
+	}
+	mp.Storage, mp.Communication = strings.Join(formats, "/"), strings.Join(wire, "/")
 	return mp
+}
+
+// describeConversion says which members of s's plugin replaced its
+// module's arithmetic, and how.
+func describeConversion(s precision.Scope, frozen bool) string {
+	if len(s.Converted) == 0 {
+		return ""
+	}
+	names := strings.Join(s.Converted, "+")
+	if frozen {
+		return names + " (weight frozen)"
+	}
+	return names + " GEMMs"
+}
+
+// appendNew appends s to list unless list holds it already.
+func appendNew(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
 }
 
 // computeDType is the dtype op runs in under p for inputs of dtype in.

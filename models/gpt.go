@@ -36,7 +36,7 @@ func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
 	g := &GPT{
 		Tok:  nn.NewEmbedding(rng, cfg.Vocab, cfg.Width),
 		Pos:  nn.NewEmbedding(rng, cfg.Context, cfg.Width),
-		LnF:  nn.NewLayerNorm(cfg.Width),
+		LnF:  nn.NewLayerNorm(rng, cfg.Width),
 		Head: nn.NewLinear(rng, cfg.Width, cfg.Vocab, false),
 	}
 	for i := range cfg.Context {
@@ -99,9 +99,9 @@ type Block struct {
 
 func NewBlock(rng *rand.Rand, width, heads int) *Block {
 	return &Block{
-		Ln1:  nn.NewLayerNorm(width),
+		Ln1:  nn.NewLayerNorm(rng, width),
 		Attn: nn.NewCausalSelfAttention(rng, width, heads),
-		Ln2:  nn.NewLayerNorm(width),
+		Ln2:  nn.NewLayerNorm(rng, width),
 		FC:   nn.NewLinear(rng, width, 4*width, true),
 		Out:  nn.NewLinear(rng, 4*width, width, true),
 	}

@@ -20,7 +20,7 @@ func NewMLP(rng *rand.Rand) *MLP {
 	return &MLP{
 		FC1:  nn.NewLinear(rng, 32, 64, true),
 		FC2:  nn.NewLinear(rng, 64, 64, true),
-		Norm: nn.NewLayerNorm(64),
+		Norm: nn.NewLayerNorm(rng, 64),
 		Head: nn.NewLinear(rng, 64, 10, true),
 	}
 }

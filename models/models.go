@@ -41,9 +41,17 @@ func Names() []string {
 
 // New builds the reference model called name, initialised from seed.
 func New(name string, seed uint64) (Model, error) {
+	return build(name, rand.New(rand.NewPCG(seed, 0)))
+}
+
+// NewMeta builds the reference model called name on shapes alone (see
+// nn.Meta): a plan converts and measures it without memory for weights.
+func NewMeta(name string) (Model, error) { return build(name, nn.Meta) }
+
+func build(name string, rng *rand.Rand) (Model, error) {
 	c, ok := constructors[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (accepted: %s)", name, strings.Join(Names(), ", "))
 	}
-	return c(rand.New(rand.NewPCG(seed, 0))), nil
+	return c(rng), nil
 }

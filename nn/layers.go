@@ -1,12 +1,11 @@
 package nn
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
-	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/tensor"
 )
 
 // Linear is y = x·Wᵀ + b with W [out, in].
@@ -23,6 +22,12 @@ type Linear struct {
 type LinearGEMM interface {
 	Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
 }
+
+// ErrGEMMReplaced is what a plugin's error wraps when it is asked to
+// replace the arithmetic of a Linear whose GEMM another plugin has
+// replaced already (one of the two would be lost); package precision
+// reports it as a conflict between the two.
+var ErrGEMMReplaced = errors.New("the Linear's arithmetic is already replaced")
 
 // NewLinear initialises W and b uniformly in ±1/sqrt(in), as PyTorch does.
 func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {
@@ -54,11 +59,11 @@ type Embedding struct {
 
 // NewEmbedding initialises the table from N(0, 1), as PyTorch does.
 func NewEmbedding(rng *rand.Rand, num, dim int) *Embedding {
-	vals := make([]float32, num*dim)
-	for i := range vals {
-		vals[i] = float32(rng.NormFloat64())
-	}
-	return &Embedding{Weight: autograd.Param(tensor.FromFloat32(vals, num, dim))}
+	return &Embedding{Weight: param(rng, func(vals []float32) {
+		for i := range vals {
+			vals[i] = float32(rng.NormFloat64())
+		}
+	}, num, dim)}
 }
 
 // Forward looks up ids, laid out with the given shape; the result is append(shape, dim).
@@ -81,10 +86,15 @@ type LayerNorm struct {
 	Eps          float64       // 1e-5
 }
 
-func NewLayerNorm(dim int) *LayerNorm {
-	w := tensor.New(dtype.F32, dim)
-	w.Fill(1)
-	return &LayerNorm{Weight: autograd.Param(w), Bias: autograd.Param(tensor.New(dtype.F32, dim)), Eps: 1e-5}
+// NewLayerNorm starts with weight 1 and bias 0, as PyTorch does; rng
+// draws nothing, but Meta builds the layer on shapes alone.
+func NewLayerNorm(rng *rand.Rand, dim int) *LayerNorm {
+	ones := func(vals []float32) {
+		for i := range vals {
+			vals[i] = 1
+		}
+	}
+	return &LayerNorm{Weight: param(rng, ones, dim), Bias: param(rng, func([]float32) {}, dim), Eps: 1e-5}
 }
 
 func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
@@ -135,15 +145,11 @@ func (ReLU) Params() []Param   { return nil }
 func (ReLU) Children() []Child { return nil }
 
 func uniform(rng *rand.Rand, bound float64, shape ...int) *autograd.Var {
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	vals := make([]float32, n)
-	for i := range vals {
-		vals[i] = float32((2*rng.Float64() - 1) * bound)
-	}
-	return autograd.Param(tensor.FromFloat32(vals, shape...))
+	return param(rng, func(vals []float32) {
+		for i := range vals {
+			vals[i] = float32((2*rng.Float64() - 1) * bound)
+		}
+	}, shape...)
 }
 
 // params lists ps, skipping absent (nil) ones such as a missing bias.

@@ -27,7 +27,7 @@ func newTree() *tree {
 	return &tree{Layers: nn.List[nn.Module]{
 		nn.NewLinear(rng, 4, 3, false),
 		nn.NewCausalSelfAttention(rng, 4, 2),
-		nn.NewLayerNorm(4),
+		nn.NewLayerNorm(rng, 4),
 	}}
 }
 

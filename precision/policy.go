@@ -126,6 +126,9 @@ type Scope struct {
 	Module     nn.Module
 	Plugin     Plugin
 	Rule       int // index of the rule that chose Plugin; -1 for the default
+	// Converted names, after Convert, the members of Plugin that replaced
+	// the module's arithmetic (a Linear's GEMM), in order: "nf4-dq", "lora".
+	Converted []string
 }
 
 // Resolution is a policy applied to one model: every module's plugin and
@@ -134,7 +137,11 @@ type Resolution struct {
 	Root   Plugin
 	Scopes []Scope // pre-order, root first
 	Scaler Scaler
-	scaled bool
+	// Warnings are what Convert left undone that a user should hear of
+	// (a converter that declined some Linears, or all of the model's).
+	Warnings []string
+	rules    []Rule // the policy's, for Convert's messages
+	scaled   bool
 }
 
 // LossScaling says whether NoLossScaling was asked for ("--loss-scale none").
@@ -147,7 +154,8 @@ const (
 
 // Resolve applies the policy to m, building fresh plugins for it: the
 // default's and one per rule, which the modules the rule matches share.
-// It fails on an ambiguous pair of rules, on two different loss scalers,
+// It fails on a rule that matches no module (naming the nearest module
+// paths), on an ambiguous pair of rules, on two different loss scalers,
 // and on float16 autocast without a loss scaler when scaling is
 // NoLossScaling.
 func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error) {
@@ -161,9 +169,15 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 			return nil, fmt.Errorf("precision rule %q: %w", r.Pattern, err)
 		}
 	}
-	res := &Resolution{Root: root}
-	if err := pol.resolve(res, plugins, "", m, Scope{Plugin: root, Rule: -1}); err != nil {
+	res := &Resolution{Root: root, rules: pol.Rules}
+	matched := make([]bool, len(pol.Rules))
+	if err := pol.resolve(res, plugins, matched, "", m, Scope{Plugin: root, Rule: -1}); err != nil {
 		return nil, err
+	}
+	for i, ok := range matched {
+		if !ok {
+			return nil, fmt.Errorf("precision rule %q: matches no module; nearest: %s", pol.Rules[i].Pattern, strings.Join(nearest(pol.Rules[i].Pattern, res.Scopes, 3), ", "))
+		}
 	}
 	var owner Plugin
 	ownerRule, ownerPath := 0, ""
@@ -173,7 +187,9 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 			if owner != nil && ownerRule != s.Rule {
 				return nil, &ConflictError{Role: "loss scaling", A: describe(owner, "module "+displayPath(ownerPath)), B: describe(s.Plugin, "module "+displayPath(s.Path))}
 			}
-			owner, ownerRule, ownerPath = s.Plugin, s.Rule, s.Path
+			if owner == nil { // the outermost module of the owner's scope names it
+				owner, ownerRule, ownerPath = s.Plugin, s.Rule, s.Path
+			}
 		}
 		if a := Autocast(s.Plugin); a != nil && a.CastInput(autograd.OpLinear, dtype.F32) == dtype.F16 && f16 == "" {
 			f16 = s.Path
@@ -194,11 +210,12 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 	return res, nil
 }
 
-func (pol Policy) resolve(res *Resolution, plugins []Plugin, path string, m nn.Module, inherited Scope) error {
+func (pol Policy) resolve(res *Resolution, plugins []Plugin, matched []bool, path string, m nn.Module, inherited Scope) error {
 	kind := nn.Kind(m)
 	plugin, best, bestRule := inherited.Plugin, 0, inherited.Rule
 	for i, r := range pol.Rules {
 		s := r.specificity(path, kind)
+		matched[i] = matched[i] || s > 0
 		switch {
 		case s == 0 || s < best:
 		case s == best && best > 0:
@@ -210,7 +227,7 @@ func (pol Policy) resolve(res *Resolution, plugins []Plugin, path string, m nn.M
 	scope := Scope{Path: path, Kind: kind, Module: m, Plugin: plugin, Rule: bestRule}
 	res.Scopes = append(res.Scopes, scope)
 	for _, c := range m.Children() {
-		if err := pol.resolve(res, plugins, nn.Join(path, c.Name), c.Module, scope); err != nil {
+		if err := pol.resolve(res, plugins, matched, nn.Join(path, c.Name), c.Module, scope); err != nil {
 			return err
 		}
 	}
@@ -239,24 +256,6 @@ func (r *Resolution) AgreeOver(ranks comm.Agreement) {
 
 // ScalesLoss reports whether the resolved model has a loss scaler.
 func (r *Resolution) ScalesLoss() bool { return r.scaled }
-
-// Convert runs every module's conversion: its plugin's layer replacements,
-// then the cast of its own parameters to the plugin's storage dtype.
-func (r *Resolution) Convert() error {
-	for _, s := range r.Scopes {
-		for _, member := range Members(s.Plugin) {
-			if c, ok := member.(ModuleConverter); ok {
-				if err := c.ConvertModule(s.Path, s.Module); err != nil {
-					return fmt.Errorf("precision: converting %q: %w", s.Path, err)
-				}
-			}
-		}
-		if dt, ok := StorageDType(s.Plugin); ok {
-			nn.CastOwn(s.Module, dt)
-		}
-	}
-	return nil
-}
 
 // Scoper returns the autograd.Scoper that gives each module its plugin's
 // scope during a forward pass started in the root's scope.

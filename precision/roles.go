@@ -28,6 +28,21 @@ type ModuleConverter interface {
 	ConvertModule(path string, m nn.Module) error
 }
 
+// ConversionReporter is a ModuleConverter that says why it left a module
+// it could have converted (a Linear) as it was. Resolution.Convert holds
+// such a converter to converting something: one that converts no Linear
+// of the modules a per-module rule gives it is an error, one that converts
+// none of the whole model a warning, and the Linears it leaves beside
+// others it converts are listed in a warning. If a converter does not
+// implement it, Convert expects nothing of it.
+type ConversionReporter interface {
+	ModuleConverter
+	// Declined says why ConvertModule left the module at path as it was
+	// ("is 576→10, FP8 needs in%8==0 and out%16==0", read after the
+	// path); ok is false for a module it converted or never converts.
+	Declined(path string) (why string, ok bool)
+}
+
 // StorageOwner stores the parameters it governs in StorageDType (the master
 // weights the optimizer updates). If no plugin implements it, parameters
 // keep the dtype they were built in (float32).

@@ -1,6 +1,8 @@
 package tensor
 
 import (
+	"unsafe"
+
 	"github.com/weftml/weft/dtype"
 )
 
@@ -22,18 +24,18 @@ func native[T float](t *Tensor) bool {
 	return t.dtype == dtype.F32
 }
 
-// view reinterprets t's storage as []T; t must be native for T.
+// view reinterprets t's storage as []T; t must be native for T (and not
+// meta: get and buf check).
 func view[T float](t *Tensor) []T {
-	if isF64[T]() {
-		return any(t.f64()).([]T)
-	}
-	return any(t.f32()).([]T)
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/int(unsafe.Sizeof(z)))
 }
 
 // get returns t's elements in compute type T: a view of the storage when t
 // stores T, otherwise a decoded copy in pooled scratch, which the caller
 // may hand back with drop once done with it.
 func get[T float](t *Tensor) []T {
+	t.stored("a kernel")
 	if native[T](t) {
 		return view[T](t)
 	}
@@ -57,6 +59,7 @@ func get[T float](t *Tensor) []T {
 // buf returns a []T to compute t's new elements into: t's own storage when
 // it stores T, otherwise scratch that put encodes back.
 func buf[T float](t *Tensor) []T {
+	t.stored("a kernel")
 	if native[T](t) {
 		return view[T](t)
 	}

@@ -110,6 +110,9 @@ func matmul(a, b *Tensor, transA, transB bool) product {
 // operand describes the matrix starting at element off of t for GEMM, which
 // dequantizes it while packing.
 func operand(t *Tensor, off int, trans bool) gemm.Matrix {
+	if t.meta {
+		panic(errMetaKernel)
+	}
 	start := t.dtype.StorageBytes(off)
 	return gemm.Matrix{DType: t.dtype, Data: t.data[start:], LD: t.shape[len(t.shape)-1], Trans: trans}
 }

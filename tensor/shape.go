@@ -9,6 +9,7 @@ import (
 
 // elemSize is the bytes per element of a byte-addressable dtype.
 func elemSize(t *Tensor) int {
+	t.stored("a copy")
 	if t.dtype.Bits() < 8 {
 		panic(fmt.Sprintf("tensor: %s elements are not byte-addressable", t.dtype))
 	}

@@ -29,6 +29,8 @@ type Tensor struct {
 	// freed marks a header Free has recycled, so that freeing it twice
 	// cannot hand it out twice.
 	freed bool
+	// meta marks a tensor without storage (Meta).
+	meta bool
 }
 
 // header returns a tensor of shape over data (the shape is copied), in a
@@ -169,17 +171,25 @@ func Scalar(dt dtype.DType, v float64) *Tensor {
 func (t *Tensor) Shape() []int             { return t.shape }
 func (t *Tensor) DType() dtype.DType       { return t.dtype }
 func (t *Tensor) Len() int                 { return Numel(t.shape) }
-func (t *Tensor) Data() []byte             { return t.data }
-func (t *Tensor) Bytes() int               { return len(t.data) }
+func (t *Tensor) Data() []byte             { t.stored("Data"); return t.data }
 func (t *Tensor) Dim(i int) int            { return t.shape[axis(i, len(t.shape))] }
 func (t *Tensor) String() string           { return fmt.Sprintf("%s%v", t.dtype, t.shape) }
 func (t *Tensor) SameShape(u *Tensor) bool { return EqualShape(t.shape, u.shape) }
+
+// Bytes is the size of t's storage; a meta tensor's is what it would hold.
+func (t *Tensor) Bytes() int {
+	if t.meta {
+		return t.dtype.StorageBytes(t.Len())
+	}
+	return len(t.data)
+}
 
 // Item returns the element of a one-element tensor (a loss) as float64.
 func (t *Tensor) Item() float64 {
 	if t.Len() != 1 {
 		panic(fmt.Sprintf("tensor: Item of %v, which has %d elements", t, t.Len()))
 	}
+	t.stored("Item")
 	var v [1]float64
 	dtype.DecodeF64(t.dtype, v[:], t.data)
 	return v[0]
@@ -187,6 +197,7 @@ func (t *Tensor) Item() float64 {
 
 // Float32s returns a copy of the elements as float32.
 func (t *Tensor) Float32s() []float32 {
+	t.stored("Float32s")
 	out := make([]float32, t.Len())
 	if t.dtype == dtype.F64 {
 		for i, v := range t.f64() {
@@ -200,6 +211,7 @@ func (t *Tensor) Float32s() []float32 {
 
 // Float64s returns a copy of the elements as float64.
 func (t *Tensor) Float64s() []float64 {
+	t.stored("Float64s")
 	out := make([]float64, t.Len())
 	dtype.DecodeF64(t.dtype, out, t.data)
 	return out
@@ -207,6 +219,7 @@ func (t *Tensor) Float64s() []float64 {
 
 // Ints returns the elements of an integer tensor.
 func (t *Tensor) Ints() []int {
+	t.stored("Ints")
 	out := make([]int, t.Len())
 	switch t.dtype {
 	case dtype.I64:
@@ -224,7 +237,7 @@ func (t *Tensor) Ints() []int {
 // Reshape returns a view with a new shape; one dimension may be -1.
 func (t *Tensor) Reshape(shape ...int) *Tensor {
 	v := header(t.dtype, t.data, shape)
-	v.base = t.owner()
+	v.base, v.meta = t.owner(), t.meta
 	shape = v.shape
 	n, infer := 1, -1
 	for i, d := range shape {
@@ -252,6 +265,9 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 	if dt == t.dtype {
 		return t
 	}
+	if t.meta {
+		return Meta(dt, t.shape...)
+	}
 	out := empty(dt, t.shape...)
 	switch {
 	case t.dtype == dtype.F64:
@@ -278,6 +294,7 @@ func (t *Tensor) Flat(start, n int) *Tensor {
 
 // SliceRows returns a copy of rows [start, start+n) along the first axis.
 func SliceRows(x *Tensor, start, n int) *Tensor {
+	x.stored("SliceRows")
 	size := x.dtype.StorageBytes(x.Len() / x.shape[0])
 	out := New(x.dtype, append([]int{n}, x.shape[1:]...)...)
 	copy(out.data, x.data[start*size:(start+n)*size])
@@ -286,6 +303,7 @@ func SliceRows(x *Tensor, start, n int) *Tensor {
 
 // Clone returns a deep copy.
 func (t *Tensor) Clone() *Tensor {
+	t.stored("Clone")
 	out := New(t.dtype, t.shape...)
 	copy(out.data, t.data)
 	return out
@@ -294,6 +312,8 @@ func (t *Tensor) Clone() *Tensor {
 // CopyFrom overwrites t's elements with u's, converting dtype.
 func (t *Tensor) CopyFrom(u *Tensor) {
 	mustSameShape("CopyFrom", t, u)
+	t.stored("CopyFrom")
+	u.stored("CopyFrom")
 	copy(t.data, u.To(t.dtype).data)
 }
 
@@ -350,10 +370,16 @@ func (t *Tensor) HasNonFinite() bool {
 }
 
 func (t *Tensor) f32() []float32 {
+	if t.meta {
+		panic(errMetaKernel)
+	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/4)
 }
 
 func (t *Tensor) f64() []float64 {
+	if t.meta {
+		panic(errMetaKernel)
+	}
 	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(t.data))), len(t.data)/8)
 }
 

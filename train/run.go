@@ -157,7 +157,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		}
 		pol.Default = root
 	}
-	plan, err := fabric.MakePlan(r.model, pol, scaling, c.Strategy, r.comm.Size())
+	plan, err := fabric.MakePlan(r.t.metaModel(), pol, scaling, c.Strategy, r.comm.Size())
 	if err != nil {
 		return nil, err
 	}

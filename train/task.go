@@ -6,23 +6,24 @@ import (
 
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
 )
 
 // task is one model on its bundled dataset. Batches are pure functions of
 // the step (or validation index), so a resumed run sees the same data.
 type task struct {
-	// newModel builds the model with its initial weights (the same on
-	// every rank: the seed decides them).
-	newModel func() models.Model
-	batch    func(step uint64) data.Batch
-	val      func(i int) data.Batch
+	// build builds the model from rng: with its initial weights, or on
+	// shapes alone from nn.Meta.
+	build func(rng *rand.Rand) models.Model
+	seed  uint64
+	batch func(step uint64) data.Batch
+	val   func(i int) data.Batch
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
 }
 
 func newTask(c Config) (*task, error) {
-	rng := func() *rand.Rand { return rand.New(rand.NewPCG(c.Seed, 0)) }
 	switch c.Model {
 	case "gpt":
 		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
@@ -37,19 +38,19 @@ func newTask(c Config) (*task, error) {
 			return s.Next()
 		}
 		return &task{
-			newModel: func() models.Model { return models.NewGPT(rng(), cfg) },
-			batch:    func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
-			val:      func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
-			units:    c.BatchSize * c.GPT.Context, unit: "tokens",
+			build: func(rng *rand.Rand) models.Model { return models.NewGPT(rng, cfg) },
+			batch: func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
+			val:   func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
+			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed,
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
 		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
 		return &task{
-			newModel: func() models.Model { return models.NewCNN(rng()) },
-			batch:    func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
-			val:      func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
-			units:    c.BatchSize, unit: "images",
+			build: func(rng *rand.Rand) models.Model { return models.NewCNN(rng) },
+			batch: func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
+			val:   func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
+			units: c.BatchSize, unit: "images", seed: c.Seed,
 		}, nil
 	case "hybrid":
 		h := models.DefaultHybrid
@@ -57,14 +58,21 @@ func newTask(c Config) (*task, error) {
 		valCfg := cfg
 		valCfg.Seed++
 		return &task{
-			newModel: func() models.Model { return models.NewHybrid(rng(), h) },
-			batch:    func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
-			val:      func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
-			units:    c.BatchSize, unit: "images",
+			build: func(rng *rand.Rand) models.Model { return models.NewHybrid(rng, h) },
+			batch: func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
+			val:   func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
+			units: c.BatchSize, unit: "images", seed: c.Seed,
 		}, nil
 	}
 	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, cnn, hybrid do; mlp is for weft parity)", c.Model)
 }
+
+// newModel builds the model with its initial weights (the same on every
+// rank: the seed decides them).
+func (t *task) newModel() models.Model { return t.build(rand.New(rand.NewPCG(t.seed, 0))) }
+
+// metaModel builds the model on shapes alone, for its plan.
+func (t *task) metaModel() models.Model { return t.build(nn.Meta) }
 
 // hybridBatch turns rendered text into a decoder batch: inputs are a start
 // token (id start) then the first T-1 characters, targets all T characters.

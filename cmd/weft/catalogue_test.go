@@ -38,6 +38,13 @@ var catalogue = []badInput{
 	{"float16 compute with loss scaling refused", func(string) []string {
 		return []string{"plan", "--model", "hybrid", "--precision-for", "vision.**=16-mixed", "--loss-scale", "none"}
 	}, nil},
+	{"two plugins replacing one Linear's arithmetic", func(string) []string { return []string{"plan", "--precision", "nf4-dq+nf4"} }, nil},
+	{"a per-module rule that matches no module", func(string) []string {
+		return []string{"plan", "--model", "hybrid", "--precision-for", "nothere.**=16-mixed"}
+	}, nil},
+	{"a per-module rule whose plugin converts nothing", func(string) []string {
+		return []string{"plan", "--model", "cnn", "--precision-for", "head=fp8"}
+	}, nil},
 	{"a bad jmp policy", func(string) []string { return []string{"plan", "--precision", "params=int8,compute=bfloat16"} }, nil},
 	{"an unknown model", func(string) []string { return []string{"plan", "--model", "resnet"} }, nil},
 	{"an unknown strategy", func(string) []string { return []string{"plan", "--strategy", "deepspeed"} }, nil},

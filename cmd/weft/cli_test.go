@@ -34,6 +34,11 @@ func TestCLI(t *testing.T) {
 		{[]string{"plan", "--model", "hybrid", "--precision-for", "vision.**=16-mixed", "--precision-for", "decoder.**=16-mixed"}, 2,
 			[]string{"role loss scaling", "module vision", "module decoder"}},
 		{[]string{"plan", "--model", "hybrid", "--precision-for", "vision.**=params=float32,compute=float16", "--loss-scale", "none"}, 1, []string{"float16", "loss scaling"}},
+		{[]string{"plan", "--model", "mlp784", "--precision", "bf16-true+nf4-dq"}, 0,
+			[]string{"nf4-dq (weight frozen)", "nf4-dq(packed)/bfloat16", "414152", `warning: nf4-dq left 1 Linear(s) as they were: head is skipped`}},
+		{[]string{"plan", "--model", "cnn", "--precision", "transformer-engine", "--json"}, 0,
+			[]string{`"warnings":["fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"]`}},
+		{[]string{"plan", "--precision", "nf4-dq+nf4"}, 2, []string{"role layer replacement claimed by nf4-dq (module blocks.0.qkv) and nf4 (module blocks.0.qkv)"}},
 		{[]string{"plan", "--precision", "fp9"}, 1, []string{`"fp9" is not known`, "bf16-mixed"}},
 		{[]string{"plan", "--model", "resnet"}, 1, []string{"unknown model", "gpt"}},
 		{[]string{"plan", "--strategy", "deepspeed"}, 1, []string{"unknown strategy", "fsdp"}},
@@ -73,5 +78,35 @@ func TestCLI(t *testing.T) {
 				t.Errorf("a panic reached the user:\n%s", out)
 			}
 		})
+	}
+}
+
+// TestPlanAndTrainRefuseAlike: weft plan and weft train refuse the same
+// precisions with the same message and exit status.
+func TestPlanAndTrainRefuseAlike(t *testing.T) {
+	for _, args := range [][]string{
+		{"--precision", "nf4-dq+nf4"},
+		{"--model", "hybrid", "--precision", "bf16-true+int8+fp8"},
+		{"--model", "hybrid", "--precision-for", "nothere.**=16-mixed"},
+		{"--model", "cnn", "--precision-for", "head=fp8"},
+		{"--model", "cnn", "--precision-for", "conv1=16-mixed", "--precision-for", "head=16-mixed"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			plan, planCode := run(append([]string{"plan"}, args...)...)
+			train, trainCode := run(append([]string{"train", "--steps", "1", "--out", t.TempDir()}, args...)...)
+			if planCode == 0 || planCode != trainCode || plan != train {
+				t.Errorf("plan: exit %d %q\ntrain: exit %d %q", planCode, plan, trainCode, train)
+			}
+		})
+	}
+}
+
+// TestTrainWarnsOnce: weft train prints the plan's warnings once, under
+// the plan, however many ranks it runs.
+func TestTrainWarnsOnce(t *testing.T) {
+	out, code := run("train", "--model", "cnn", "--precision", "transformer-engine", "--steps", "1", "--strategy", "ddp", "--devices", "2", "--out", t.TempDir())
+	const warning = "warning: fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"
+	if code != 0 || strings.Count(out, warning) != 1 {
+		t.Errorf("exit %d; want the warning once in:\n%s", code, out)
 	}
 }

@@ -25,17 +25,21 @@ func planCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show the resolved precision and memory of a run without running it",
-		Long: `plan resolves the precision of every module of a model (its plugin stack,
-parameter storage dtype, compute dtype per op class, communication dtype)
-and the bytes each rank holds for parameters, gradients and AdamW state
-under a strategy.`,
+		Long: `plan converts a model built on shapes alone (no memory for weights) exactly
+as training does and shows every module's plugin stack, which plugin replaced
+its arithmetic, the storage of its tensors (packed 4-bit codes and their
+constants, int8 codes, FP8 gathers under FSDP), its compute dtype per op
+class and communication dtypes, and the bytes each rank holds for trainable
+parameters, frozen weights, gradients and AdamW state under a strategy. It
+refuses what training refuses, with the same message, and prints the
+warnings training prints.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, scaling, err := prec.policy(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			m, err := models.New(model, 0)
+			m, err := models.NewMeta(model)
 			if err != nil {
 				return err
 			}
@@ -65,17 +69,24 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	}
 	fmt.Fprintf(out, "; strategy %s on %d device(s); loss scaling %s\n", p.Strategy, p.Devices, p.LossScaling)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "module\tkind\tplugins\tstorage\tgemm\tnorm\telementwise\tcomm\tparams\tparam B\tgrad B\toptim B")
+	fmt.Fprintln(tw, "module\tkind\tplugins\tconverted\tstorage\tgemm\tnorm\telementwise\tcomm\tparams\tfrozen\tparam B\tfrozen B\tgrad B\toptim B")
 	for _, m := range p.Modules {
-		path := m.Path
+		path, converted := m.Path, m.Converted
 		if path == "" {
 			path = "(root)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", path, m.Kind, strings.Join(m.Plugins, "+"),
+		if converted == "" {
+			converted = "-"
+		}
+		b := m.BytesPerRank
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\n", path, m.Kind, strings.Join(m.Plugins, "+"), converted,
 			m.Storage, m.Compute["gemm"], m.Compute["norm"], m.Compute["elementwise"], m.Communication,
-			m.Params, m.BytesPerRank.Params, m.BytesPerRank.Grads, m.BytesPerRank.OptimizerState)
+			m.Params, m.Frozen, b.Params, b.Frozen, b.Grads, b.OptimizerState)
 	}
 	b := p.BytesPerRank
-	fmt.Fprintf(tw, "total per rank\t\t\t\t\t\t\t\t\t%d\t%d\t%d\n", b.Params, b.Grads, b.OptimizerState)
+	fmt.Fprintf(tw, "total per rank\t\t\t\t\t\t\t\t\t\t\t%d\t%d\t%d\t%d\n", b.Params, b.Frozen, b.Grads, b.OptimizerState)
 	tw.Flush()
+	for _, w := range p.Warnings {
+		fmt.Fprintln(out, "warning:", w)
+	}
 }

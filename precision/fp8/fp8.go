@@ -48,7 +48,7 @@ func (f Format) valid() bool {
 }
 
 // Filter decides from a Linear's in and out features whether it gets FP8
-// GEMMs; the others keep their arithmetic.
+// GEMMs; the others keep their arithmetic. A nil Filter is DefaultFilter.
 type Filter func(in, out int) bool
 
 // DefaultFilter admits the Linears Lightning hands to Transformer Engine:
@@ -61,6 +61,14 @@ func (f Filter) admits(in, out int) bool {
 		return DefaultFilter(in, out)
 	}
 	return f(in, out)
+}
+
+// rejection says why f leaves a Linear in→out as it was, after its path.
+func (f Filter) rejection(in, out int) string {
+	if f == nil {
+		return fmt.Sprintf("is %d→%d, FP8 needs in%%8==0 and out%%16==0", in, out)
+	}
+	return fmt.Sprintf("is %d→%d, which the plugin's Filter rejects", in, out)
 }
 
 // role is the part a tensor plays in a layer's GEMMs; delayed scaling keeps
@@ -175,28 +183,31 @@ func replace(old, new *tensor.Tensor) *tensor.Tensor {
 }
 
 // eligible returns m as a Linear that owner should give FP8 GEMMs, or nil
-// when m is not a Linear, filter rejects its shape, or owner has already
-// converted it (converting twice changes nothing). A Linear whose GEMM
-// another plugin has replaced is an error: one of the two would be lost.
-// So is a format that is not FP8, whatever m is.
-func eligible(m nn.Module, format Format, filter Filter, owner any) (*nn.Linear, error) {
+// when m is not a Linear or owner has already converted it (converting
+// twice changes nothing), or nil and why (after the path) when filter
+// rejects its shape. A Linear whose GEMM another plugin has replaced is an
+// error wrapping nn.ErrGEMMReplaced: one of the two would be lost. So is
+// a format that is not FP8, whatever m is.
+func eligible(m nn.Module, format Format, filter Filter, owner any) (l *nn.Linear, declined string, err error) {
 	if !format.valid() {
-		return nil, fmt.Errorf("fp8: format {%v %v}: want 8-bit float dtypes such as Hybrid's {%v %v}", format.Forward, format.Backward, Hybrid.Forward, Hybrid.Backward)
+		return nil, "", fmt.Errorf("fp8: format {%v %v}: want 8-bit float dtypes such as Hybrid's {%v %v}", format.Forward, format.Backward, Hybrid.Forward, Hybrid.Backward)
 	}
 	l, ok := m.(*nn.Linear)
 	if !ok {
-		return nil, nil
+		return nil, "", nil
 	}
 	if g, ok := l.GEMM.(*linear); ok && g.owner == owner {
-		return nil, nil
+		return nil, "", nil
 	}
 	if l.GEMM != nil || l.Weight == nil {
-		return nil, fmt.Errorf("fp8: the Linear's arithmetic is already replaced by %T", l.GEMM)
+		return nil, "", fmt.Errorf("fp8: %w by %T", nn.ErrGEMMReplaced, l.GEMM)
 	}
-	if w := l.Weight.Value; len(w.Shape()) != 2 || !filter.admits(w.Dim(1), w.Dim(0)) {
-		return nil, nil
+	if w := l.Weight.Value; len(w.Shape()) != 2 {
+		return nil, fmt.Sprintf("has a weight of shape %v, not a matrix", w.Shape()), nil
+	} else if !filter.admits(w.Dim(1), w.Dim(0)) {
+		return nil, filter.rejection(w.Dim(1), w.Dim(0)), nil
 	}
-	return l, nil
+	return l, "", nil
 }
 
 // amaxOf returns the largest |v| in vals, or NaN if one is NaN (as

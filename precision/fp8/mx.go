@@ -5,6 +5,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/precision/internal/declined"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -14,24 +15,30 @@ import (
 // power-of-two scale, an E8M0 value, so an outlier costs precision only in
 // its own block, and nothing is carried from step to step.
 type MX struct {
-	Format Format // E4M3, Transformer Engine's default for MXFP8
-	Filter Filter // DefaultFilter
+	Format   Format // E4M3, Transformer Engine's default for MXFP8
+	Filter   Filter // nil: DefaultFilter
+	declines declined.Log
 }
 
 // BlockSize is the number of elements that share one MX scale.
 const BlockSize = 32
 
 // NewMX returns the recipe with Transformer Engine's defaults.
-func NewMX() *MX { return &MX{Format: E4M3, Filter: DefaultFilter} }
+func NewMX() *MX { return &MX{Format: E4M3} }
 
 func (*MX) Name() string { return "fp8-mx" }
 
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *MX) Declined(path string) (string, bool) { return p.declines.Why(path) }
+
 // ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
-func (p *MX) ConvertModule(_ string, m nn.Module) error {
-	l, err := eligible(m, p.Format, p.Filter, p)
+func (p *MX) ConvertModule(path string, m nn.Module) error {
+	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
 		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{}}
 	}
+	p.declines.Note(path, why)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/precision/internal/declined"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -40,13 +41,14 @@ type Delayed struct {
 	HistoryLen int      // 1024: amaxes remembered per tensor
 	Algo       AmaxAlgo // AmaxMax
 	Margin     int      // 0: scales are divided by 2^Margin
-	Filter     Filter   // DefaultFilter
+	Filter     Filter   // nil: DefaultFilter
 
 	layers map[string]*delayedLayer // by module path
 	// ranks, if set, makes each amax the maximum over data-parallel
 	// ranks, as Transformer Engine's amax reduction does, so that every
 	// rank casts with the same scales.
-	ranks comm.Agreement
+	ranks    comm.Agreement
+	declines declined.Log
 }
 
 // AgreeOver makes every amax the maximum over ranks; the fabric calls it
@@ -55,10 +57,14 @@ func (p *Delayed) AgreeOver(r comm.Agreement) { p.ranks = r }
 
 // NewDelayed returns the recipe with Transformer Engine's defaults.
 func NewDelayed() *Delayed {
-	return &Delayed{Format: Hybrid, HistoryLen: 1024, Filter: DefaultFilter}
+	return &Delayed{Format: Hybrid, HistoryLen: 1024}
 }
 
 func (*Delayed) Name() string { return "fp8" }
+
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *Delayed) Declined(path string) (string, bool) { return p.declines.Why(path) }
 
 // ConvertModule gives m FP8 GEMMs if it is an eligible Linear; its scaling
 // state is kept under path.
@@ -66,8 +72,9 @@ func (p *Delayed) ConvertModule(path string, m nn.Module) error {
 	if p.HistoryLen < 1 {
 		return fmt.Errorf("fp8: amax history length %d, want at least 1", p.HistoryLen)
 	}
-	l, err := eligible(m, p.Format, p.Filter, p)
+	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l == nil {
+		p.declines.Note(path, why)
 		return err
 	}
 	layer := p.layer(path)
@@ -230,21 +237,27 @@ func (p *Delayed) restore(roles map[string]savedScale) ([numRoles]scaleState, er
 // costs a pass over the tensor but follows its range exactly and keeps no
 // state; a tensor whose amax is 0, inf or NaN is cast with scale 1.
 type Current struct {
-	Format Format // Hybrid
-	Filter Filter // DefaultFilter
+	Format   Format // Hybrid
+	Filter   Filter // nil: DefaultFilter
+	declines declined.Log
 }
 
 // NewCurrent returns the recipe with Transformer Engine's defaults.
-func NewCurrent() *Current { return &Current{Format: Hybrid, Filter: DefaultFilter} }
+func NewCurrent() *Current { return &Current{Format: Hybrid} }
 
 func (*Current) Name() string { return "fp8-current" }
 
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *Current) Declined(path string) (string, bool) { return p.declines.Why(path) }
+
 // ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
-func (p *Current) ConvertModule(_ string, m nn.Module) error {
-	l, err := eligible(m, p.Format, p.Filter, p)
+func (p *Current) ConvertModule(path string, m nn.Module) error {
+	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
 		l.GEMM = &linear{owner: p, format: p.Format, q: currentScaling{}}
 	}
+	p.declines.Note(path, why)
 	return err
 }
 

@@ -51,11 +51,22 @@ type Nested struct {
 
 // Quantize4 quantizes t to 4-bit codes of cb in blocks of blockSize
 // elements, and their absmax constants to 8 bits when double is set. It
-// panics unless blockSize is positive.
+// panics unless blockSize is positive. A meta t (tensor.Meta) gives a meta
+// Blockwise: its codes are a meta tensor and it holds no constants, but
+// Bytes reports what the quantized tensor holds.
 func Quantize4(cb *Codebook, t *tensor.Tensor, blockSize int, double bool) *Blockwise {
+	n := t.Len()
+	numBlocks(n, blockSize) // panics unless blockSize is positive, as the quantization would
+	codes := tensor.NewLike(t, dtype.I8, (n+1)/2)
+	q := &Blockwise{Codebook: cb, BlockSize: blockSize, Codes: codes, shape: slices.Clone(t.Shape())}
+	if t.IsMeta() {
+		if double {
+			q.Nested = &Nested{} // marks the mode; Bytes counts what it would hold
+		}
+		return q
+	}
 	vals := t.Float32s()
 	absmax := blockAbsmax(vals, blockSize)
-	codes := tensor.New(dtype.I8, (len(vals)+1)/2)
 	packed := codes.Data()
 	for i, v := range vals {
 		// As bitsandbytes' kernels, multiply by the block's reciprocal
@@ -67,7 +78,6 @@ func Quantize4(cb *Codebook, t *tensor.Tensor, blockSize int, double bool) *Bloc
 			packed[i/2] |= c
 		}
 	}
-	q := &Blockwise{Codebook: cb, BlockSize: blockSize, Codes: codes, shape: slices.Clone(t.Shape())}
 	if double {
 		q.Nested = nest(absmax)
 	} else {
@@ -76,13 +86,19 @@ func Quantize4(cb *Codebook, t *tensor.Tensor, blockSize int, double bool) *Bloc
 	return q
 }
 
-// blockAbsmax returns the largest |v| of each block of size elements of
-// vals (NaN for a block holding one, as torch.amax gives).
-func blockAbsmax(vals []float32, size int) []float32 {
+// numBlocks is the number of blocks of size elements that n elements
+// fill, the last one partly; it panics unless size is positive.
+func numBlocks(n, size int) int {
 	if size < 1 {
 		panic("quant: block size must be positive")
 	}
-	out := make([]float32, (len(vals)+size-1)/size)
+	return (n + size - 1) / size
+}
+
+// blockAbsmax returns the largest |v| of each block of size elements of
+// vals (NaN for a block holding one, as torch.amax gives).
+func blockAbsmax(vals []float32, size int) []float32 {
+	out := make([]float32, numBlocks(len(vals), size))
 	for i, v := range vals {
 		out[i/size] = max(out[i/size], abs(v))
 	}
@@ -147,13 +163,35 @@ func (q *Blockwise) Dequantize(dt dtype.DType) *tensor.Tensor {
 }
 
 // Bytes returns the memory q holds: the packed codes and the absmax
-// constants, with their 8-bit codes, scales and offset when nested.
+// constants, with their 8-bit codes, scales and offset when nested. A
+// meta q counts the constants that numBlocks says Quantize4 makes.
 func (q *Blockwise) Bytes() int {
+	if q.Codes.IsMeta() {
+		return q.Codes.Bytes() + constantBytes(numBlocks(tensor.Numel(q.shape), q.BlockSize), q.Nested != nil)
+	}
 	n := q.Codes.Bytes() + 4*len(q.Absmax)
 	if q.Nested != nil {
 		n += len(q.Nested.Codes) + 4*len(q.Nested.Absmax) + 4
 	}
 	return n
+}
+
+// constantBytes is the memory of the absmax constants of blocks blocks: a
+// float32 each, or when nested an 8-bit code each, a float32 scale per
+// NestedBlockSize codes and the float32 offset.
+func constantBytes(blocks int, nested bool) int {
+	if !nested {
+		return 4 * blocks
+	}
+	return blocks + 4*numBlocks(blocks, NestedBlockSize) + 4
+}
+
+// Format is the codebook's name, with "-dq" when the constants are nested.
+func (q *Blockwise) Format() string {
+	if q.Nested != nil {
+		return q.Codebook.Name() + "-dq"
+	}
+	return q.Codebook.Name()
 }
 
 // Shape returns the shape of the tensor q stands for.

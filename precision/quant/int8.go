@@ -30,9 +30,13 @@ type RowWise struct {
 // absmax 0 and codes 0.
 func QuantizeRows(t *tensor.Tensor, threshold float32) (q *RowWise, outliers []int) {
 	rows, cols := t.Dim(0), t.Dim(1)
+	codes := tensor.NewLike(t, dtype.I8, rows, cols)
+	absmax := make([]float32, rows)
+	if t.IsMeta() { // a plan's: meta codes, and zero absmaxes of the real size
+		return &RowWise{Codes: codes, Absmax: absmax}, nil
+	}
 	vals := t.Float32s()
 	outlier := make([]bool, cols)
-	absmax := make([]float32, rows)
 	for i, v := range vals {
 		if a := abs(v); threshold > 0 && a >= threshold {
 			outlier[i%cols] = true
@@ -40,7 +44,6 @@ func QuantizeRows(t *tensor.Tensor, threshold float32) (q *RowWise, outliers []i
 			absmax[i/cols] = max(absmax[i/cols], a)
 		}
 	}
-	codes := tensor.New(dtype.I8, rows, cols)
 	data := codes.Data()
 	for r, m := range absmax {
 		if m == 0 {
@@ -85,6 +88,9 @@ func (q *RowWise) Bytes() int { return q.Codes.Bytes() + 4*len(q.Absmax) }
 
 // Shape returns the shape of the matrix q stands for.
 func (q *RowWise) Shape() []int { return q.Codes.Shape() }
+
+// Format is "int8".
+func (q *RowWise) Format() string { return "int8" }
 
 // matmulInt8 returns a·bᵀ for int8 matrices a [m, k] and b [n, k],
 // dequantized as bitsandbytes' int8_mm_dequant does: the exact integer

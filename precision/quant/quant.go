@@ -32,6 +32,7 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/precision/internal/declined"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -44,6 +45,8 @@ type Weight interface {
 	// Dequantize returns the weight in dt, a fresh tensor the caller owns
 	// (the Linears free it after their product).
 	Dequantize(dt dtype.DType) *tensor.Tensor
+	// Format names the quantization as FileFormats does ("nf4-dq", "int8").
+	Format() string
 }
 
 var (
@@ -70,7 +73,8 @@ type FourBit struct {
 	// Skip lists the module paths left in float, as path.Match patterns
 	// in which "." separates segments as "/" does ("head", "blocks.*.out");
 	// DefaultSkip.
-	Skip []string
+	Skip     []string
+	declines declined.Log
 }
 
 // NewFourBit returns the plugin for cb with bitsandbytes' defaults.
@@ -91,14 +95,19 @@ func (p *FourBit) ConvertModule(path string, m nn.Module) error {
 	if p.BlockSize < 1 {
 		return fmt.Errorf("quant: %s block size %d: must be positive", p.Name(), p.BlockSize)
 	}
-	l, err := eligible(path, m, p.Skip, p)
+	l, why, err := eligible(path, m, p.Skip, p)
 	if l == nil {
+		p.declines.Note(path, why)
 		return err
 	}
 	q := Quantize4(p.Codebook, l.Weight.Value, p.BlockSize, p.Double)
 	freeze(l, &linear4{owner: p, q: q}, q.Codes)
 	return nil
 }
+
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *FourBit) Declined(path string) (string, bool) { return p.declines.Why(path) }
 
 // linear4 is the arithmetic of a FourBit Linear.
 type linear4 struct {
@@ -130,6 +139,7 @@ type Int8 struct {
 	Training  bool
 	Threshold float32  // DefaultThreshold; 0 turns the decomposition off
 	Skip      []string // as FourBit's
+	declines  declined.Log
 }
 
 // NewInt8 returns the plugin with Lightning's defaults.
@@ -151,8 +161,9 @@ func (p *Int8) ConvertModule(path string, m nn.Module) error {
 	if !(p.Threshold >= 0) {
 		return fmt.Errorf("quant: %s threshold %v: must be 0 (no decomposition) or more", p.Name(), p.Threshold)
 	}
-	l, err := eligible(path, m, p.Skip, p)
+	l, why, err := eligible(path, m, p.Skip, p)
 	if l == nil {
+		p.declines.Note(path, why)
 		return err
 	}
 	if p.Training {
@@ -163,6 +174,10 @@ func (p *Int8) ConvertModule(path string, m nn.Module) error {
 	freeze(l, &linear8{owner: p, w: q}, q.Codes)
 	return nil
 }
+
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *Int8) Declined(path string) (string, bool) { return p.declines.Why(path) }
 
 // linear8 is the arithmetic of an Int8 Linear; w is the frozen weight of
 // "int8", nil for "int8-training".
@@ -300,22 +315,26 @@ func WeightOf(l *nn.Linear) (Weight, bool) {
 }
 
 // eligible returns m as a Linear that owner should convert, or nil when m
-// is not a Linear, its path matches a pattern of skip, or owner has
-// converted it already (converting twice changes nothing). A Linear whose
-// arithmetic or weight another plugin has replaced is an error: a
-// quantizer must come before LoRA, and only one may replace a Linear.
-func eligible(path string, m nn.Module, skip []string, owner plugin) (*nn.Linear, error) {
+// is not a Linear or owner has converted it already (converting twice
+// changes nothing), or nil and why (after the path) when its path matches
+// a pattern of skip. A Linear whose arithmetic or weight another plugin
+// has replaced is an error wrapping nn.ErrGEMMReplaced: a quantizer must
+// come before LoRA, and only one may replace a Linear.
+func eligible(path string, m nn.Module, skip []string, owner plugin) (l *nn.Linear, declined string, err error) {
 	l, ok := m.(*nn.Linear)
 	if !ok || installedBy(l.GEMM, owner) {
-		return nil, nil
+		return nil, "", nil
 	}
-	if skipped, err := matches(skip, path); skipped || err != nil {
-		return nil, err
+	if pattern, err := match(skip, path); pattern != "" || err != nil {
+		if pattern != "" {
+			declined = fmt.Sprintf("is skipped: Skip pattern %q keeps it in float", pattern)
+		}
+		return nil, declined, err
 	}
 	if l.GEMM != nil || l.Weight == nil {
-		return nil, fmt.Errorf("quant: %s cannot convert %q: %T has already replaced its arithmetic (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, l.GEMM)
+		return nil, "", fmt.Errorf("quant: %s cannot convert %q: %w by %T (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, nn.ErrGEMMReplaced, l.GEMM)
 	}
-	return l, nil
+	return l, "", nil
 }
 
 // freeze installs g, which holds the Linear's weight as codes, and drops
@@ -328,15 +347,21 @@ func freeze(l *nn.Linear, g nn.LinearGEMM, codes *tensor.Tensor) {
 // matches reports whether one of patterns matches the module path p;
 // patterns follow path.Match, with "." separating segments as "/" does.
 func matches(patterns []string, p string) (bool, error) {
+	pattern, err := match(patterns, p)
+	return pattern != "", err
+}
+
+// match returns the first of patterns that matches the module path p, or "".
+func match(patterns []string, p string) (string, error) {
 	p = strings.ReplaceAll(p, ".", "/")
 	for _, pat := range patterns {
 		ok, err := path.Match(strings.ReplaceAll(pat, ".", "/"), p)
 		if err != nil {
-			return false, fmt.Errorf("quant: module pattern %q: %w", pat, err)
+			return "", fmt.Errorf("quant: module pattern %q: %w", pat, err)
 		}
 		if ok {
-			return true, nil
+			return pat, nil
 		}
 	}
-	return false, nil
+	return "", nil
 }

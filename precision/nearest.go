@@ -1,0 +1,67 @@
+package precision
+
+import (
+	"slices"
+	"strings"
+)
+
+// nearest returns up to n module paths of scopes closest to pattern by
+// edit distance, in that order (ties in model order); a kind rule gets the
+// nearest kinds as "kind:" patterns.
+func nearest(pattern string, scopes []Scope, n int) []string {
+	var candidates []string
+	target := pattern
+	if strings.HasPrefix(pattern, "kind:") {
+		for _, s := range scopes {
+			if !slices.Contains(candidates, "kind:"+s.Kind) {
+				candidates = append(candidates, "kind:"+s.Kind)
+			}
+		}
+	} else {
+		target = literal(pattern)
+		for _, s := range scopes {
+			if s.Path != "" {
+				candidates = append(candidates, s.Path)
+			}
+		}
+	}
+	dist := make(map[string]int, len(candidates))
+	for _, c := range candidates {
+		dist[c] = editDistance(target, c)
+	}
+	slices.SortStableFunc(candidates, func(a, b string) int { return dist[a] - dist[b] })
+	return candidates[:min(n, len(candidates))]
+}
+
+// literal drops the wildcard segments of a path pattern ("nothere.**" is
+// compared as "nothere").
+func literal(pattern string) string {
+	var segs []string
+	for _, s := range strings.Split(pattern, ".") {
+		if s != "*" && s != "**" {
+			segs = append(segs, s)
+		}
+	}
+	return strings.Join(segs, ".")
+}
+
+// editDistance is the Levenshtein distance between a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev, cur := make([]int, len(rb)+1), make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := range ra {
+		cur[0] = i + 1
+		for j := range rb {
+			cost := 1
+			if ra[i] == rb[j] {
+				cost = 0
+			}
+			cur[j+1] = min(prev[j+1]+1, cur[j]+1, prev[j]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(rb)]
+}
