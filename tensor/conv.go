@@ -59,7 +59,7 @@ func conv2d[T float](out, x, w *Tensor, g ConvGeom) {
 // [N, Cout, OH, OW]: Wᵀ·dy scattered back to pixels.
 func Conv2dInputGrad(x, w, dy *Tensor, stride, pad int) *Tensor {
 	g := convGeom(x, w, stride, pad)
-	dx := New(promoteAll(x, dy), x.shape...)
+	dx := empty(promoteAll(x, dy), x.shape...) // conv2dInputGrad clears what it accumulates into
 	if dx.dtype == dtype.F64 {
 		conv2dInputGrad[float64](dx, w, dy, g)
 	} else {
@@ -73,6 +73,9 @@ func conv2dInputGrad[T float](dx, w, dy *Tensor, g ConvGeom) {
 	ckk, cols := g.C*g.KH*g.KW, g.N*g.OutH*g.OutW
 	col, gy := scratch[T](ckk*cols), productOrder[T](dy, g)
 	gemmT(true, false, ckk, cols, g.Cout, ws, ckk, gy, cols, 0, col, cols) // dcols = Wᵀ·dy
+	// im2col's adjoint adds into the pixels; for low-precision dx, dxs is
+	// scratch with undefined contents, so it must start from zero.
+	clear(dxs)
 	im2col(col, dxs, g, true)
 	put(dx, dxs)
 	drop(w, ws)
