@@ -49,24 +49,44 @@ func freeListOf[T float](class int) *freeList[[]T] {
 	return any(&free32[class]).(*freeList[[]T])
 }
 
-// scratch returns a []T of length n from the free lists (contents undefined).
+// scratch returns a []T of length n from the free lists (contents
+// undefined: NaN under the weftpoison tag).
 func scratch[T float](n int) []T {
 	if n == 0 {
 		return nil
 	}
 	c := sizeClass(n)
-	if s := freeListOf[T](c).pop(); s != nil {
-		return s[:n]
+	s := freeListOf[T](c).pop()
+	if s == nil {
+		s = make([]T, n, 1<<c)
 	}
-	return make([]T, n, 1<<c)
+	if poisonPool {
+		poison(s[:cap(s)])
+	}
+	return s[:n]
 }
 
-// release returns a buffer from scratch to the free lists.
+// release returns a buffer from scratch to the free lists (filled with NaN
+// under the weftpoison tag, so that a later read through a stale slice
+// shows).
 func release[T float](s []T) {
 	if cap(s) == 0 || cap(s)&(cap(s)-1) != 0 {
 		return // not from scratch
 	}
+	if poisonPool {
+		poison(s[:cap(s)])
+	}
 	freeListOf[T](sizeClass(cap(s))).push(s[:0])
+}
+
+// poison sets every byte of s to 0xff: NaN as float64, float32, bf16, f16,
+// e4m3fn and e5m2 alike (and -max in the fnuz formats), whatever dtype
+// the bytes are read as.
+func poison[T float](s []T) {
+	b := bytesOf(s)
+	for i := range b {
+		b[i] = 0xff
+	}
 }
 
 // drop releases vals if get decoded it into scratch rather than viewing t.
