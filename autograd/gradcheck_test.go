@@ -75,9 +75,9 @@ func loss(build buildFunc, inputs []*tensor.Tensor) float64 {
 	return scalarize(tp, build(tp, vars)).Value.Float64s()[0]
 }
 
-// checkGradients compares the gradient Backward gives every input with
-// central finite differences, and returns those gradients.
-func checkGradients(t *testing.T, build buildFunc, inputs ...*tensor.Tensor) []*tensor.Tensor {
+// backward runs the scalarized build with every input a parameter and
+// returns their gradients, each checked to have its input's dtype and shape.
+func backward(t *testing.T, build buildFunc, inputs ...*tensor.Tensor) ([]*autograd.Var, []*tensor.Tensor) {
 	t.Helper()
 	var tp autograd.Tape
 	vars := make([]*autograd.Var, len(inputs))
@@ -89,10 +89,20 @@ func checkGradients(t *testing.T, build buildFunc, inputs ...*tensor.Tensor) []*
 	}
 	grads := make([]*tensor.Tensor, len(vars))
 	for i, v := range vars {
-		if v.Grad == nil || v.Grad.DType() != dtype.F64 || !v.Grad.SameShape(v.Value) {
+		if v.Grad == nil || v.Grad.DType() != v.Value.DType() || !v.Grad.SameShape(v.Value) {
 			t.Fatalf("input %d (%v): gradient %v", i, v.Value, v.Grad)
 		}
 		grads[i] = v.Grad
+	}
+	return vars, grads
+}
+
+// checkGradients compares the gradient Backward gives every input with
+// central finite differences, and returns those gradients.
+func checkGradients(t *testing.T, build buildFunc, inputs ...*tensor.Tensor) []*tensor.Tensor {
+	t.Helper()
+	vars, grads := backward(t, build, inputs...)
+	for i, v := range vars {
 		got, x := v.Grad.Float64s(), v.Value.Float64s()
 		for j := range x {
 			at := func(xj float64) float64 {

@@ -110,10 +110,11 @@ func Embedding(table *Tensor, idx []int, grid ...int) (*Tensor, error) {
 }
 
 // EmbeddingBackward scatters dy [len(idx), C] into a [V, C] gradient of
-// dtype dt, accumulating repeated indices in the compute type and rounding once.
+// dtype dt, accumulating repeated indices in the compute type (float64 if
+// dy or dt is F64) and rounding once, as ReduceBroadcast does.
 func EmbeddingBackward(dy *Tensor, idx []int, v int, dt dtype.DType) *Tensor {
 	out := New(dt, v, dy.Dim(-1))
-	if dt == dtype.F64 {
+	if dt == dtype.F64 || dy.dtype == dtype.F64 {
 		scatterRows[float64](out, dy, idx)
 	} else {
 		scatterRows[float32](out, dy, idx)
