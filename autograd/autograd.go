@@ -121,6 +121,8 @@ type node struct {
 	inputs []*Var
 	// borrowed marks a caller's tensor (Const), which the tape never frees.
 	borrowed bool
+	// hook is an OnBackward function; such a node has no result.
+	hook func() error
 }
 
 // record creates the node of an op's result (up to three inputs are kept
@@ -215,6 +217,19 @@ func (tp *Tape) discard(g *tensor.Tensor) {
 	}
 }
 
+// OnBackward records fn at this point of the pass: Backward calls it when
+// its replay reaches the point, after the backward of every op recorded
+// since and before that of any op recorded earlier, whether or not a
+// gradient flows there. FSDP hangs a module's parameter gather on the
+// point after its forward and its gradient reduce-scatter on the point
+// before. A pass that records nothing (NoGrad) ignores fn; an error from
+// fn ends Backward with it.
+func (tp *Tape) OnBackward(fn func() error) {
+	if !tp.NoGrad {
+		tp.next().hook = fn
+	}
+}
+
 // ErrNotScalar is returned by Backward for a loss with more than one element.
 var ErrNotScalar = errors.New("autograd: backward needs a scalar loss")
 
@@ -238,6 +253,12 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	loss.Grad = tensor.New(loss.Value.DType(), loss.Value.Shape()...)
 	loss.Grad.Fill(scale)
 	for _, n := range slices.Backward(tp.nodes[:tp.used]) {
+		if n.hook != nil {
+			if err := n.hook(); err != nil {
+				return err
+			}
+			continue
+		}
 		if dy := n.out.Grad; dy != nil && n.backward != nil {
 			n.out.Grad = nil // intermediate gradients are not kept
 			tp.dy = dy

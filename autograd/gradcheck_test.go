@@ -338,3 +338,46 @@ func TestBackwardErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestOnBackward: Backward calls each hook when its replay reaches the
+// point it was recorded at, whether or not a gradient flows there: after
+// the backward of every later op (w2's gradient exists at the first hook
+// reached, w1's does not), before any earlier one; an error ends Backward.
+func TestOnBackward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	x := autograd.Const(randn(rng, 2, 4))
+	w1, w2 := autograd.Param(randn(rng, 4, 4)), autograd.Param(randn(rng, 4, 4))
+	var order []string
+	record := func(tp *autograd.Tape, name string) {
+		tp.OnBackward(func() error {
+			order = append(order, fmt.Sprintf("%s w1:%v w2:%v", name, w1.Grad != nil, w2.Grad != nil))
+			return nil
+		})
+	}
+	var tp autograd.Tape
+	record(&tp, "start") // before any op: no gradient flows into this point
+	h := tp.Linear(x, w1, nil)
+	record(&tp, "middle")
+	loss := linearLoss(&tp, h, w2, nil)
+	record(&tp, "end")
+	if err := tp.Backward(loss); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"end w1:false w2:false", "middle w1:false w2:true", "start w1:true w2:true"}
+	if !slices.Equal(order, want) {
+		t.Errorf("hooks ran as %q; want %q", order, want)
+	}
+
+	boom := errors.New("boom")
+	tp.OnBackward(func() error { return boom })
+	loss = linearLoss(&tp, x, w1, nil)
+	if err := tp.Backward(loss); !errors.Is(err, boom) {
+		t.Errorf("Backward with a failing hook: %v; want %v", err, boom)
+	}
+	tp.NoGrad = true
+	tp.OnBackward(func() error { t.Error("a NoGrad tape ran a hook"); return nil })
+	tp.NoGrad = false
+	if err := tp.Backward(linearLoss(&tp, x, w1, nil)); err != nil {
+		t.Fatal(err)
+	}
+}

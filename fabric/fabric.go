@@ -40,6 +40,9 @@ type Fabric struct {
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
+	// Sharding picks the strategy's sharding units and whether FSDP
+	// regathers parameters for the backward; set it before Setup.
+	Sharding strategy.Options
 }
 
 // New returns a Fabric that trains the whole model with the precision
@@ -106,7 +109,7 @@ func (f *Fabric) Gather() error {
 	if f.dist == nil {
 		return nil
 	}
-	return f.dist.BeforeForward(context.Background())
+	return f.dist.GatherAll(context.Background())
 }
 
 // Rank returns the strategy's rank, nil on one device.
@@ -142,7 +145,7 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
 	if f.distCfg != nil {
-		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, nn.Parameters(m), gatherFormats(plan)); err != nil {
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gatherFormats(plan), f.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		opt.SetParams(f.dist.OptimizerParams())
@@ -173,12 +176,14 @@ func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*au
 }
 
 func (f *Fabric) forward(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+	run := func() (*autograd.Var, error) { return f.scoped(ctx, fn) }
+	var out *autograd.Var
+	var err error
 	if f.dist != nil {
-		if err := f.dist.BeforeForward(ctx); err != nil {
-			return nil, err
-		}
+		out, err = f.dist.Pass(ctx, run)
+	} else {
+		out, err = run()
 	}
-	out, err := f.scoped(fn)
 	if err != nil {
 		return nil, err
 	}
@@ -191,13 +196,20 @@ func (f *Fabric) forward(ctx context.Context, fn func(tp *autograd.Tape) (*autog
 	return out, nil
 }
 
-func (f *Fabric) scoped(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+// scoped runs fn with the tape's Scoper made of the precision's scopes,
+// the non-finite spy's, if looking, and the strategy's, each wrapping the
+// one before.
+func (f *Fabric) scoped(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
 	defer precision.Enter(f.plugin, &f.tape).Exit()
 	if f.scopes != nil {
-		f.tape.Scoper = f.scopes
+		var s autograd.Scoper = f.scopes
 		if f.spy != nil {
-			f.spy.inner, f.tape.Scoper = f.scopes, f.spy
+			f.spy.inner, s = f.scopes, f.spy
 		}
+		if f.dist != nil {
+			s = f.dist.Scoper(ctx, s)
+		}
+		f.tape.Scoper = s
 		defer func() { f.scopes.Reset(); f.tape.Scoper = nil }()
 	}
 	return fn(&f.tape)
@@ -238,7 +250,7 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 	}
 	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
 		var err error
-		if sq, err = f.dist.Sum(sq); err != nil {
+		if sq, err = f.dist.Sum(context.Background(), sq); err != nil {
 			return 0, err
 		}
 	}

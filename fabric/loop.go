@@ -149,7 +149,7 @@ func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, t
 	c := f.dist.Comm()
 	full := tensor.New(logits.DType(), c.Size()*logits.Dim(0), logits.Dim(-1))
 	defer tensor.Free(full)
-	if err := c.AllGather(ctx, logits.Data(), full.Data()); err != nil {
+	if err := f.dist.AllGather(ctx, logits.Data(), full.Data()); err != nil {
 		return 0, fmt.Errorf("fabric: gathering logits: %w", err)
 	}
 	l, err := tensor.CrossEntropy(full, targets)

@@ -3,6 +3,8 @@ package strategy
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
@@ -16,46 +18,77 @@ import (
 // r owns chunk r. What a rank keeps of each parameter, its gradient and its
 // optimizer state follows the strategy's Sharding: a sharded optimizer
 // updates only the rank's chunk, through a Var of its own.
+//
+// The model's modules are grouped into units (Options.Units). Gradients
+// are reduced per unit, as soon as the unit's backward is done, while the
+// backward of the units before it goes on; under FSDP a unit's parameters
+// exist whole only from just before its forward to just after it, and
+// again for its backward, the next unit's gather running while the
+// current one computes.
 type Rank struct {
 	Info   Info
+	opts   Options
 	comm   comm.Communicator
+	link   link
 	params []nn.NamedParam
 	shards []shard
+	units  []unit
+	unitOf map[any]int // a unit's module → its index in units
+	root   unit        // the parameters outside every unit
 	// format gives a parameter's all-gather wire format (FP8 and its
 	// scale); nil or ok false: its storage dtype.
 	format func(path string) (dt dtype.DType, scale float32, ok bool)
 	// gathered counts the parameter bytes this rank sent in all-gathers,
-	// by wire dtype.
+	// by wire dtype; the link's goroutines add to it.
+	mu       sync.Mutex
 	gathered map[dtype.DType]int64
+}
+
+// Options are the choices a strategy leaves to its user.
+type Options struct {
+	// Units picks the sharding units; nil is DefaultUnits.
+	Units UnitFunc
+	// KeepAfterForward keeps an FSDP unit's gathered parameters from its
+	// forward to its backward instead of gathering them twice (FSDP2's
+	// reshard_after_forward=False): less communication, more memory.
+	KeepAfterForward bool
 }
 
 // shard is one parameter's chunk on this rank.
 type shard struct {
 	full  *autograd.Var // the model's parameter
 	local *autograd.Var // the chunk the optimizer updates (sharded optimizers)
+	dt    dtype.DType
 	shape []int
 	n     int // elements of the parameter
 	chunk int // elements per rank, padded
+	// reduced is the gradient a unit's reduction produced this pass (the
+	// full mean, or this rank's chunk of it), written by the link's
+	// goroutine and installed by SyncGrads once every reduction is done.
+	reduced *tensor.Tensor
 }
 
-// NewRank prepares rank c.Rank() of strategy info over the model's
-// parameters, which must be identical on every rank.
-// format, if not nil, picks the wire format of each parameter's all-gathers.
-func NewRank(info Info, c comm.Communicator, params []nn.NamedParam, format func(path string) (dtype.DType, float32, bool)) (*Rank, error) {
-	r := &Rank{Info: info, comm: c, params: params, format: format, gathered: map[dtype.DType]int64{}}
-	size, me := c.Size(), c.Rank()
-	for _, p := range params {
+// NewRank prepares rank c.Rank() of strategy info over m's parameters,
+// which must be identical on every rank. format, if not nil, picks the
+// wire format of each parameter's all-gathers. Under FSDP the parameters
+// are freed but for this rank's chunks.
+func NewRank(info Info, c comm.Communicator, m nn.Module, format func(path string) (dtype.DType, float32, bool), opts Options) (*Rank, error) {
+	r := &Rank{Info: info, opts: opts, comm: c, link: link{c: c}, params: nn.Parameters(m), format: format, gathered: map[dtype.DType]int64{}}
+	size := c.Size()
+	for _, p := range r.params {
 		v := p.Var.Value
 		if v.DType().Bits() < 8 {
 			return nil, fmt.Errorf("strategy %s: %s is %s, which has no byte-addressable shards", info.Name, p.Path, v.DType())
 		}
 		n := v.Len()
-		chunk := (n + size - 1) / size
-		s := shard{full: p.Var, shape: v.Shape(), n: n, chunk: chunk}
-		if info.Sharding.OptimizerState {
-			s.local = autograd.Param(slice(v, me*chunk, chunk))
-		}
-		r.shards = append(r.shards, s)
+		r.shards = append(r.shards, shard{full: p.Var, dt: v.DType(), shape: v.Shape(), n: n, chunk: (n + size - 1) / size})
+	}
+	if opts.Units == nil {
+		opts.Units = DefaultUnits
+	}
+	r.units, r.unitOf, r.root = findUnits(m, opts.Units, r.params)
+	if info.Sharding.OptimizerState {
+		r.Reshard()
 	}
 	return r, nil
 }
@@ -80,89 +113,373 @@ func (r *Rank) Shard(i int, t *tensor.Tensor) *tensor.Tensor {
 	return slice(t, r.comm.Rank()*s.chunk, s.chunk)
 }
 
-// Reshard re-cuts this rank's chunks from the full parameters, after the
-// parameters were replaced (loaded from a checkpoint).
+// Reshard re-cuts this rank's chunks from the whole parameters (at setup,
+// and after they were replaced by a checkpoint's). ZeRO-1 and ZeRO-2
+// chunks are views of the padded whole parameter, which the optimizer
+// updates in place; FSDP keeps its chunks and frees the rest.
 func (r *Rank) Reshard() {
 	for i := range r.shards {
-		if s := &r.shards[i]; s.local != nil {
-			s.local.Value = r.Shard(i, s.full.Value)
+		s := &r.shards[i]
+		if s.local == nil {
+			s.local = autograd.Param(nil)
 		}
+		// The whole value is left to the garbage collector: its caller
+		// (a model's constructor, a checkpoint's reader) may still refer to it.
+		if r.Info.Sharding.Parameters {
+			s.local.Value = r.Shard(i, s.full.Value)
+			s.full.Value = tensor.Meta(s.dt, s.shape...)
+			continue
+		}
+		r.install(s, pad(s.full.Value, s.chunk*r.comm.Size()))
+	}
+}
+
+// install makes padded (chunk·Size elements) the storage of s's whole
+// parameter, and this rank's chunk of it the optimizer's.
+func (r *Rank) install(s *shard, padded *tensor.Tensor) {
+	s.full.Value = view(padded, s.n, s.shape)
+	if s.local != nil && !r.Info.Sharding.Parameters {
+		s.local.Value = padded.Flat(r.comm.Rank()*s.chunk, s.chunk)
 	}
 }
 
 // Comm is the rank's communicator.
 func (r *Rank) Comm() comm.Communicator { return r.comm }
 
-// BeforeForward gathers the full parameters that AfterStep freed (ZeRO-3:
-// between steps a rank holds only its chunks).
-func (r *Rank) BeforeForward(ctx context.Context) error {
-	if !r.Info.Sharding.Parameters {
+// Gathered returns the parameter bytes this rank has sent in all-gathers,
+// by wire dtype (FP8 weights 1 byte each, their scales under float32).
+func (r *Rank) Gathered() map[dtype.DType]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.gathered)
+}
+
+// Pass runs one forward pass, fn, in which the tape's Scoper is
+// r.Scoper's: the parameters outside every unit are gathered first, and a
+// failed collective inside a unit's scope (which has no error to return)
+// ends fn and is returned.
+func (r *Rank) Pass(ctx context.Context, fn func() (*autograd.Var, error)) (out *autograd.Var, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f, ok := p.(failure)
+			if !ok {
+				panic(p)
+			}
+			out, err = nil, f.err
+		}
+		if err != nil {
+			r.link.drain() // a prefetch nothing waited for; its values stay in its unit
+		}
+	}()
+	if len(r.units) > 0 {
+		r.prefetch(ctx, &r.units[0])
+	}
+	if err := r.whole(ctx, &r.root); err != nil {
+		return nil, err
+	}
+	return fn()
+}
+
+// failure carries a collective's error out of a scope.
+type failure struct{ err error }
+
+// Scoper returns the Scoper of one pass: it opens inner's scope for every
+// module (inner may be nil) and, around each unit, gathers, frees and
+// reduces as the strategy needs.
+func (r *Rank) Scoper(ctx context.Context, inner autograd.Scoper) autograd.Scoper {
+	return &passScoper{r: r, ctx: ctx, inner: inner}
+}
+
+type passScoper struct {
+	r     *Rank
+	ctx   context.Context
+	inner autograd.Scoper
+}
+
+func (p *passScoper) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
+	enter := func() (*autograd.Var, func(*autograd.Var) *autograd.Var) {
+		if p.inner == nil {
+			return x, func(v *autograd.Var) *autograd.Var { return v }
+		}
+		return p.inner.EnterScope(tp, module, x)
+	}
+	i, ok := p.r.unitOf[module]
+	if !ok {
+		return enter()
+	}
+	r, ctx, u := p.r, p.ctx, &p.r.units[i]
+	if err := r.whole(ctx, u); err != nil {
+		panic(failure{err})
+	}
+	if i+1 < len(r.units) {
+		r.prefetch(ctx, &r.units[i+1])
+	}
+	tp.OnBackward(func() error { return r.afterBackward(ctx, u) })
+	in, exit := enter()
+	return in, func(out *autograd.Var) *autograd.Var {
+		out = exit(out)
+		if !tp.NoGrad {
+			tp.OnBackward(func() error { return r.beforeBackward(ctx, i) })
+		}
+		if tp.NoGrad || !r.opts.KeepAfterForward {
+			r.release(u)
+		}
+		return out
+	}
+}
+
+// beforeBackward makes unit i whole for its backward and starts gathering
+// the unit whose backward comes next.
+func (r *Rank) beforeBackward(ctx context.Context, i int) error {
+	if i > 0 {
+		defer r.prefetch(ctx, &r.units[i-1])
+	}
+	return r.whole(ctx, &r.units[i])
+}
+
+// afterBackward starts reducing the gradients of u, whose backward is
+// done, and frees its parameters.
+func (r *Rank) afterBackward(ctx context.Context, u *unit) error {
+	r.reduce(ctx, u.params)
+	r.release(u)
+	return nil
+}
+
+// prefetch starts gathering u's freed parameters, if any (FSDP).
+func (r *Rank) prefetch(ctx context.Context, u *unit) {
+	if !r.Info.Sharding.Parameters || u.gather != nil {
+		return
+	}
+	var todo []int
+	for _, i := range u.params {
+		if r.shards[i].full.Value.IsMeta() {
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	u.values = make([]*tensor.Tensor, len(r.shards))
+	formats := make([]func(context.Context, comm.Communicator, *tensor.Tensor) (*tensor.Tensor, error), len(todo))
+	for k, i := range todo {
+		formats[k] = r.gatherAs
+		if r.format == nil {
+			continue
+		}
+		if dt, scale, ok := r.format(r.params[i].Path); ok { // read here: the plugin's scale is the forward's
+			formats[k] = func(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor) (*tensor.Tensor, error) {
+				return r.gatherScaled(ctx, c, chunk, dt, scale)
+			}
+		}
+	}
+	values := u.values
+	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) error {
+		for k, i := range todo {
+			full, err := formats[k](ctx, c, r.shards[i].local.Value)
+			if err != nil {
+				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+			}
+			values[i] = full
+		}
+		return nil
+	})
+}
+
+// whole makes u's parameters whole, gathering what prefetch has not.
+func (r *Rank) whole(ctx context.Context, u *unit) error {
+	r.prefetch(ctx, u)
+	if u.gather == nil {
 		return nil
 	}
-	for i := range r.shards {
-		if r.shards[i].full.Value != nil {
-			continue // still whole since the last gather (evaluation, checkpointing)
+	err := u.gather.wait()
+	for i, v := range u.values {
+		if v != nil {
+			tensor.Free(r.shards[i].full.Value)
+			r.install(&r.shards[i], v)
 		}
-		if err := r.gather(ctx, i); err != nil {
+	}
+	u.gather, u.values = nil, nil
+	return err
+}
+
+// release frees u's whole parameters under FSDP, keeping the chunks.
+func (r *Rank) release(u *unit) {
+	if !r.Info.Sharding.Parameters {
+		return
+	}
+	for _, i := range u.params {
+		r.free(&r.shards[i])
+	}
+}
+
+// free replaces s's whole parameter by a meta tensor of its shape.
+func (r *Rank) free(s *shard) {
+	if !s.full.Value.IsMeta() {
+		tensor.Discard(s.full.Value)
+		s.full.Value = tensor.Meta(s.dt, s.shape...)
+	}
+}
+
+// GatherAll makes every parameter whole on this rank (after FSDP
+// training, before evaluating or saving the full model); the next
+// optimizer step frees them again.
+func (r *Rank) GatherAll(ctx context.Context) error {
+	for i := range r.units {
+		r.prefetch(ctx, &r.units[i])
+	}
+	for i := range r.units {
+		if err := r.whole(ctx, &r.units[i]); err != nil {
 			return err
+		}
+	}
+	return r.whole(ctx, &r.root)
+}
+
+// reduce starts reducing the gradients of the given parameters to their
+// mean over ranks: all-reduced in full (DDP, ZeRO-1) or reduce-scattered
+// so that each rank keeps only its chunk's (ZeRO-2, FSDP). The gradients
+// leave the parameters; SyncGrads puts the results in place.
+func (r *Rank) reduce(ctx context.Context, params []int) {
+	if r.comm.Size() == 1 && !r.Info.Sharding.OptimizerState {
+		return
+	}
+	var grads []*tensor.Tensor
+	var which []int
+	for _, i := range params {
+		if g := r.shards[i].full.Grad; g != nil {
+			grads, which = append(grads, g), append(which, i)
+			r.shards[i].full.Grad = nil
+		}
+	}
+	if len(grads) == 0 {
+		return
+	}
+	r.link.start(ctx, func(ctx context.Context, c comm.Communicator) error {
+		for k, i := range which {
+			if err := r.reduceOne(ctx, c, &r.shards[i], grads[k]); err != nil {
+				return fmt.Errorf("strategy %s: reducing the gradient of %s: %w", r.Info.Name, r.params[i].Path, err)
+			}
+		}
+		return nil
+	})
+}
+
+// reduceOne reduces g, which it owns, into s.reduced.
+func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *tensor.Tensor) error {
+	inv := 1 / float64(c.Size())
+	dt := g.DType()
+	var out *tensor.Tensor
+	if r.Info.Sharding.Gradients {
+		padded := pad(g, s.chunk*c.Size())
+		tensor.Free(g)
+		out = tensor.New(dt, s.chunk)
+		err := c.ReduceScatter(ctx, padded.Data(), out.Data(), dt, comm.Sum)
+		tensor.Free(padded)
+		if err != nil {
+			tensor.Free(out)
+			return fmt.Errorf("reduce-scatter: %w", err)
+		}
+	} else {
+		out = g
+		if r.Info.Sharding.OptimizerState && s.n != s.chunk*c.Size() { // the chunk's gradient views it
+			out = pad(g, s.chunk*c.Size())
+			tensor.Free(g)
+		}
+		if err := c.AllReduce(ctx, out.Data(), dt, comm.Sum); err != nil {
+			tensor.Free(out)
+			return fmt.Errorf("all-reduce: %w", err)
+		}
+	}
+	out.ScaleInPlace(inv)
+	if s.reduced == nil {
+		s.reduced = out
+		return nil
+	}
+	s.reduced.AddInPlace(out) // a parameter that is also used outside its unit
+	tensor.Free(out)
+	return nil
+}
+
+// SyncGrads finishes the reductions of a backward pass: it reduces the
+// gradients no unit has (the root's), waits for every reduction and
+// gives each parameter, or its chunk, the mean gradient over ranks. Ranks
+// must hold equal shares of the global batch.
+func (r *Rank) SyncGrads(ctx context.Context) error {
+	all := make([]int, len(r.shards))
+	for i := range all {
+		all[i] = i
+	}
+	r.reduce(ctx, all)
+	if err := r.link.drain(); err != nil {
+		return err
+	}
+	for i := range r.shards {
+		s := &r.shards[i]
+		g := s.reduced
+		if g == nil {
+			continue
+		}
+		s.reduced = nil
+		switch {
+		case r.Info.Sharding.Gradients:
+			s.local.Grad = g
+		case r.Info.Sharding.OptimizerState:
+			s.full.Grad = view(g, s.n, s.shape)
+			s.local.Grad = g.Flat(r.comm.Rank()*s.chunk, s.chunk)
+		default:
+			s.full.Grad = g
 		}
 	}
 	return nil
 }
 
-// Gathered returns the parameter bytes this rank has sent in all-gathers,
-// by wire dtype (FP8 weights 1 byte each, their scales under float32).
-func (r *Rank) Gathered() map[dtype.DType]int64 { return r.gathered }
-
-// SyncGrads makes every rank's gradient the mean over ranks: all-reduced in
-// full (DDP, ZeRO-1) or reduce-scattered so each rank keeps only its chunk's
-// (ZeRO-2, ZeRO-3). Ranks must hold equal shares of the global batch.
-func (r *Rank) SyncGrads(ctx context.Context) error {
-	if r.comm.Size() == 1 && !r.Info.Sharding.OptimizerState {
+// AfterStep brings every rank's updated chunks back into the parameters:
+// an all-gather (ZeRO-1, ZeRO-2); FSDP instead frees the whole parameters
+// until the next forward gathers them.
+func (r *Rank) AfterStep(ctx context.Context) error {
+	if !r.Info.Sharding.OptimizerState {
 		return nil
 	}
-	inv := 1 / float64(r.comm.Size())
 	for i := range r.shards {
-		s := &r.shards[i]
-		g := s.full.Grad
-		if g == nil {
-			continue
-		}
-		dt := g.DType()
-		padded := pad(g, s.chunk*r.comm.Size())
-		tensor.Free(g) // padded replaces it
-		s.full.Grad = nil
-		if r.Info.Sharding.Gradients {
-			chunk := tensor.New(dt, s.chunk)
-			err := r.comm.ReduceScatter(ctx, padded.Data(), chunk.Data(), dt, comm.Sum)
-			tensor.Free(padded)
-			if err != nil {
-				return fmt.Errorf("strategy %s: reduce-scatter %s: %w", r.Info.Name, r.params[i].Path, err)
-			}
-			chunk.ScaleInPlace(inv)
-			s.local.Grad = chunk
-			continue
-		}
-		if err := r.comm.AllReduce(ctx, padded.Data(), dt, comm.Sum); err != nil {
-			return fmt.Errorf("strategy %s: all-reduce %s: %w", r.Info.Name, r.params[i].Path, err)
-		}
-		padded.ScaleInPlace(inv)
-		if s.local != nil { // ZeRO-1: the chunk's gradient is a view of the full one
-			s.local.Grad = padded.Flat(r.comm.Rank()*s.chunk, s.chunk)
-		}
-		s.full.Grad = padded.Flat(0, s.n).Reshape(s.shape...)
+		tensor.Discard(r.shards[i].full.Grad) // ZeRO-1: the optimizer freed the chunk's view, not this storage
+		r.shards[i].full.Grad = nil
 	}
-	return nil
+	if r.Info.Sharding.Parameters {
+		for i := range r.units {
+			r.release(&r.units[i])
+		}
+		r.release(&r.root)
+		return nil
+	}
+	return r.link.do(ctx, func(ctx context.Context, c comm.Communicator) error {
+		for i := range r.shards {
+			s := &r.shards[i]
+			padded := tensor.New(s.dt, s.chunk*c.Size())
+			if err := c.AllGather(ctx, s.local.Value.Data(), padded.Data()); err != nil {
+				tensor.Free(padded)
+				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+			}
+			r.count(s.dt, s.local.Value)
+			tensor.Discard(s.full.Value) // s.local.Value viewed it
+			tensor.FreeView(s.local.Value)
+			r.install(s, padded)
+		}
+		return nil
+	})
 }
 
 // Any reports whether any rank's found is true (a non-finite gradient),
 // so that all ranks skip a step together.
 func (r *Rank) Any(found bool) (bool, error) {
 	flag := tensor.New(dtype.F32, 1)
+	defer tensor.Free(flag)
 	if found {
 		flag.Fill(1)
 	}
-	if err := r.comm.AllReduce(context.Background(), flag.Data(), dtype.F32, comm.Max); err != nil {
+	err := r.link.do(context.Background(), func(ctx context.Context, c comm.Communicator) error {
+		return c.AllReduce(ctx, flag.Data(), dtype.F32, comm.Max)
+	})
+	if err != nil {
 		return false, fmt.Errorf("strategy %s: agreeing on inf/NaN: %w", r.Info.Name, err)
 	}
 	return flag.Float32s()[0] != 0, nil
@@ -170,85 +487,79 @@ func (r *Rank) Any(found bool) (bool, error) {
 
 // Max returns the largest over ranks of v (an FP8 amax); NaN if any is.
 func (r *Rank) Max(v float32) (float32, error) {
-	t := tensor.FromFloat32([]float32{v}, 1)
-	if err := r.comm.AllReduce(context.Background(), t.Data(), dtype.F32, comm.Max); err != nil {
+	vals := []float32{v}
+	t := tensor.FromFloat32(vals, 1)
+	err := r.link.do(context.Background(), func(ctx context.Context, c comm.Communicator) error {
+		return c.AllReduce(ctx, t.Data(), dtype.F32, comm.Max)
+	})
+	if err != nil {
 		return 0, fmt.Errorf("strategy %s: amax: %w", r.Info.Name, err)
 	}
-	return t.Float32s()[0], nil
+	return vals[0], nil
 }
 
 // Sum returns the sum over ranks of v (a squared gradient norm of chunks).
-func (r *Rank) Sum(v float64) (float64, error) {
-	s, err := comm.SumFloat64(context.Background(), r.comm, v)
+func (r *Rank) Sum(ctx context.Context, v float64) (float64, error) {
+	var s float64
+	err := r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
+		s, err = comm.SumFloat64(ctx, c, v)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("strategy %s: %w", r.Info.Name, err)
 	}
 	return s, nil
 }
 
-// AfterStep brings every rank's updated chunks back into the parameters:
-// an all-gather (ZeRO-1, ZeRO-2); ZeRO-3 instead frees the full
-// parameters until the next forward gathers them.
-func (r *Rank) AfterStep(ctx context.Context) error {
-	if !r.Info.Sharding.OptimizerState {
-		return nil
-	}
-	for i := range r.shards {
-		s := &r.shards[i]
-		s.full.Grad = nil
-		if r.Info.Sharding.Parameters {
-			s.full.Value = nil
-			continue
-		}
-		if err := r.gather(ctx, i); err != nil {
-			return err
-		}
-	}
-	return nil
+// AllGather gathers every rank's send into recv in rank order, in turn
+// with the strategy's own collectives.
+func (r *Rank) AllGather(ctx context.Context, send, recv []byte) error {
+	return r.link.do(ctx, func(ctx context.Context, c comm.Communicator) error {
+		return c.AllGather(ctx, send, recv)
+	})
 }
 
-// gather rebuilds parameter i from every rank's chunk, sent in its storage
-// dtype or, when its format asks, as FP8 bytes with the sender's scale.
-func (r *Rank) gather(ctx context.Context, i int) error {
-	s := &r.shards[i]
-	gather := r.gatherAs
-	if r.format != nil {
-		if dt, scale, ok := r.format(r.params[i].Path); ok {
-			gather = func(ctx context.Context, chunk *tensor.Tensor) (*tensor.Tensor, error) {
-				return r.gatherScaled(ctx, chunk, dt, scale)
-			}
-		}
-	}
-	full, err := gather(ctx, s.local.Value)
-	if err != nil {
-		return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
-	}
-	s.full.Value = slice(full, 0, s.n).Reshape(s.shape...)
-	return nil
-}
-
-// gatherAs all-gathers chunk as it is stored.
-func (r *Rank) gatherAs(ctx context.Context, chunk *tensor.Tensor) (*tensor.Tensor, error) {
-	all := tensor.New(chunk.DType(), chunk.Len()*r.comm.Size())
-	if err := r.comm.AllGather(ctx, chunk.Data(), all.Data()); err != nil {
+// gatherAs all-gathers chunk as it is stored into a padded whole.
+func (r *Rank) gatherAs(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor) (*tensor.Tensor, error) {
+	all := tensor.New(chunk.DType(), chunk.Len()*c.Size())
+	if err := c.AllGather(ctx, chunk.Data(), all.Data()); err != nil {
+		tensor.Free(all)
 		return nil, err
 	}
-	r.gathered[chunk.DType()] += int64(len(chunk.Data()))
+	r.count(chunk.DType(), chunk)
 	return all, nil
+}
+
+func (r *Rank) count(dt dtype.DType, sent *tensor.Tensor) {
+	r.mu.Lock()
+	r.gathered[dt] += int64(len(sent.Data()))
+	r.mu.Unlock()
 }
 
 // gatherScaled all-gathers chunk·scale cast (saturating) to dt, with every
 // rank's scale, and returns the values decoded and unscaled, in chunk's dtype.
-func (r *Rank) gatherScaled(ctx context.Context, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, error) {
-	scales, err := r.gatherAs(ctx, tensor.FromFloat32([]float32{scale}, 1))
+func (r *Rank) gatherScaled(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, error) {
+	scales, err := r.gatherAs(ctx, c, tensor.FromFloat32([]float32{scale}, 1))
 	if err != nil {
 		return nil, err
 	}
-	codes, err := r.gatherAs(ctx, tensor.Scale(chunk.To(dtype.F32), float64(scale)).ToSat(dt))
+	defer tensor.Free(scales)
+	wide := chunk.To(dtype.F32)
+	scaled := tensor.Scale(wide, float64(scale))
+	if wide != chunk {
+		tensor.Free(wide)
+	}
+	codes := scaled.ToSat(dt)
+	if codes != scaled {
+		tensor.Free(scaled)
+	}
+	all, err := r.gatherAs(ctx, c, codes)
+	tensor.Free(codes)
 	if err != nil {
 		return nil, err
 	}
-	vals, per := codes.Float32s(), chunk.Len()
+	vals, per := all.Float32s(), chunk.Len()
+	tensor.Free(all)
 	for rank, sc := range scales.Float32s() {
 		for j := rank * per; j < (rank+1)*per; j++ {
 			vals[j] /= sc
@@ -257,14 +568,14 @@ func (r *Rank) gatherScaled(ctx context.Context, chunk *tensor.Tensor, dt dtype.
 	return tensor.FromFloat32(vals, len(vals)).To(chunk.DType()), nil
 }
 
-// Bytes is what this rank holds now for parameters, gradients and the
-// given optimizer state, for the memory report.
+// Bytes is what this rank holds now for parameters and gradients, each
+// storage counted once.
 func (r *Rank) Bytes() (params, grads int64) {
 	for _, s := range r.shards {
-		switch {
-		case s.full.Value != nil:
+		if !s.full.Value.IsMeta() {
 			params += int64(s.full.Value.Bytes())
-		case s.local != nil:
+		}
+		if s.local != nil && !tensor.SameStorage(s.local.Value, s.full.Value) {
 			params += int64(s.local.Value.Bytes())
 		}
 		switch {
@@ -275,6 +586,19 @@ func (r *Rank) Bytes() (params, grads int64) {
 		}
 	}
 	return params, grads
+}
+
+// view shows the first n elements of padded in shape: padded itself when
+// nothing is padding, else a view whose Discard frees padded.
+func view(padded *tensor.Tensor, n int, shape []int) *tensor.Tensor {
+	if padded.Len() == n {
+		padded.SetShape(shape...)
+		return padded
+	}
+	flat := padded.Flat(0, n)
+	v := flat.Reshape(shape...)
+	tensor.FreeView(flat)
+	return v
 }
 
 // slice returns a 1-D copy of n elements of t's flat storage from start,

@@ -105,6 +105,7 @@ type Dist struct {
 	Strategy string
 	Devices  int
 	Backend  string
+	Options  strategy.Options // sharding units, FSDP's reshard after forward
 }
 
 // RankReport is what one rank held and sent at the end of a replay.
@@ -140,7 +141,7 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 		if c.Rank() != 0 {
 			step = nil
 		}
-		results[i], err = replayRank(ref, model, steps, spec, info, c, step)
+		results[i], err = replayRank(ref, model, steps, spec, info, d.Options, c, step)
 		return err
 	})
 	if err != nil {
@@ -156,7 +157,7 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 
 // replayRank is one rank's replay, through the training step weft train
 // runs; rank 0's Result carries the losses.
-func replayRank(ref *models.Reference, model string, steps int, spec precision.Spec, info strategy.Info, c comm.Communicator, onStep func(int, float64)) (*Result, error) {
+func replayRank(ref *models.Reference, model string, steps int, spec precision.Spec, info strategy.Info, opts strategy.Options, c comm.Communicator, onStep func(int, float64)) (*Result, error) {
 	m, err := models.New(model, 0)
 	if err != nil {
 		return nil, err
@@ -170,6 +171,7 @@ func replayRank(ref *models.Reference, model string, steps int, spec precision.S
 	}
 	f := fabric.NewPolicy(precision.Policy{Default: spec}, precision.LossScalingAuto)
 	f.OnNonFinite = fabric.TrainOnNonFinite // as PyTorch does: the reference runs go on after a NaN
+	f.Sharding = opts
 	if c.Size() > 1 || info.Sharding.OptimizerState {
 		f.Distribute(info, c)
 	}

@@ -112,32 +112,38 @@ func TestFP8ScalesAgreeAcrossRanks(t *testing.T) {
 
 // TestFP8Gathers: FSDP with transformer-engine (Lightning refuses it)
 // gathers each FP8 Linear's weight as one byte per element plus a float32
-// scale per rank, and every other parameter in its storage dtype (bf16).
+// scale per rank, and every other parameter in its storage dtype (bf16):
+// twice a step, before each unit's forward and again before its backward,
+// or once when the units keep their parameters from forward to backward.
 func TestFP8Gathers(t *testing.T) {
 	ref, _ := loadReference(t)
 	const steps, ranks = 3, 2
-	res, err := TrainOn(ref, "mlp", steps, mustSpec(t, "transformer-engine"), Dist{Strategy: "fsdp", Devices: ranks, Backend: "local"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// mlp: fc1 [64,32] and fc2 [64,64] pass the FP8 filter; head [10,64] does not.
-	var fp8, scales, bf16 int64
-	for _, p := range res.Params {
-		chunk := int64(strategy.PerRank(int64(p.Var.Value.Len()), true, ranks))
-		switch p.Path {
-		case "fc1.weight", "fc2.weight":
-			fp8, scales = fp8+chunk, scales+4
-		default:
-			bf16 += 2 * chunk
+	for _, keep := range []bool{false, true} {
+		d := Dist{Strategy: "fsdp", Devices: ranks, Backend: "local", Options: strategy.Options{KeepAfterForward: keep}}
+		res, err := TrainOn(ref, "mlp", steps, mustSpec(t, "transformer-engine"), d, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// Gathers happen before every forward but the first: parameters start
-	// whole, and each step frees them.
-	gathers := int64(steps - 1)
-	for _, r := range res.Ranks {
-		g := r.Gathered
-		if g["float8_e4m3fn"] != gathers*fp8 || g["float32"] != gathers*scales || g["bfloat16"] != gathers*bf16 {
-			t.Errorf("rank %d gathered %v; want float8_e4m3fn %d, float32 %d, bfloat16 %d", r.Rank, g, gathers*fp8, gathers*scales, gathers*bf16)
+		// mlp: fc1 [64,32] and fc2 [64,64] pass the FP8 filter; head [10,64] does not.
+		var fp8, scales, bf16 int64
+		for _, p := range res.Params {
+			chunk := int64(strategy.PerRank(int64(p.Var.Value.Len()), true, ranks))
+			switch p.Path {
+			case "fc1.weight", "fc2.weight":
+				fp8, scales = fp8+chunk, scales+4
+			default:
+				bf16 += 2 * chunk
+			}
+		}
+		gathers := int64(2 * steps)
+		if keep {
+			gathers = steps
+		}
+		for _, r := range res.Ranks {
+			g := r.Gathered
+			if g["float8_e4m3fn"] != gathers*fp8 || g["float32"] != gathers*scales || g["bfloat16"] != gathers*bf16 {
+				t.Errorf("keep after forward %v: rank %d gathered %v; want float8_e4m3fn %d, float32 %d, bfloat16 %d", keep, r.Rank, g, gathers*fp8, gathers*scales, gathers*bf16)
+			}
 		}
 	}
 }

@@ -1,0 +1,79 @@
+package strategy
+
+import (
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
+)
+
+// unit is a sharding unit, as PyTorch's fully_shard makes one of a
+// module: its parameters are gathered just before its forward, freed
+// after it, gathered again for its backward, and its gradients are
+// reduced as soon as its backward is done.
+type unit struct {
+	path   string
+	params []int // indices into Rank.shards
+	// gather is the all-gather in flight for the unit's freed parameters,
+	// nil when none is; values receives what it gathers, one per param.
+	gather *call
+	values []*tensor.Tensor
+}
+
+// UnitFunc reports whether the module at path is a sharding unit of its
+// own; its descendants then are not asked.
+type UnitFunc func(path string, m nn.Module) bool
+
+// DefaultUnits makes a unit of every element of a List (each transformer
+// block) and of every child that holds no such element (the embeddings, a
+// final LayerNorm, a head; each layer of a model without lists), as one
+// would call fully_shard on them by hand.
+func DefaultUnits(path string, m nn.Module) bool { return !holdsList(m) }
+
+func holdsList(m nn.Module) bool {
+	if nn.Kind(m) == "List" {
+		return true
+	}
+	for _, c := range m.Children() {
+		if holdsList(c.Module) {
+			return true
+		}
+	}
+	return false
+}
+
+// findUnits walks the tree in pre-order (the order of a sequential
+// forward) and returns the units isUnit picks, each with its parameters
+// as indices into params, and the root: every parameter outside a unit.
+func findUnits(m nn.Module, isUnit UnitFunc, params []nn.NamedParam) (units []unit, of map[any]int, root unit) {
+	index := map[*autograd.Var]int{}
+	for i, p := range params {
+		index[p.Var] = i
+	}
+	inUnit := map[int]bool{}
+	of = map[any]int{}
+	var visit func(path string, m nn.Module)
+	visit = func(path string, m nn.Module) {
+		for _, c := range m.Children() {
+			cp := nn.Join(path, c.Name)
+			if nn.Kind(c.Module) == "List" || !isUnit(cp, c.Module) { // a list has no forward of its own
+				visit(cp, c.Module)
+				continue
+			}
+			u := unit{path: cp}
+			for _, p := range nn.Parameters(c.Module) {
+				if i, ok := index[p.Var]; ok && !inUnit[i] {
+					u.params, inUnit[i] = append(u.params, i), true
+				}
+			}
+			of[c.Module] = len(units)
+			units = append(units, u)
+		}
+	}
+	visit("", m)
+	for i := range params {
+		if !inUnit[i] {
+			root.params = append(root.params, i)
+		}
+	}
+	return units, of, root
+}
