@@ -111,7 +111,7 @@ type node struct {
 	out      Var
 	in       [3]*Var
 	backward func(tp *Tape, n *node, dy *tensor.Tensor)
-	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd
+	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd (see save)
 	ints     [8]int            // axis, stride and padding, permutation ...
 	flag     bool              // MatMul's transB
 	scale    float64
@@ -154,8 +154,30 @@ func (tp *Tape) next() *node {
 	}
 	n := tp.nodes[tp.used]
 	tp.used++
+	n.freeSaved() // a pass that was Reset without Backward
 	*n = node{}
 	return n
+}
+
+// save keeps ts for n's backward, or frees them when n has none (no input
+// needs a gradient, or NoGrad).
+func (n *node) save(ts ...*tensor.Tensor) {
+	if n.backward == nil {
+		for _, t := range ts {
+			tensor.Free(t)
+		}
+		return
+	}
+	copy(n.saved[:], ts)
+}
+
+// freeSaved frees what the forward pass saved for n's backward, once
+// Backward is past n whether or not a gradient reached it.
+func (n *node) freeSaved() {
+	for i, t := range n.saved {
+		tensor.Free(t)
+		n.saved[i] = nil
+	}
 }
 
 // Record adds a custom op to the tape: value is its result, computed from
@@ -250,6 +272,7 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 			}
 			tp.dy, tp.dyKept = nil, nil
 		}
+		n.freeSaved()
 		switch {
 		case !tp.Recycle:
 		case &n.out != loss:
