@@ -124,7 +124,7 @@ func TestMemoryAccounting(t *testing.T) {
 
 // TestTensorAccounting: New, clones and casts count their storage (in
 // float64 words, rounded to a class) until Release or Free; tensors over
-// caller memory and views do not count.
+// caller memory and views do not count, and CopyFrom keeps no cast.
 func TestTensorAccounting(t *testing.T) {
 	base := Memory().Live
 	x := New(dtype.BF16, 3, 5) // 30 bytes: 4 words, class 4
@@ -137,6 +137,10 @@ func TestTensorAccounting(t *testing.T) {
 	w := FromFloat32(make([]float32, 100), 10, 10)
 	if got, want := Memory().Live-base, int64(128); got != want {
 		t.Errorf("a view and a wrapped slice changed Live to %d bytes, want %d", got, want)
+	}
+	x.CopyFrom(z) // through a cast to bf16, given back
+	if got, want := Memory().Live-base, int64(128); got != want {
+		t.Errorf("CopyFrom across dtypes left Live at %d bytes, want %d", got, want)
 	}
 	Free(v)
 	Free(w)
