@@ -8,11 +8,12 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// TestSavedTensorsReturnToPool: what GELU and LayerNorm save for backward
-// (Φ(x), mean and rstd) goes back to the tensor pool when no backward will
-// read it: under NoGrad, for inputs that need no gradient, for a branch
-// the loss does not use, and for a pass Reset without Backward.
-func TestSavedTensorsReturnToPool(t *testing.T) {
+// TestPassReturnsToPool: what GELU and LayerNorm save for backward (Φ(x),
+// mean and rstd) goes back to the tensor pool when no backward will read
+// it: under NoGrad, for inputs that need no gradient, for a branch the
+// loss does not use, and for a pass Reset without Backward; with Recycle,
+// Reset frees the results of such a pass too.
+func TestPassReturnsToPool(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	x, w, b := randn(rng, 4, 6), randn(rng, 6), randn(rng, 6)
 	forward := func(tp *autograd.Tape, x *autograd.Var) (gelu, norm *autograd.Var) {
@@ -46,6 +47,16 @@ func TestSavedTensorsReturnToPool(t *testing.T) {
 		}},
 		{"Reset without Backward", func(tp *autograd.Tape) {
 			free(forward(tp, autograd.Param(x)))
+			tp.Reset()
+		}},
+		{"NoGrad, Recycle", func(tp *autograd.Tape) {
+			tp.NoGrad, tp.Recycle = true, true // Reset frees the results
+			forward(tp, autograd.Const(x))
+			tp.Reset()
+		}},
+		{"Recycle, Reset without Backward", func(tp *autograd.Tape) {
+			tp.Recycle = true
+			forward(tp, autograd.Param(x))
 			tp.Reset()
 		}},
 	} {
