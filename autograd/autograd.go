@@ -88,7 +88,9 @@ type Tape struct {
 	// which lasts until the next pass: read the values you need (logits)
 	// before calling Backward.
 	Recycle bool
-	// NoGrad stops recording (inference, evaluation).
+	// NoGrad stops recording for backward (inference, evaluation). With
+	// Recycle, the results are kept on the tape for Reset to free: Reset
+	// after each pass, having read what you need.
 	NoGrad bool
 	// nodes are the ops of this pass, nodes[:used]; Reset keeps the nodes
 	// for the next pass, so that a steady training loop allocates none.
@@ -111,7 +113,7 @@ type node struct {
 	out      Var
 	in       [3]*Var
 	backward func(tp *Tape, n *node, dy *tensor.Tensor)
-	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd
+	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd (see save)
 	ints     [8]int            // axis, stride and padding, permutation ...
 	flag     bool              // MatMul's transB
 	scale    float64
@@ -129,11 +131,14 @@ type node struct {
 // in n.in) and, if any input needs a gradient, makes backward its
 // backward step.
 func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor.Tensor), inputs ...*Var) *node {
-	if tp.NoGrad {
+	if tp.NoGrad && !tp.Recycle {
 		return &node{out: Var{Value: value}}
 	}
 	n := tp.next()
 	n.out.Value = value
+	if tp.NoGrad {
+		return n
+	}
 	copy(n.in[:], inputs)
 	for _, in := range inputs {
 		if in != nil && in.requiresGrad {
@@ -156,8 +161,30 @@ func (tp *Tape) next() *node {
 	}
 	n := tp.nodes[tp.used]
 	tp.used++
+	n.freeSaved() // a pass that was Reset without Backward
 	*n = node{}
 	return n
+}
+
+// save keeps ts for n's backward, or frees them when n has none (no input
+// needs a gradient, or NoGrad).
+func (n *node) save(ts ...*tensor.Tensor) {
+	if n.backward == nil {
+		for _, t := range ts {
+			tensor.Free(t)
+		}
+		return
+	}
+	copy(n.saved[:], ts)
+}
+
+// freeSaved frees what the forward pass saved for n's backward, once
+// Backward is past n whether or not a gradient reached it.
+func (n *node) freeSaved() {
+	for i, t := range n.saved {
+		tensor.Free(t)
+		n.saved[i] = nil
+	}
 }
 
 // Record adds a custom op to the tape: value is its result, computed from
@@ -243,7 +270,7 @@ func (tp *Tape) Backward(loss *Var) error {
 // The gradients of intermediate results are recycled as soon as their op's
 // backward is done.
 func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
-	defer tp.Reset()
+	defer tp.forget()
 	if loss.Value.Len() != 1 {
 		return fmt.Errorf("%w: shape %v", ErrNotScalar, loss.Value.Shape())
 	}
@@ -271,6 +298,7 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 			}
 			tp.dy, tp.dyKept = nil, nil
 		}
+		n.freeSaved()
 		switch {
 		case !tp.Recycle:
 		case &n.out != loss:
@@ -296,9 +324,21 @@ func recycle(n *node) {
 	}
 }
 
-// Reset forgets the recorded ops without running them; their nodes (and
-// the Vars in them) serve the next pass.
-func (tp *Tape) Reset() { tp.used = 0 }
+// Reset abandons the pass without running its backward (an evaluation, a
+// skipped step): with Recycle, its results go back to the tensor pool
+// (read what you need first). Its nodes (and the Vars in them) serve the
+// next pass.
+func (tp *Tape) Reset() {
+	if tp.Recycle {
+		for _, n := range tp.nodes[:tp.used] {
+			recycle(n)
+		}
+	}
+	tp.forget()
+}
+
+// forget ends the pass; Backward has recycled what it had to.
+func (tp *Tape) forget() { tp.used = 0 }
 
 // autocast returns x cast for op by the Caster, recording the cast so the
 // gradient flows back in x's dtype.

@@ -129,14 +129,13 @@ func (tp *Tape) GELU(x *Var) *Var {
 	x = tp.autocast(OpGELU, x)
 	y, cdf := tensor.GELU(x.Value)
 	n := tp.record(y, geluBackward, x)
-	n.saved[0] = cdf
+	n.save(cdf)
 	return &n.out
 }
 
 func geluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	x, cdf := n.in[0], n.saved[0]
 	tp.accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
-	tensor.Free(cdf)
 }
 
 // ReLU returns max(x, 0).
@@ -175,7 +174,7 @@ func (tp *Tape) LayerNorm(x, w, b *Var, eps float64) *Var {
 	x, w, b = tp.autocast(OpLayerNorm, x), tp.autocast(OpLayerNorm, w), tp.autocast(OpLayerNorm, b)
 	y, mean, rstd := tensor.LayerNorm(x.Value, w.Value, b.Value, eps)
 	n := tp.record(y, layerNormBackward, x, w, b)
-	n.saved = [2]*tensor.Tensor{mean, rstd}
+	n.save(mean, rstd)
 	return &n.out
 }
 
@@ -183,8 +182,6 @@ func layerNormBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	x, w, b := n.in[0], n.in[1], n.in[2]
 	mean, rstd := n.saved[0], n.saved[1]
 	dx, dw, db := tensor.LayerNormBackward(x.Value, w.Value, mean, rstd, dy)
-	tensor.Free(mean)
-	tensor.Free(rstd)
 	tp.accumulate(x, dx)
 	tp.accumulate(w, dw)
 	tp.accumulate(b, db)

@@ -22,12 +22,15 @@ func (metaSource) Uint64() uint64 {
 }
 
 // param returns a float32 parameter of shape with values from init, or a
-// meta one when rng is Meta.
+// meta one when rng is Meta. The values are copied into pool storage, so
+// that tensor.Memory counts the weights as it counts activations.
 func param(rng *rand.Rand, init func(vals []float32), shape ...int) *autograd.Var {
 	if rng == Meta {
 		return autograd.Param(tensor.Meta(dtype.F32, shape...))
 	}
 	vals := make([]float32, tensor.Numel(shape))
 	init(vals)
-	return autograd.Param(tensor.FromFloat32(vals, shape...))
+	wrapped := tensor.FromFloat32(vals, shape...)
+	defer tensor.Free(wrapped)
+	return autograd.Param(wrapped.Clone())
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
 )
 
 // TestMetaBuildsShapesAlone: every layer built on nn.Meta has the
@@ -28,5 +29,16 @@ func TestMetaBuildsShapesAlone(t *testing.T) {
 		if !p.Var.Value.IsMeta() || r.Var.Value.IsMeta() {
 			t.Errorf("%s: meta %v built on nn.Meta, %v built with weights", p.Path, p.Var.Value.IsMeta(), r.Var.Value.IsMeta())
 		}
+	}
+}
+
+// TestParamsCountInPool: a layer's weights live in pool storage, so that
+// tensor.Memory counts them: 64×48 + 64 float32s, classes 1536 and 32
+// words.
+func TestParamsCountInPool(t *testing.T) {
+	before := tensor.Memory().Live
+	nn.NewLinear(rand.New(rand.NewPCG(1, 2)), 48, 64, true)
+	if got, want := tensor.Memory().Live-before, int64(1536*8+32*8); got != want {
+		t.Errorf("a Linear's parameters made %d bytes live, want %d", got, want)
 	}
 }

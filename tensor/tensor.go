@@ -314,7 +314,11 @@ func (t *Tensor) CopyFrom(u *Tensor) {
 	mustSameShape("CopyFrom", t, u)
 	t.stored("CopyFrom")
 	u.stored("CopyFrom")
-	copy(t.data, u.To(t.dtype).data)
+	c := u.To(t.dtype)
+	copy(t.data, c.data)
+	if c != u {
+		Free(c)
+	}
 }
 
 // Fill sets every element to v (rounded to t's dtype).

@@ -21,6 +21,7 @@ import (
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/tensor"
 )
 
 // Metrics is one line of metrics.jsonl; a non-finite loss is written null.
@@ -31,6 +32,10 @@ type Metrics struct {
 	TokensPerS float64 `json:"tokens_per_s"` // units per second: tokens for gpt, images otherwise
 	Skipped    bool    `json:"skipped,omitempty"`
 	ValLoss    *Float  `json:"val_loss,omitempty"`
+	// PeakAllocMiB is the most tensor memory live during the step and its
+	// evaluation (tensor.Memory's Peak), process-wide: with local ranks,
+	// all of them together.
+	PeakAllocMiB float64 `json:"peak_alloc_mib"`
 }
 
 // Float is a float64 that JSON carries as null when it is inf or NaN.
@@ -70,6 +75,8 @@ type Summary struct {
 	// QuantizedBytes is the memory of the quantized weights, BF16Bytes
 	// what they would take in bf16 (both 0 without a quantizer).
 	QuantizedBytes, BF16Bytes int64
+	// PeakAllocBytes is the largest step's PeakAllocMiB, in bytes.
+	PeakAllocBytes int64
 }
 
 // Run trains c.Model with c's precision and strategy, resuming from
@@ -211,6 +218,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 			return nil, err
 		}
 		began := time.Now()
+		if lead {
+			tensor.ResetPeak()
+		}
 		res, err := r.f.TrainStep(ctx, r.model, r.t.batch(uint64(step)))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
@@ -229,6 +239,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 			}
 			sum.LastValLoss = v
 		}
+		peak := tensor.Memory().Peak
+		m.PeakAllocMiB = float64(peak) / (1 << 20)
+		sum.PeakAllocBytes = max(sum.PeakAllocBytes, peak)
 		if enc != nil {
 			if err := enc.Encode(m); err != nil {
 				return nil, fmt.Errorf("metrics: %w", err)

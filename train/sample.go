@@ -69,6 +69,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 			return "", err
 		}
 		v := logits.Value.Float64s()
+		f.Tape().Reset() // the pass's tensors go back to the pool
 		ids = append(ids, pick(v[len(v)-data.VocabSize:], temperature, rng))
 	}
 	return data.DecodeText(ids), nil

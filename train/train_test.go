@@ -10,6 +10,7 @@ import (
 
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -88,6 +89,40 @@ func TestInterruptedCheckpointLeavesLatest(t *testing.T) {
 	c.Steps = 12
 	if _, err := Run(context.Background(), c, true, quiet{}); err != nil {
 		t.Fatalf("resume past an interrupted write: %v", err)
+	}
+}
+
+// TestPeakAllocReported: every metrics line carries the step's allocator
+// peak, which holds at least the weights, their gradients and AdamW's two
+// moments (all float32 in 32-true), and the summary reports the largest.
+func TestPeakAllocReported(t *testing.T) {
+	c := tinyConfig(t, "32-true")
+	c.Steps = 6
+	sum, err := Run(context.Background(), c, false, quiet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := newTask(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var weights int64
+	for _, p := range nn.Parameters(task.newModel()) {
+		weights += int64(p.Var.Value.Bytes())
+	}
+	ms, err := readMetrics(filepath.Join(c.Out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var largest float64
+	for _, m := range ms {
+		if m.PeakAllocMiB*(1<<20) < float64(4*weights) {
+			t.Errorf("step %d: peak alloc %.3f MiB, below the %.3f MiB of weights, gradients and moments", m.Step, m.PeakAllocMiB, float64(4*weights)/(1<<20))
+		}
+		largest = max(largest, m.PeakAllocMiB)
+	}
+	if got := float64(sum.PeakAllocBytes) / (1 << 20); got != largest {
+		t.Errorf("summary peak alloc %v MiB, the steps' largest %v", got, largest)
 	}
 }
 

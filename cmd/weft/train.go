@@ -133,8 +133,8 @@ func (p *progress) Plan(plan *fabric.Plan, start int) {
 
 func (p *progress) Done(sum *train.Summary) {
 	p.finish()
-	fmt.Fprintf(p.out, "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
-		sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, p.c.Out, p.c.Out)
+	fmt.Fprintf(p.out, "validation loss %.4f -> %.4f; peak alloc %.1f MiB; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
+		sum.FirstValLoss, sum.LastValLoss, float64(sum.PeakAllocBytes)/(1<<20), sum.Checkpoint, p.c.Out, p.c.Out)
 	if sum.BF16Bytes > 0 {
 		fmt.Fprintf(p.out, "quantized weights: %d bytes, %.1f%% of their %d bytes in bf16\n",
 			sum.QuantizedBytes, 100*float64(sum.QuantizedBytes)/float64(sum.BF16Bytes), sum.BF16Bytes)
