@@ -19,8 +19,18 @@ type Var struct {
 	Value *tensor.Tensor
 	// Grad is the accumulated gradient, in Value's dtype; nil until a
 	// backward pass reaches this Var (and after the optimizer clears it).
-	Grad         *tensor.Tensor
+	Grad *tensor.Tensor
+	// Init, if set, draws the parameter's initial value by element range
+	// (nn's constructors record an nn.ParamInit), so that a model built on
+	// shapes alone can be filled in later, each rank its own chunk.
+	Init         Initializer
 	requiresGrad bool
+}
+
+// An Initializer writes elements [start, start+len(dst)) of a parameter's
+// flat (row-major) initial value into dst.
+type Initializer interface {
+	Fill(dst []float32, start int)
 }
 
 // Param returns a leaf whose gradient is accumulated.

@@ -2,7 +2,6 @@ package data_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -19,7 +18,7 @@ import (
 // it cannot learn would keep the loss near ln 10.
 func TestCNNLearnsGlyphs(t *testing.T) {
 	start := time.Now()
-	m := models.NewCNN(rand.New(rand.NewPCG(0, 0)))
+	m := models.NewCNN(nn.NewInit(0))
 	opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {
 		t.Fatal(err)

@@ -67,7 +67,7 @@ func mustParse(t *testing.T, spec string) precision.Plugin {
 var adamW = optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 
 // newMLP returns the reference MLP with a fixed initialisation.
-func newMLP() *models.MLP { return models.NewMLP(rand.New(rand.NewPCG(1, 2))) }
+func newMLP() *models.MLP { return models.NewMLP(nn.NewInit(1)) }
 
 // batches returns n fixed random batches of 16 rows for the MLP.
 func batches(n int) []data.Batch {
@@ -563,7 +563,7 @@ func TestClipGradNormAcrossRanks(t *testing.T) {
 	}
 	// newRank builds the same float64 MLP on every rank (c nil: one device).
 	newRank := func(c comm.Communicator) (*fabric.Fabric, models.Model, error) {
-		m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+		m := models.NewMLP(nn.NewInit(1))
 		opt, _ := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95})
 		f := fabric.New(precision.Pure{DType: dtype.F64})
 		if c != nil {

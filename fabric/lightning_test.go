@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 )
@@ -83,7 +83,7 @@ func TestLightningMatrixInverted(t *testing.T) {
 			t.Run(st+"/"+spec, func(t *testing.T) {
 				p, err := precision.ParseSpec(spec, precision.Options{})
 				if err == nil {
-					model := models.NewGPT(rand.New(rand.NewPCG(1, 1)), models.ReferenceGPT)
+					model := models.NewGPT(nn.NewInit(1), models.ReferenceGPT)
 					_, err = fabric.MakePlan(model, precision.Policy{Default: p}, precision.LossScalingAuto, st, 2)
 				}
 				var conflict *precision.ConflictError

@@ -116,7 +116,7 @@ func TestMetaPlanMatchesTraining(t *testing.T) {
 					t.Fatal(err)
 				}
 				pol := precision.Policy{Default: sp}
-				meta, err := models.NewMeta(model)
+				meta, err := models.NewMeta(model, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +155,7 @@ func TestPlanShowsConversions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := models.NewMeta(model)
+		m, err := models.NewMeta(model, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestPlanRefusesWhatTrainingRefuses(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parse: %v", err)
 			}
-			meta, _ := models.NewMeta(c.model)
+			meta, _ := models.NewMeta(c.model, 0)
 			_, planErr := fabric.MakePlan(meta, pol, scaling, "single", 1)
 			m, _ := models.New(c.model, 1)
 			opt, _ := optim.NewAdamW(nn.Parameters(m), adamW)
@@ -265,7 +265,7 @@ func TestPlanWarnings(t *testing.T) {
 			t.Fatal(err)
 		}
 		pol := precision.Policy{Default: sp}
-		meta, _ := models.NewMeta(c.model)
+		meta, _ := models.NewMeta(c.model, 0)
 		plan, err := fabric.MakePlan(meta, pol, precision.LossScalingAuto, "single", 1)
 		if err != nil {
 			t.Fatal(err)

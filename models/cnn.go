@@ -1,8 +1,6 @@
 package models
 
 import (
-	"math/rand/v2"
-
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -16,11 +14,11 @@ type CNN struct {
 	Head  *nn.Linear // 16·6·6 = 576 -> 10
 }
 
-func NewCNN(rng *rand.Rand) *CNN {
+func NewCNN(init *nn.Init) *CNN {
 	return &CNN{
-		Conv1: nn.NewConv2d(rng, 1, 8, 3, 1, 1),
-		Conv2: nn.NewConv2d(rng, 8, 16, 3, 2, 1),
-		Head:  nn.NewLinear(rng, 576, 10, true),
+		Conv1: nn.NewConv2d(init, 1, 8, 3, 1, 1),
+		Conv2: nn.NewConv2d(init, 8, 16, 3, 2, 1),
+		Head:  nn.NewLinear(init, 576, 10, true),
 	}
 }
 

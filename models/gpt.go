@@ -2,7 +2,6 @@ package models
 
 import (
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
@@ -32,18 +31,18 @@ type GPT struct {
 	positions []int
 }
 
-func NewGPT(rng *rand.Rand, cfg GPTConfig) *GPT {
+func NewGPT(init *nn.Init, cfg GPTConfig) *GPT {
 	g := &GPT{
-		Tok:  nn.NewEmbedding(rng, cfg.Vocab, cfg.Width),
-		Pos:  nn.NewEmbedding(rng, cfg.Context, cfg.Width),
-		LnF:  nn.NewLayerNorm(rng, cfg.Width),
-		Head: nn.NewLinear(rng, cfg.Width, cfg.Vocab, false),
+		Tok:  nn.NewEmbedding(init, cfg.Vocab, cfg.Width),
+		Pos:  nn.NewEmbedding(init, cfg.Context, cfg.Width),
+		LnF:  nn.NewLayerNorm(init, cfg.Width),
+		Head: nn.NewLinear(init, cfg.Width, cfg.Vocab, false),
 	}
 	for i := range cfg.Context {
 		g.positions = append(g.positions, i)
 	}
 	for range cfg.Layers {
-		g.Blocks = append(g.Blocks, NewBlock(rng, cfg.Width, cfg.Heads))
+		g.Blocks = append(g.Blocks, NewBlock(init, cfg.Width, cfg.Heads))
 	}
 	return g
 }
@@ -97,13 +96,13 @@ type Block struct {
 	Out  *nn.Linear // 4C -> C
 }
 
-func NewBlock(rng *rand.Rand, width, heads int) *Block {
+func NewBlock(init *nn.Init, width, heads int) *Block {
 	return &Block{
-		Ln1:  nn.NewLayerNorm(rng, width),
-		Attn: nn.NewCausalSelfAttention(rng, width, heads),
-		Ln2:  nn.NewLayerNorm(rng, width),
-		FC:   nn.NewLinear(rng, width, 4*width, true),
-		Out:  nn.NewLinear(rng, 4*width, width, true),
+		Ln1:  nn.NewLayerNorm(init, width),
+		Attn: nn.NewCausalSelfAttention(init, width, heads),
+		Ln2:  nn.NewLayerNorm(init, width),
+		FC:   nn.NewLinear(init, width, 4*width, true),
+		Out:  nn.NewLinear(init, 4*width, width, true),
 	}
 }
 

@@ -1,8 +1,6 @@
 package models
 
 import (
-	"math/rand/v2"
-
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -33,8 +31,8 @@ type Hybrid struct {
 	Decoder *GPT
 }
 
-func NewHybrid(rng *rand.Rand, cfg HybridConfig) *Hybrid {
-	return &Hybrid{Vision: NewEncoder(rng, cfg), Decoder: NewGPT(rng, cfg.Decoder)}
+func NewHybrid(init *nn.Init, cfg HybridConfig) *Hybrid {
+	return &Hybrid{Vision: NewEncoder(init, cfg), Decoder: NewGPT(init, cfg.Decoder)}
 }
 
 // Forward takes images b.X (B, 1, H, W) and tokens b.Tokens (B, T): the
@@ -57,12 +55,12 @@ type Encoder struct {
 	chars int
 }
 
-func NewEncoder(rng *rand.Rand, cfg HybridConfig) *Encoder {
+func NewEncoder(init *nn.Init, cfg HybridConfig) *Encoder {
 	flat := 32 * (cfg.Height / 2) * (cfg.Width / 2)
 	return &Encoder{
-		Conv1: nn.NewConv2d(rng, 1, 16, 3, 1, 1),
-		Conv2: nn.NewConv2d(rng, 16, 32, 3, 2, 1),
-		Proj:  nn.NewLinear(rng, flat, cfg.Chars*cfg.Decoder.Width, true),
+		Conv1: nn.NewConv2d(init, 1, 16, 3, 1, 1),
+		Conv2: nn.NewConv2d(init, 16, 32, 3, 2, 1),
+		Proj:  nn.NewLinear(init, flat, cfg.Chars*cfg.Decoder.Width, true),
 		chars: cfg.Chars,
 	}
 }

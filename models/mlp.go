@@ -1,8 +1,6 @@
 package models
 
 import (
-	"math/rand/v2"
-
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -16,12 +14,12 @@ type MLP struct {
 	Head *nn.Linear    // 64 -> 10
 }
 
-func NewMLP(rng *rand.Rand) *MLP {
+func NewMLP(init *nn.Init) *MLP {
 	return &MLP{
-		FC1:  nn.NewLinear(rng, 32, 64, true),
-		FC2:  nn.NewLinear(rng, 64, 64, true),
-		Norm: nn.NewLayerNorm(rng, 64),
-		Head: nn.NewLinear(rng, 64, 10, true),
+		FC1:  nn.NewLinear(init, 32, 64, true),
+		FC2:  nn.NewLinear(init, 64, 64, true),
+		Norm: nn.NewLayerNorm(init, 64),
+		Head: nn.NewLinear(init, 64, 10, true),
 	}
 }
 

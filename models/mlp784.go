@@ -1,8 +1,6 @@
 package models
 
 import (
-	"math/rand/v2"
-
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -16,8 +14,8 @@ type MLP784 struct {
 	Head *nn.Linear // 1024 -> 10
 }
 
-func NewMLP784(rng *rand.Rand) *MLP784 {
-	return &MLP784{FC1: nn.NewLinear(rng, 784, 1024, true), FC2: nn.NewLinear(rng, 1024, 1024, true), Head: nn.NewLinear(rng, 1024, 10, true)}
+func NewMLP784(init *nn.Init) *MLP784 {
+	return &MLP784{FC1: nn.NewLinear(init, 784, 1024, true), FC2: nn.NewLinear(init, 1024, 1024, true), Head: nn.NewLinear(init, 1024, 10, true)}
 }
 
 func (m *MLP784) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {

@@ -4,7 +4,6 @@ package models
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strings"
 
@@ -20,13 +19,14 @@ type Model interface {
 	Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error)
 }
 
-// constructors builds each reference model with PyTorch's default init.
-var constructors = map[string]func(rng *rand.Rand) Model{
-	"mlp":    func(rng *rand.Rand) Model { return NewMLP(rng) },
-	"cnn":    func(rng *rand.Rand) Model { return NewCNN(rng) },
-	"gpt":    func(rng *rand.Rand) Model { return NewGPT(rng, ReferenceGPT) },
-	"hybrid": func(rng *rand.Rand) Model { return NewHybrid(rng, DefaultHybrid) },
-	"mlp784": func(rng *rand.Rand) Model { return NewMLP784(rng) },
+// constructors builds each reference model with PyTorch's default init
+// distributions.
+var constructors = map[string]func(init *nn.Init) Model{
+	"mlp":    func(init *nn.Init) Model { return NewMLP(init) },
+	"cnn":    func(init *nn.Init) Model { return NewCNN(init) },
+	"gpt":    func(init *nn.Init) Model { return NewGPT(init, ReferenceGPT) },
+	"hybrid": func(init *nn.Init) Model { return NewHybrid(init, DefaultHybrid) },
+	"mlp784": func(init *nn.Init) Model { return NewMLP784(init) },
 }
 
 // Names lists the reference models.
@@ -40,18 +40,18 @@ func Names() []string {
 }
 
 // New builds the reference model called name, initialised from seed.
-func New(name string, seed uint64) (Model, error) {
-	return build(name, rand.New(rand.NewPCG(seed, 0)))
-}
+func New(name string, seed uint64) (Model, error) { return build(name, nn.NewInit(seed)) }
 
 // NewMeta builds the reference model called name on shapes alone (see
-// nn.Meta): a plan converts and measures it without memory for weights.
-func NewMeta(name string) (Model, error) { return build(name, nn.Meta) }
+// nn.Meta): a plan converts and measures it without memory for weights,
+// and nn.InitRange fills in any part of a parameter as New(name, seed)
+// initialises it.
+func NewMeta(name string, seed uint64) (Model, error) { return build(name, nn.Meta(seed)) }
 
-func build(name string, rng *rand.Rand) (Model, error) {
+func build(name string, init *nn.Init) (Model, error) {
 	c, ok := constructors[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown model %q (accepted: %s)", name, strings.Join(Names(), ", "))
 	}
-	return c(rng), nil
+	return c(init), nil
 }

@@ -2,7 +2,6 @@ package nn
 
 import (
 	"math"
-	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
 )
@@ -18,8 +17,8 @@ type CausalSelfAttention struct {
 	Heads int     // 2
 }
 
-func NewCausalSelfAttention(rng *rand.Rand, width, heads int) *CausalSelfAttention {
-	return &CausalSelfAttention{QKV: NewLinear(rng, width, 3*width, true), Proj: NewLinear(rng, width, width, true), Heads: heads}
+func NewCausalSelfAttention(init *Init, width, heads int) *CausalSelfAttention {
+	return &CausalSelfAttention{QKV: NewLinear(init, width, 3*width, true), Proj: NewLinear(init, width, width, true), Heads: heads}
 }
 
 func (a *CausalSelfAttention) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {

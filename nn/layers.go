@@ -3,7 +3,6 @@ package nn
 import (
 	"errors"
 	"math"
-	"math/rand/v2"
 
 	"github.com/weftml/weft/autograd"
 )
@@ -30,11 +29,11 @@ type LinearGEMM interface {
 var ErrGEMMReplaced = errors.New("the Linear's arithmetic is already replaced")
 
 // NewLinear initialises W and b uniformly in ±1/sqrt(in), as PyTorch does.
-func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {
+func NewLinear(init *Init, in, out int, bias bool) *Linear {
 	bound := 1 / math.Sqrt(float64(in))
-	l := &Linear{Weight: uniform(rng, bound, out, in)}
+	l := &Linear{Weight: init.param(Uniform, -bound, bound, out, in)}
 	if bias {
-		l.Bias = uniform(rng, bound, out)
+		l.Bias = init.param(Uniform, -bound, bound, out)
 	}
 	return l
 }
@@ -58,12 +57,8 @@ type Embedding struct {
 }
 
 // NewEmbedding initialises the table from N(0, 1), as PyTorch does.
-func NewEmbedding(rng *rand.Rand, num, dim int) *Embedding {
-	return &Embedding{Weight: param(rng, func(vals []float32) {
-		for i := range vals {
-			vals[i] = float32(rng.NormFloat64())
-		}
-	}, num, dim)}
+func NewEmbedding(init *Init, num, dim int) *Embedding {
+	return &Embedding{Weight: init.param(Normal, 0, 1, num, dim)}
 }
 
 // Forward looks up ids, laid out with the given shape; the result is append(shape, dim).
@@ -86,15 +81,9 @@ type LayerNorm struct {
 	Eps          float64       // 1e-5
 }
 
-// NewLayerNorm starts with weight 1 and bias 0, as PyTorch does; rng
-// draws nothing, but Meta builds the layer on shapes alone.
-func NewLayerNorm(rng *rand.Rand, dim int) *LayerNorm {
-	ones := func(vals []float32) {
-		for i := range vals {
-			vals[i] = 1
-		}
-	}
-	return &LayerNorm{Weight: param(rng, ones, dim), Bias: param(rng, func([]float32) {}, dim), Eps: 1e-5}
+// NewLayerNorm starts with weight 1 and bias 0, as PyTorch does.
+func NewLayerNorm(init *Init, dim int) *LayerNorm {
+	return &LayerNorm{Weight: init.param(Const, 1, 0, dim), Bias: init.param(Const, 0, 0, dim), Eps: 1e-5}
 }
 
 func (n *LayerNorm) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
@@ -115,9 +104,9 @@ type Conv2d struct {
 }
 
 // NewConv2d initialises like PyTorch: uniform in ±1/sqrt(in·k·k).
-func NewConv2d(rng *rand.Rand, in, out, k, stride, pad int) *Conv2d {
+func NewConv2d(init *Init, in, out, k, stride, pad int) *Conv2d {
 	bound := 1 / math.Sqrt(float64(in*k*k))
-	return &Conv2d{Weight: uniform(rng, bound, out, in, k, k), Bias: uniform(rng, bound, out), Stride: stride, Pad: pad}
+	return &Conv2d{Weight: init.param(Uniform, -bound, bound, out, in, k, k), Bias: init.param(Uniform, -bound, bound, out), Stride: stride, Pad: pad}
 }
 
 func (c *Conv2d) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
@@ -143,14 +132,6 @@ func (GELU) Params() []Param   { return nil }
 func (GELU) Children() []Child { return nil }
 func (ReLU) Params() []Param   { return nil }
 func (ReLU) Children() []Child { return nil }
-
-func uniform(rng *rand.Rand, bound float64, shape ...int) *autograd.Var {
-	return param(rng, func(vals []float32) {
-		for i := range vals {
-			vals[i] = float32((2*rng.Float64() - 1) * bound)
-		}
-	}, shape...)
-}
 
 // params lists ps, skipping absent (nil) ones such as a missing bias.
 func params(ps ...Param) []Param {

@@ -2,7 +2,6 @@ package nn_test
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -23,11 +22,11 @@ func (m *tree) Children() []nn.Child {
 }
 
 func newTree() *tree {
-	rng := rand.New(rand.NewPCG(1, 1))
+	init := nn.NewInit(1)
 	return &tree{Layers: nn.List[nn.Module]{
-		nn.NewLinear(rng, 4, 3, false),
-		nn.NewCausalSelfAttention(rng, 4, 2),
-		nn.NewLayerNorm(rng, 4),
+		nn.NewLinear(init, 4, 3, false),
+		nn.NewCausalSelfAttention(init, 4, 2),
+		nn.NewLayerNorm(init, 4),
 	}}
 }
 

@@ -103,7 +103,7 @@ func TestConvertHoldsReportersToPurpose(t *testing.T) {
 			nil, `precision: converting "fc1": failing: no`, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			res, err := c.pol.Resolve(models.NewMLP(nn.Meta), precision.LossScalingAuto)
+			res, err := c.pol.Resolve(models.NewMLP(nn.Meta(0)), precision.LossScalingAuto)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,7 +128,7 @@ func TestConvertHoldsReportersToPurpose(t *testing.T) {
 // replaced its module's arithmetic, in order, and only those.
 func TestConvertRecordsConverters(t *testing.T) {
 	pol := precision.Policy{Default: mustJoin(t, listedSpec("a", "fc1", "head"), parseSpec(t, "bf16-true"))}
-	res, err := pol.Resolve(models.NewMLP(nn.Meta), precision.LossScalingAuto)
+	res, err := pol.Resolve(models.NewMLP(nn.Meta(0)), precision.LossScalingAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func mustJoin(t *testing.T, specs ...precision.Spec) precision.Spec {
 // TestRuleMatchingNothing: a rule that matches no module is an error in
 // Resolve naming up to three module paths (or kinds) nearest its pattern.
 func TestRuleMatchingNothing(t *testing.T) {
-	m := models.NewHybrid(nn.Meta, models.DefaultHybrid)
+	m := models.NewHybrid(nn.Meta(0), models.DefaultHybrid)
 	for rule, want := range map[string]string{
 		"nothere.**=16-mixed":      `precision rule "nothere.**": matches no module; nearest: `,
 		"vison.conv1=bf16-true":    `precision rule "vison.conv1": matches no module; nearest: vision.conv1, vision.conv2, `,

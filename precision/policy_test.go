@@ -2,13 +2,13 @@ package precision_test
 
 import (
 	"errors"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
 )
 
@@ -55,7 +55,7 @@ func scopeOf(t *testing.T, res *precision.Resolution, path string) precision.Sco
 }
 
 func TestPolicyResolve(t *testing.T) {
-	m := models.NewHybrid(rand.New(rand.NewPCG(1, 1)), models.DefaultHybrid)
+	m := models.NewHybrid(nn.NewInit(1), models.DefaultHybrid)
 	tests := []struct {
 		rules []string
 		want  map[string]string // module path -> plugin name
@@ -82,7 +82,7 @@ func TestPolicyResolve(t *testing.T) {
 }
 
 func TestPolicyAmbiguous(t *testing.T) {
-	m := models.NewHybrid(rand.New(rand.NewPCG(1, 1)), models.DefaultHybrid)
+	m := models.NewHybrid(nn.NewInit(1), models.DefaultHybrid)
 	_, err := hybridPolicy(t, "32-true", "vision.*=16-mixed", "*.conv1=bf16-mixed").Resolve(m, precision.LossScalingAuto)
 	if err == nil || !strings.Contains(err.Error(), "vision.conv1") || !strings.Contains(err.Error(), "equally") {
 		t.Fatalf("want an ambiguity error naming vision.conv1, got %v", err)
@@ -90,7 +90,7 @@ func TestPolicyAmbiguous(t *testing.T) {
 }
 
 func TestPolicyLossScalingIsGlobal(t *testing.T) {
-	m := models.NewHybrid(rand.New(rand.NewPCG(1, 1)), models.DefaultHybrid)
+	m := models.NewHybrid(nn.NewInit(1), models.DefaultHybrid)
 	res, err := hybridPolicy(t, "bf16-true", "vision.**=16-mixed").Resolve(m, precision.LossScalingAuto)
 	if err != nil || !res.ScalesLoss() || res.Scaler.Scale() != 65536 {
 		t.Fatalf("16-mixed vision must give the model one scaler: %v %v", res, err)

@@ -42,7 +42,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if err != nil {
 		return "", err
 	}
-	gpt := models.NewGPT(rand.New(rand.NewPCG(c.Seed, 0)), c.gptConfig())
+	gpt := models.NewGPT(nn.NewInit(c.Seed), c.gptConfig())
 	opt, err := optim.NewAdamW(nn.Parameters(gpt), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
 	if err != nil {
 		return "", err

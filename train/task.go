@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"math/rand/v2"
 
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
@@ -12,9 +11,9 @@ import (
 // task is one model on its bundled dataset. Batches are pure functions of
 // the step (or validation index), so a resumed run sees the same data.
 type task struct {
-	// build builds the model from rng: with its initial weights, or on
+	// build builds the model from init: with its initial weights, or on
 	// shapes alone from nn.Meta.
-	build func(rng *rand.Rand) models.Model
+	build func(init *nn.Init) models.Model
 	seed  uint64
 	batch func(step uint64) data.Batch
 	val   func(i int) data.Batch
@@ -38,7 +37,7 @@ func newTask(c Config) (*task, error) {
 			return s.Next()
 		}
 		return &task{
-			build: func(rng *rand.Rand) models.Model { return models.NewGPT(rng, cfg) },
+			build: func(init *nn.Init) models.Model { return models.NewGPT(init, cfg) },
 			batch: func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
 			val:   func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
 			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed,
@@ -47,7 +46,7 @@ func newTask(c Config) (*task, error) {
 		cfg := data.GlyphConfig{Seed: c.Seed}
 		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
 		return &task{
-			build: func(rng *rand.Rand) models.Model { return models.NewCNN(rng) },
+			build: func(init *nn.Init) models.Model { return models.NewCNN(init) },
 			batch: func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
 			val:   func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
 			units: c.BatchSize, unit: "images", seed: c.Seed,
@@ -58,7 +57,7 @@ func newTask(c Config) (*task, error) {
 		valCfg := cfg
 		valCfg.Seed++
 		return &task{
-			build: func(rng *rand.Rand) models.Model { return models.NewHybrid(rng, h) },
+			build: func(init *nn.Init) models.Model { return models.NewHybrid(init, h) },
 			batch: func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
 			val:   func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
 			units: c.BatchSize, unit: "images", seed: c.Seed,
@@ -69,10 +68,10 @@ func newTask(c Config) (*task, error) {
 
 // newModel builds the model with its initial weights (the same on every
 // rank: the seed decides them).
-func (t *task) newModel() models.Model { return t.build(rand.New(rand.NewPCG(t.seed, 0))) }
+func (t *task) newModel() models.Model { return t.build(nn.NewInit(t.seed)) }
 
 // metaModel builds the model on shapes alone, for its plan.
-func (t *task) metaModel() models.Model { return t.build(nn.Meta) }
+func (t *task) metaModel() models.Model { return t.build(nn.Meta(t.seed)) }
 
 // hybridBatch turns rendered text into a decoder batch: inputs are a start
 // token (id start) then the first T-1 characters, targets all T characters.

@@ -39,7 +39,7 @@ warnings training prints.`,
 			if err != nil {
 				return err
 			}
-			m, err := models.NewMeta(model)
+			m, err := models.NewMeta(model, 0)
 			if err != nil {
 				return err
 			}

@@ -24,8 +24,8 @@ import (
 const B, D, K = 64, 32, 10
 
 func main() {
+	model := models.NewMLP(nn.NewInit(1337))
 	rng := rand.New(rand.NewPCG(1337, 0))
-	model := models.NewMLP(rng)
 	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	check(err)
 	p, err := precision.Parse("bf16-mixed", precision.Options{})

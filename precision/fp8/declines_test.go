@@ -27,7 +27,7 @@ func TestRecipesReportDeclines(t *testing.T) {
 		{NewMX(), map[string]string{"fc1": "", "fc2": "", "head": "is 64→10, FP8 needs"}},
 		{own, map[string]string{"fc1": "", "fc2": "is 64→64, which the plugin's Filter rejects", "head": "Filter rejects"}},
 	} {
-		m := models.NewMLP(nn.Meta)
+		m := models.NewMLP(nn.Meta(0))
 		var err error
 		nn.Walk(m, func(path string, mod nn.Module) {
 			if err == nil {

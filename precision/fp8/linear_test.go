@@ -217,7 +217,7 @@ func (bf16Linear) CastInput(op autograd.Op, in dtype.DType) dtype.DType {
 // whose arithmetic stays the tape's.
 func TestConvertFilter(t *testing.T) {
 	for _, p := range []converter{NewDelayed(), NewCurrent(), NewMX()} {
-		m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+		m := models.NewMLP(nn.NewInit(1))
 		for range 2 { // converting twice changes nothing
 			var err error
 			nn.Walk(m, func(path string, mod nn.Module) {
@@ -264,7 +264,7 @@ func TestConvertErrors(t *testing.T) {
 	if err := (&Current{Format: Format{Forward: dtype.E4M3FN, Backward: dtype.BF16}}).ConvertModule("fc", newLinear(w, b)); err == nil {
 		t.Error("a bf16 gradient format accepted")
 	}
-	if err := (&MX{}).ConvertModule("", models.NewMLP(rand.New(rand.NewPCG(1, 2)))); err == nil {
+	if err := (&MX{}).ConvertModule("", models.NewMLP(nn.NewInit(1))); err == nil {
 		t.Error("a zero Format accepted")
 	}
 	// A Delayed built as a literal works too.

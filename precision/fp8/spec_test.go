@@ -1,10 +1,10 @@
 package fp8_test
 
 import (
-	"math/rand/v2"
 	"testing"
 
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/fp8"
 )
@@ -63,7 +63,7 @@ func TestSpecs(t *testing.T) {
 // TestSpecFreshState checks that every Parse builds its own state.
 func TestSpecFreshState(t *testing.T) {
 	used := parse(t, "transformer-engine")
-	m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+	m := models.NewMLP(nn.NewInit(1))
 	if err := precision.ConvertModule(used, m); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestSpecFreshState(t *testing.T) {
 // TestPolicyScope checks that FP8 reaches only the modules a policy gives
 // it: fc2 here, under a bf16-mixed default.
 func TestPolicyScope(t *testing.T) {
-	m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+	m := models.NewMLP(nn.NewInit(1))
 	rule, err := precision.ParseRule("fc2=bf16-mixed+fp8", precision.Options{})
 	if err != nil {
 		t.Fatal(err)

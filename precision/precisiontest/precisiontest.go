@@ -270,7 +270,7 @@ func take(m nn.Module) snapshot {
 // newModel is the small model tree the checks convert: the reference MLP
 // with a fixed initialisation and a gradient on every parameter.
 func newModel() *models.MLP {
-	m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+	m := models.NewMLP(nn.NewInit(1))
 	for _, p := range nn.Parameters(m) {
 		p.Var.Grad = tensor.New(p.Var.Value.DType(), p.Var.Value.Shape()...)
 		p.Var.Grad.Fill(0.5)

@@ -68,7 +68,7 @@ func sameBytes(t *testing.T, what string, got, want *tensor.Tensor) {
 // deq(W) in the compute dtype, and gradients for x and b only.
 func TestFourBitLinear(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	l := nn.NewLinear(rng, 64, 32, true)
+	l := nn.NewLinear(nn.NewInit(1), 64, 32, true)
 	w, b := l.Weight, l.Bias
 	q := quant.Quantize4(quant.NF4, w.Value, quant.DefaultBlockSize, true)
 	p := quant.NewFourBit(quant.NF4, true)
@@ -132,12 +132,12 @@ func convert(t *testing.T, p precision.Plugin, m nn.Module) {
 // TestSkip checks which Linears are quantized: all but the output head by
 // default, or those Skip leaves.
 func TestSkip(t *testing.T) {
-	m := models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+	m := models.NewMLP(nn.NewInit(1))
 	convert(t, quant.NewFourBit(quant.FP4, false), m)
 	if m.FC1.Weight != nil || m.FC2.Weight != nil || m.Head.Weight == nil || m.Head.GEMM != nil {
 		t.Errorf("fp4 with the default Skip: fc1, fc2 quantized %v, %v; head %v; want the head alone left", m.FC1.Weight == nil, m.FC2.Weight == nil, m.Head.GEMM == nil)
 	}
-	m = models.NewMLP(rand.New(rand.NewPCG(1, 2)))
+	m = models.NewMLP(nn.NewInit(1))
 	p := quant.NewInt8(false)
 	p.Skip = []string{"fc*"}
 	convert(t, p, m)
@@ -147,7 +147,7 @@ func TestSkip(t *testing.T) {
 }
 
 func TestConvertErrors(t *testing.T) {
-	newLinear := func() *nn.Linear { return nn.NewLinear(rand.New(rand.NewPCG(1, 2)), 32, 16, true) }
+	newLinear := func() *nn.Linear { return nn.NewLinear(nn.NewInit(1), 32, 16, true) }
 	for _, c := range []struct {
 		name  string
 		steps []converter
@@ -185,8 +185,7 @@ func TestConvertErrors(t *testing.T) {
 // storage cast makes every remaining parameter bf16 and leaves the 4-bit
 // weights as quantized, which take less than 30% of their bf16 bytes.
 func TestStorageCast(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	g := models.NewGPT(rng, models.ReferenceGPT)
+	g := models.NewGPT(nn.NewInit(3), models.ReferenceGPT)
 	want := map[*nn.Linear]*quant.Blockwise{}
 	var old []*autograd.Var
 	for _, blk := range g.Blocks {
@@ -245,7 +244,7 @@ func TestInt8Linear(t *testing.T) {
 	xs := x.Float32s()
 	xs[3*48+7] = 25 // an outlier in feature 7
 	x = tensor.FromFloat32(xs, 16, 48)
-	ref := nn.NewLinear(rand.New(rand.NewPCG(7, 8)), 48, 24, true)
+	ref := nn.NewLinear(nn.NewInit(7), 48, 24, true)
 	var tp autograd.Tape
 	wantY, wantDX := step(t, &tp, ref, x, dy)
 	wantDW := ref.Weight.Grad
@@ -258,7 +257,7 @@ func TestInt8Linear(t *testing.T) {
 		return d / s
 	}
 	for _, training := range []bool{false, true} {
-		l := nn.NewLinear(rand.New(rand.NewPCG(7, 8)), 48, 24, true)
+		l := nn.NewLinear(nn.NewInit(7), 48, 24, true)
 		w := l.Weight
 		p := quant.NewInt8(training)
 		if err := p.ConvertModule("fc", l); err != nil {
@@ -296,7 +295,7 @@ func TestLoRAStartsAsBase(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	x := randn(rng, 1, 3, 4, 32)
 	for _, quantize := range []bool{false, true} {
-		l := nn.NewLinear(rand.New(rand.NewPCG(1, 1)), 32, 48, true)
+		l := nn.NewLinear(nn.NewInit(1), 32, 48, true)
 		if quantize {
 			if err := quant.NewFourBit(quant.NF4, true).ConvertModule("blocks.0.fc", l); err != nil {
 				t.Fatal(err)
@@ -320,7 +319,7 @@ func TestLoRAStartsAsBase(t *testing.T) {
 // weight gets none.
 func TestLoRAGradient(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
-	l := nn.NewLinear(rng, 12, 8, true)
+	l := nn.NewLinear(nn.NewInit(11), 12, 8, true)
 	w := l.Weight
 	nf4 := &quant.FourBit{Codebook: quant.NF4, Double: true, BlockSize: 16}
 	lora := quant.NewLoRA(3, 6, "fc")

@@ -45,7 +45,7 @@ func TestQuantizersReportDeclines(t *testing.T) {
 		Declined(path string) (string, bool)
 	}
 	for _, p := range []reporter{quant.NewFourBit(quant.NF4, true), quant.NewInt8(false), quant.NewInt8(true)} {
-		m := models.NewMLP(nn.Meta)
+		m := models.NewMLP(nn.Meta(0))
 		var err error
 		nn.Walk(m, func(path string, mod nn.Module) {
 			if err == nil {

@@ -2,7 +2,6 @@ package quant_test
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/weftml/weft/autograd"
@@ -31,7 +30,7 @@ func TestQLoRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := models.GPTConfig{Vocab: data.VocabSize, Context: 16, Width: 32, Heads: 2, Layers: 2}
-	g := models.NewGPT(rand.New(rand.NewPCG(1, 0)), cfg)
+	g := models.NewGPT(nn.NewInit(1), cfg)
 	var tp autograd.Tape
 	loss := func(b data.Batch) *autograd.Var {
 		logits, err := g.Forward(&tp, b)
