@@ -75,6 +75,16 @@ type Scoper interface {
 	EnterScope(tp *Tape, module any, x *Var) (in *Var, exit func(out *Var) *Var)
 }
 
+// A ScopeResumer is a Scoper whose scopes nest, so that how a module's
+// scope opens depends on the scopes open around it. A checkpointed
+// module's forward is recomputed in backward, after the pass's scopes have
+// closed: Resume returns a Scoper that opens scopes as the receiver would
+// now. A Scoper without it serves the recompute itself.
+type ScopeResumer interface {
+	Scoper
+	Resume() Scoper
+}
+
 // Tape records one forward pass. Its zero value records ops and casts
 // nothing.
 type Tape struct {
@@ -90,6 +100,13 @@ type Tape struct {
 	Recycle bool
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
+	// Recompute, if set, selects the modules whose forward Checkpoint
+	// recomputes in backward instead of keeping their activations.
+	Recompute func(module any) bool
+	// recomputing marks the tape a checkpointed forward is recomputed on
+	// (see Recomputing); replay is that tape, reused by each recompute.
+	recomputing bool
+	replay      *Tape
 	// nodes are the ops of this pass, nodes[:used]; Reset keeps the nodes
 	// for the next pass, so that a steady training loop allocates none.
 	// The Vars the tape returned live in them: they are valid until the
@@ -119,8 +136,14 @@ type node struct {
 	// custom and inputs are a Record op's backward and inputs.
 	custom func(dy *tensor.Tensor) []*tensor.Tensor
 	inputs []*Var
+	// recorded marks a Record op's result, which may be a view of a tensor
+	// the caller keeps: the tape releases only its storage.
+	recorded bool
 	// borrowed marks a caller's tensor (Const), which the tape never frees.
 	borrowed bool
+	// forward is a checkpointed module's, which the node's backward
+	// recomputes.
+	forward *recomputation
 }
 
 // record creates the node of an op's result (up to three inputs are kept
@@ -166,7 +189,7 @@ func (tp *Tape) next() *node {
 // or views of them.
 func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
 	n := tp.record(value, customBackward, inputs...)
-	n.custom, n.inputs = backward, inputs
+	n.custom, n.inputs, n.recorded = backward, inputs, true
 	return &n.out
 }
 
@@ -237,6 +260,14 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	}
 	loss.Grad = tensor.New(loss.Value.DType(), loss.Value.Shape()...)
 	loss.Grad.Fill(scale)
+	tp.backward(loss)
+	return nil
+}
+
+// backward replays the recorded ops in reverse from the gradients their
+// results hold. With Recycle, every result is freed once Backward is past
+// it but loss's (nil for none), which the tape keeps until the next pass.
+func (tp *Tape) backward(loss *Var) {
 	for _, n := range slices.Backward(tp.nodes[:tp.used]) {
 		if dy := n.out.Grad; dy != nil && n.backward != nil {
 			n.out.Grad = nil // intermediate gradients are not kept
@@ -254,20 +285,19 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 		case !tp.Recycle:
 		case &n.out != loss:
 			recycle(n)
-		case n.custom == nil:
+		case !n.recorded:
 			tp.loss = loss.Value
 		}
 	}
-	return nil
 }
 
-// recycle frees a node's result once Backward is past it. A custom op's
+// recycle frees a node's result once Backward is past it. A Record op's
 // result may be a view of a tensor the caller keeps, so only its storage
 // is released.
 func recycle(n *node) {
 	switch {
 	case n.borrowed:
-	case n.custom != nil:
+	case n.recorded:
 		tensor.Release(n.out.Value)
 	default:
 		tensor.Free(n.out.Value)

@@ -40,6 +40,11 @@ type Fabric struct {
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
+	// ActivationCheckpointing names, in precision rules' syntax
+	// ("blocks.*"), the modules whose forward is recomputed in backward
+	// instead of keeping their activations (see autograd.Tape.Checkpoint);
+	// set it before Setup.
+	ActivationCheckpointing []string
 }
 
 // New returns a Fabric that trains the whole model with the precision
@@ -135,6 +140,9 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if f.tape.Recompute, err = recomputed(m, f.ActivationCheckpointing); err != nil {
 		return err
 	}
 	if setsState {
