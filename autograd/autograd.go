@@ -100,12 +100,14 @@ type Tape struct {
 	Recycle bool
 	// NoGrad stops recording (inference, evaluation).
 	NoGrad bool
-	// Recompute, if set, selects the modules whose forward Checkpoint
+	// Recompute, if set, selects the layers whose forward Checkpoint
 	// recomputes in backward instead of keeping their activations.
-	Recompute func(module any) bool
+	Recompute func(layer Layer) bool
 	// recomputing marks the tape a checkpointed forward is recomputed on
-	// (see Recomputing); replay is that tape, reused by each recompute.
+	// (see Recomputing), whose input is in; replay is that tape, which
+	// every recompute reuses.
 	recomputing bool
+	in          Var
 	replay      *Tape
 	// nodes are the ops of this pass, nodes[:used]; Reset keeps the nodes
 	// for the next pass, so that a steady training loop allocates none.
@@ -141,9 +143,9 @@ type node struct {
 	recorded bool
 	// borrowed marks a caller's tensor (Const), which the tape never frees.
 	borrowed bool
-	// forward is a checkpointed module's, which the node's backward
+	// forward is a checkpointed layer's, which the node's backward
 	// recomputes.
-	forward *recomputation
+	forward recomputation
 }
 
 // record creates the node of an op's result (up to three inputs are kept

@@ -6,44 +6,49 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// recomputation is what a checkpointed module's backward needs to run its
-// forward again as it first ran: the function and the autocast and scopes
-// it started in.
+// A Layer is a module whose forward maps one Var to another, as a
+// transformer block's does: the unit Checkpoint recomputes.
+type Layer interface {
+	Forward(tp *Tape, x *Var) *Var
+}
+
+// recomputation is what a checkpointed layer's backward needs to run its
+// forward again as it first ran: the layer and the autocast and scopes it
+// started in.
 type recomputation struct {
-	fn     func(*Tape, *Var) *Var
+	layer  Layer
 	caster Caster
 	scoper Scoper
 }
 
-// Checkpoint runs fn(tp, x), the forward pass of module, and returns its
-// result. When the tape's Recompute selects module, the pass keeps only
-// x and the result, as torch.utils.checkpoint does: fn's other results and
-// saved tensors are freed as soon as it returns, and backward runs fn again
-// (in the autocast and precision scopes it first ran in, so that it
-// computes the same values) to take the gradients of x and of the
-// parameters fn reads. A module whose forward reads no other state than
-// x and its parameters can be checkpointed; fn must not keep what it
-// records.
-func (tp *Tape) Checkpoint(module any, x *Var, fn func(tp *Tape, x *Var) *Var) *Var {
-	if tp.NoGrad || tp.Recompute == nil || !tp.Recompute(module) {
-		return fn(tp, x)
+// Checkpoint returns layer.Forward(tp, x). When the tape's Recompute
+// selects layer, the pass keeps only x and the result, as
+// torch.utils.checkpoint does: the forward's other results and saved
+// tensors are freed as soon as it returns, and backward runs it again (in
+// the autocast and precision scopes it first ran in, so that it computes
+// the same values) to take the gradients of x and of the parameters it
+// reads. A layer whose forward reads no other state than x and its
+// parameters, and keeps nothing it records, can be checkpointed.
+func (tp *Tape) Checkpoint(layer Layer, x *Var) *Var {
+	if tp.NoGrad || tp.Recompute == nil || !tp.Recompute(layer) {
+		return layer.Forward(tp, x)
 	}
-	r := &recomputation{fn: fn, caster: tp.Caster, scoper: tp.Scoper}
+	r := recomputation{layer: layer, caster: tp.Caster, scoper: tp.Scoper}
 	if s, ok := tp.Scoper.(ScopeResumer); ok {
 		r.scoper = s.Resume()
 	}
 	start := tp.used
-	y := fn(tp, x)
+	y := layer.Forward(tp, x)
 	tp.forget(start, x, y, r)
 	return y
 }
 
-// forget drops the ops fn recorded from start on but y's: the node of y
+// forget drops the ops the forward recorded from start on but y's: the node of y
 // becomes the one op of the checkpointed forward, and the nodes whose
 // results show y's storage stay (without a backward) to free it in turn.
-// A y that fn did not compute (x itself, a parameter) leaves everything
-// recorded.
-func (tp *Tape) forget(start int, x, y *Var, r *recomputation) {
+// A y the forward did not compute (x itself, a parameter) leaves
+// everything recorded.
+func (tp *Tape) forget(start int, x, y *Var, r recomputation) {
 	if !slices.ContainsFunc(tp.nodes[start:tp.used], func(n *node) bool { return &n.out == y }) {
 		return
 	}
@@ -85,15 +90,15 @@ func checkpointBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	sub.Caster, sub.Scoper, sub.Recycle = r.caster, r.scoper, tp.Recycle
 	var xr *Var
 	if x != nil {
-		xr = &Var{Value: x.Value, Grad: x.Grad, requiresGrad: x.requiresGrad}
-		x.Grad = nil
+		sub.in = Var{Value: x.Value, Grad: x.Grad, requiresGrad: x.requiresGrad}
+		xr, x.Grad = &sub.in, nil
 	}
-	y := r.fn(sub, xr)
+	y := r.layer.Forward(sub, xr)
 	y.Grad = dy // the replay tape frees dy, or keeps it as a gradient
 	sub.backward(nil)
 	sub.Reset()
 	if x != nil {
-		x.Grad = xr.Grad
+		x.Grad, sub.in = xr.Grad, Var{}
 	}
 	tp.dyKept = dy
 }

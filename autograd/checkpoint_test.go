@@ -32,7 +32,7 @@ func newBlock(rng *rand.Rand) *block {
 	return &block{w1: p(16, 8), b1: p(16), g: p(16), beta: p(16), w2: p(8, 16)}
 }
 
-func (b *block) forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+func (b *block) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	b.runs++
 	if tp.Recomputing() {
 		b.recomputes++
@@ -59,9 +59,9 @@ func runBlock(t *testing.T, recompute bool) checkpointRun {
 	x := autograd.Param(randn(rng, 4, 8))
 	tp := &autograd.Tape{Recycle: true, Caster: linearIn{}}
 	if recompute {
-		tp.Recompute = func(m any) bool { return m == b }
+		tp.Recompute = func(l autograd.Layer) bool { return l == b }
 	}
-	y := tp.Checkpoint(b, x, b.forward)
+	y := tp.Checkpoint(b, x)
 	s := tp.Add(y, tp.Reshape(x, 32))
 	loss := scalarize(tp, s)
 	var r checkpointRun
@@ -103,12 +103,17 @@ func TestCheckpointIsExact(t *testing.T) {
 	}
 }
 
+// identity is a Layer that returns its input.
+type identity struct{}
+
+func (identity) Forward(_ *autograd.Tape, x *autograd.Var) *autograd.Var { return x }
+
 // TestCheckpointOfItsInput: a module that returns its input unchanged has
 // nothing to recompute, and gradients flow through it.
 func TestCheckpointOfItsInput(t *testing.T) {
 	x := autograd.Param(tensor.FromFloat64([]float64{1, 2}, 2))
-	tp := &autograd.Tape{Recycle: true, Recompute: func(any) bool { return true }}
-	y := tp.Checkpoint("identity", x, func(_ *autograd.Tape, x *autograd.Var) *autograd.Var { return x })
+	tp := &autograd.Tape{Recycle: true, Recompute: func(autograd.Layer) bool { return true }}
+	y := tp.Checkpoint(identity{}, x)
 	if err := tp.Backward(scalarize(tp, tp.Scale(y, 3))); err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,14 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
 )
 
 // recomputed is the tape's Recompute for the modules of m that patterns
 // select, nil for no patterns; a pattern that selects nothing is an error.
-func recomputed(m nn.Module, patterns []string) (func(module any) bool, error) {
+func recomputed(m nn.Module, patterns []string) (func(autograd.Layer) bool, error) {
 	if len(patterns) == 0 {
 		return nil, nil
 	}
@@ -24,5 +25,5 @@ func recomputed(m nn.Module, patterns []string) (func(module any) bool, error) {
 			selected[mod] = true
 		}
 	}
-	return func(module any) bool { return reflect.TypeOf(module).Comparable() && selected[module] }, nil
+	return func(l autograd.Layer) bool { return reflect.TypeOf(l).Comparable() && selected[l] }, nil
 }
