@@ -34,6 +34,29 @@ type trained struct {
 	params [][]byte
 }
 
+// setUp returns the fabric of pol set up for m with AdamW, checkpointing
+// the modules patterns name, the optimizer and Setup's error.
+func setUp(t *testing.T, m nn.Module, pol precision.Policy, patterns []string) (*fabric.Fabric, *optim.AdamW, error) {
+	t.Helper()
+	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := fabric.NewPolicy(pol, precision.LossScalingAuto)
+	f.ActivationCheckpointing = patterns
+	return f, opt, f.Setup(m, opt)
+}
+
+// policy is the policy of spec with per-module rules.
+func policy(t *testing.T, spec string, rules ...string) precision.Policy {
+	t.Helper()
+	pol, _, err := precision.ParsePolicy(spec, rules, "auto", precision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
 // trainCheckpointed trains a fresh reference gpt for four steps under the
 // policy, checkpointing the modules patterns name.
 func trainCheckpointed(t *testing.T, pol precision.Policy, patterns []string) trained {
@@ -42,13 +65,8 @@ func trainCheckpointed(t *testing.T, pol precision.Policy, patterns []string) tr
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+	f, _, err := setUp(t, m, pol, patterns)
 	if err != nil {
-		t.Fatal(err)
-	}
-	f := fabric.NewPolicy(pol, precision.LossScalingAuto)
-	f.ActivationCheckpointing = patterns
-	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
 	var out trained
@@ -89,10 +107,7 @@ func TestActivationCheckpointingIsExact(t *testing.T) {
 		{"32-true", []string{"blocks.1=bf16-mixed+fp8"}, []string{"blocks.*"}},
 	} {
 		t.Run(strings.Join(append([]string{c.spec}, c.rules...), "/"), func(t *testing.T) {
-			pol, _, err := precision.ParsePolicy(c.spec, c.rules, "auto", precision.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			pol := policy(t, c.spec, c.rules...)
 			plain, ckpt := trainCheckpointed(t, pol, nil), trainCheckpointed(t, pol, c.patterns)
 			if !slices.Equal(plain.losses, ckpt.losses) {
 				t.Errorf("losses %v without checkpointing, %v with", plain.losses, ckpt.losses)
@@ -111,13 +126,8 @@ func TestActivationCheckpointingIsExact(t *testing.T) {
 func retained(t *testing.T, cfg models.GPTConfig, b data.Batch, patterns []string) (int, int64) {
 	t.Helper()
 	m := models.NewGPT(rand.New(rand.NewPCG(1, 1)), cfg)
-	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+	f, _, err := setUp(t, m, policy(t, "32-true"), patterns)
 	if err != nil {
-		t.Fatal(err)
-	}
-	f := fabric.New(mustParse(t, "32-true"))
-	f.ActivationCheckpointing = patterns
-	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) }); err != nil {
@@ -151,13 +161,7 @@ func TestActivationCheckpointingFreesActivations(t *testing.T) {
 // module fails Setup, naming the nearest paths.
 func TestActivationCheckpointingMatchesNothing(t *testing.T) {
 	m := models.NewGPT(rand.New(rand.NewPCG(1, 1)), models.ReferenceGPT)
-	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := fabric.New(mustParse(t, "32-true"))
-	f.ActivationCheckpointing = []string{"blocks.*", "block.*"}
-	err = f.Setup(m, opt)
+	_, _, err := setUp(t, m, policy(t, "32-true"), []string{"blocks.*", "block.*"})
 	want := `fabric: activation checkpointing "block.*": matches no module; nearest: tok, blocks.0, blocks.1`
 	if err == nil || err.Error() != want {
 		t.Errorf("Setup: %v, want %s", err, want)
