@@ -43,10 +43,10 @@ func (tp *Tape) Checkpoint(layer Layer, x *Var) *Var {
 	return y
 }
 
-// forget drops the ops the forward recorded from start on but y's: the node of y
-// becomes the one op of the checkpointed forward, and the nodes whose
-// results show y's storage stay (without a backward) to free it in turn.
-// A y the forward did not compute (x itself, a parameter) leaves
+// forget drops the ops the forward recorded from start on but y's: the
+// node of y becomes the one op of the checkpointed forward, and the nodes
+// whose results show y's storage stay (without a backward) to free it in
+// turn. A y the forward did not compute (x itself, a parameter) leaves
 // everything recorded.
 func (tp *Tape) forget(start int, x, y *Var, r recomputation) {
 	if !slices.ContainsFunc(tp.nodes[start:tp.used], func(n *node) bool { return &n.out == y }) {
