@@ -85,6 +85,16 @@ type Scoper interface {
 	EnterScope(tp *Tape, module any, x *Var) (in *Var, exit func(out *Var) *Var)
 }
 
+// A ScopeResumer is a Scoper whose scopes nest, so that how a module's
+// scope opens depends on the scopes open around it. A checkpointed
+// module's forward is recomputed in backward, after the pass's scopes have
+// closed: Resume returns a Scoper that opens scopes as the receiver would
+// now. A Scoper without it serves the recompute itself.
+type ScopeResumer interface {
+	Scoper
+	Resume() Scoper
+}
+
 // Tape records one forward pass. Its zero value records ops and casts
 // nothing.
 type Tape struct {
@@ -102,6 +112,15 @@ type Tape struct {
 	// Recycle, the results are kept on the tape for Reset to free: Reset
 	// after each pass, having read what you need.
 	NoGrad bool
+	// Recompute, if set, selects the layers whose forward Checkpoint
+	// recomputes in backward instead of keeping their activations.
+	Recompute func(layer Layer) bool
+	// recomputing marks the tape a checkpointed forward is recomputed on
+	// (see Recomputing), whose input is in; replay is that tape, which
+	// every recompute reuses.
+	recomputing bool
+	in          Var
+	replay      *Tape
 	// nodes are the ops of this pass, nodes[:used]; Reset keeps the nodes
 	// for the next pass, so that a steady training loop allocates none.
 	// The Vars the tape returned live in them: they are valid until the
@@ -111,6 +130,8 @@ type Tape struct {
 	// dy is the gradient the running backward step received, and dyKept
 	// what an input took of it as its own gradient (dy or a view of it).
 	dy, dyKept *tensor.Tensor
+	// err is a recomputed forward's backward error, which ends the replay.
+	err error
 	// loss is the value Backward left to the caller, freed when the next
 	// pass starts.
 	loss *tensor.Tensor
@@ -131,10 +152,16 @@ type node struct {
 	// custom and inputs are a Record op's backward and inputs.
 	custom func(dy *tensor.Tensor) []*tensor.Tensor
 	inputs []*Var
+	// recorded marks a Record op's result, which may be a view of a tensor
+	// the caller keeps: the tape releases only its storage.
+	recorded bool
 	// borrowed marks a caller's tensor (Const), which the tape never frees.
 	borrowed bool
 	// hook is an OnBackward function; such a node has no result.
 	hook func() error
+	// forward is a checkpointed layer's, which the node's backward
+	// recomputes.
+	forward recomputation
 }
 
 // record creates the node of an op's result (up to three inputs are kept
@@ -205,7 +232,7 @@ func (n *node) freeSaved() {
 // or views of them.
 func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
 	n := tp.record(value, customBackward, inputs...)
-	n.custom, n.inputs = backward, inputs
+	n.custom, n.inputs, n.recorded = backward, inputs, true
 	return &n.out
 }
 
@@ -289,12 +316,26 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 	}
 	loss.Grad = tensor.New(loss.Value.DType(), loss.Value.Shape()...)
 	loss.Grad.Fill(scale)
+	return tp.backward(loss)
+}
+
+// backward replays the recorded ops in reverse from the gradients their
+// results hold. With Recycle, every result is freed once Backward is past
+// it but loss's (nil for none), which the tape keeps until the next pass.
+// A hook's error, or one from the backward of a recomputed forward, ends
+// the replay.
+func (tp *Tape) backward(loss *Var) error {
 	for _, n := range slices.Backward(tp.nodes[:tp.used]) {
 		if n.hook != nil {
 			if err := n.hook(); err != nil {
 				return err
 			}
 			continue
+		}
+		if tp.err != nil {
+			err := tp.err
+			tp.err = nil
+			return err
 		}
 		if dy := n.out.Grad; dy != nil && n.backward != nil {
 			n.out.Grad = nil // intermediate gradients are not kept
@@ -313,20 +354,22 @@ func (tp *Tape) BackwardScaled(loss *Var, scale float64) error {
 		case !tp.Recycle:
 		case &n.out != loss:
 			recycle(n)
-		case n.custom == nil:
+		case !n.recorded:
 			tp.loss = loss.Value
 		}
 	}
-	return nil
+	err := tp.err
+	tp.err = nil
+	return err
 }
 
-// recycle frees a node's result once Backward is past it. A custom op's
+// recycle frees a node's result once Backward is past it. A Record op's
 // result may be a view of a tensor the caller keeps, so only its storage
 // is released.
 func recycle(n *node) {
 	switch {
 	case n.borrowed:
-	case n.custom != nil:
+	case n.recorded:
 		tensor.Release(n.out.Value)
 	default:
 		tensor.Free(n.out.Value)

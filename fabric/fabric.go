@@ -43,6 +43,11 @@ type Fabric struct {
 	// Sharding picks the strategy's sharding units and whether FSDP
 	// regathers parameters for the backward; set it before Setup.
 	Sharding strategy.Options
+	// ActivationCheckpointing names, in precision rules' syntax
+	// ("blocks.*"), the modules whose forward is recomputed in backward
+	// instead of keeping their activations (see autograd.Tape.Checkpoint);
+	// set it before Setup.
+	ActivationCheckpointing []string
 }
 
 // New returns a Fabric that trains the whole model with the precision
@@ -140,6 +145,9 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	if err != nil {
 		return err
 	}
+	if f.tape.Recompute, err = recomputed(m, f.ActivationCheckpointing); err != nil {
+		return err
+	}
 	if setsState {
 		stater.SetStateDType(stateDType)
 	}
@@ -224,13 +232,14 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 			f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.steps, l, f.diagnose())
 		}
 	}
-	if err := f.tape.BackwardScaled(loss, f.scaler.Scale()); err != nil {
+	run := func() error { return f.tape.BackwardScaled(loss, f.scaler.Scale()) }
+	if f.dist == nil {
+		return run()
+	}
+	if err := f.dist.Guard(run); err != nil {
 		return err
 	}
-	if f.dist != nil {
-		return f.dist.SyncGrads(ctx)
-	}
-	return nil
+	return f.dist.SyncGrads(ctx)
 }
 
 // ClipGradNorm unscales the gradients (once per step) and rescales them so

@@ -62,12 +62,8 @@ func trainOneStep(t *testing.T, model string, pol precision.Policy) map[string]m
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+	f, opt, err := setUp(t, m, pol, nil)
 	if err != nil {
-		t.Fatal(err)
-	}
-	f := fabric.NewPolicy(pol, precision.LossScalingAuto)
-	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
 	fabricLoss(t, f, m, tinyBatch(model))

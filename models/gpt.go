@@ -75,7 +75,7 @@ func (g *GPT) ForwardWith(tp *autograd.Tape, b data.Batch, extra *autograd.Var) 
 		x = tp.Add(x, extra)
 	}
 	for _, blk := range g.Blocks {
-		x = blk.Forward(tp, x)
+		x = tp.Checkpoint(blk, x) // (B, T, C): blk.Forward, recomputed in backward if selected
 	}
 	x = g.LnF.Forward(tp, x)
 	logits := g.Head.Forward(tp, x)                // (B, T, V)

@@ -38,8 +38,8 @@ func NewHybrid(init *nn.Init, cfg HybridConfig) *Hybrid {
 // Forward takes images b.X (B, 1, H, W) and tokens b.Tokens (B, T): the
 // start token followed by the first T-1 characters.
 func (h *Hybrid) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
-	vis := h.Vision.Forward(tp, tp.Const(b.X)) // (B, T, C)
-	return h.Decoder.ForwardWith(tp, b, vis)   // (B·T, V)
+	vis := tp.Checkpoint(h.Vision, tp.Const(b.X)) // (B, T, C)
+	return h.Decoder.ForwardWith(tp, b, vis)      // (B·T, V)
 }
 
 func (h *Hybrid) Params() []nn.Param { return nil }

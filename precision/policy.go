@@ -3,6 +3,7 @@ package precision
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/weftml/weft/autograd"
@@ -74,6 +75,33 @@ func (r Rule) specificity(path, kind string) int {
 		segs = strings.Split(path, ".")
 	}
 	return matchSegments(strings.Split(r.Pattern, "."), segs)
+}
+
+// Select returns the modules of m that pattern names, in a Rule's syntax
+// ("blocks.*", "kind:Block"), in pre-order. Containers such as nn.List,
+// which have no forward of their own, are not selected. A pattern that
+// names no module is an error naming the nearest module paths.
+func Select(m nn.Module, pattern string) ([]nn.Module, error) {
+	var found []nn.Module
+	var modules []Scope
+	nn.Walk(m, func(path string, mod nn.Module) {
+		if !reflect.TypeOf(mod).Comparable() {
+			return
+		}
+		modules = append(modules, Scope{Path: path, Kind: nn.Kind(mod)})
+		if (Rule{Pattern: pattern}).specificity(path, nn.Kind(mod)) > 0 {
+			found = append(found, mod)
+		}
+	})
+	if len(found) == 0 {
+		return nil, noMatch(pattern, modules)
+	}
+	return found, nil
+}
+
+// noMatch is the error of a pattern that names none of modules.
+func noMatch(pattern string, modules []Scope) error {
+	return fmt.Errorf("matches no module; nearest: %s", strings.Join(nearest(pattern, modules, 3), ", "))
 }
 
 // matchSegments returns 1 + the specificity of pattern over path if it
@@ -176,7 +204,7 @@ func (pol Policy) Resolve(m nn.Module, scaling LossScaling) (*Resolution, error)
 	}
 	for i, ok := range matched {
 		if !ok {
-			return nil, fmt.Errorf("precision rule %q: matches no module; nearest: %s", pol.Rules[i].Pattern, strings.Join(nearest(pol.Rules[i].Pattern, res.Scopes, 3), ", "))
+			return nil, fmt.Errorf("precision rule %q: %w", pol.Rules[i].Pattern, noMatch(pol.Rules[i].Pattern, res.Scopes))
 		}
 	}
 	var owner Plugin
@@ -277,6 +305,12 @@ type Scopes struct {
 
 // Reset returns to the root scope (after a forward pass that panicked).
 func (s *Scopes) Reset() { s.stack = s.stack[:1] }
+
+// Resume implements autograd.ScopeResumer: the scopes open now, for the
+// recompute of a checkpointed module.
+func (s *Scopes) Resume() autograd.Scoper {
+	return &Scopes{byModule: s.byModule, stack: slices.Clone(s.stack)}
+}
 
 // EnterScope implements autograd.Scoper: entering a module whose plugin
 // differs from the enclosing scope's casts its input to the plugin's input

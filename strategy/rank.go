@@ -62,6 +62,10 @@ type shard struct {
 	shape []int
 	n     int // elements of the parameter
 	chunk int // elements per rank, padded
+	// wire is the format this pass's first gather of the parameter used,
+	// which regathers for its backward and recompute reuse: an FP8 scale
+	// may have moved since, and the values must be those of the forward.
+	wire *wire
 	// reduced is the gradient a unit's reduction produced this pass (the
 	// full mean, or this rank's chunk of it), written by the link's
 	// goroutine and installed by SyncGrads once every reduction is done.
@@ -155,33 +159,54 @@ func (r *Rank) Gathered() map[dtype.DType]int64 {
 }
 
 // Pass runs one forward pass, fn, in which the tape's Scoper is
-// r.Scoper's: the parameters outside every unit are gathered first, and a
-// failed collective inside a unit's scope (which has no error to return)
-// ends fn and is returned.
+// r.Scoper's: the parameters outside every unit are gathered first; a
+// failed collective ends fn (see Guard).
 func (r *Rank) Pass(ctx context.Context, fn func() (*autograd.Var, error)) (out *autograd.Var, err error) {
+	for i := range r.shards {
+		r.shards[i].wire = nil
+	}
+	err = r.Guard(func() error {
+		if len(r.units) > 0 {
+			r.prefetch(ctx, &r.units[0], false)
+		}
+		if err := r.whole(ctx, &r.root); err != nil {
+			return err
+		}
+		out, err = fn()
+		return err
+	})
+	return out, err
+}
+
+// failure carries a collective's error out of a scope.
+type failure struct{ err error }
+
+// Guard runs fn, a forward or backward pass, and returns the error of a
+// collective that failed inside a unit's scope, which has no error to
+// return, as fn's. The link is idle when Guard returns an error.
+func (r *Rank) Guard(fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			f, ok := p.(failure)
 			if !ok {
 				panic(p)
 			}
-			out, err = nil, f.err
+			err = f.err
 		}
 		if err != nil {
 			r.link.drain() // a prefetch nothing waited for; its values stay in its unit
 		}
 	}()
-	if len(r.units) > 0 {
-		r.prefetch(ctx, &r.units[0])
-	}
-	if err := r.whole(ctx, &r.root); err != nil {
-		return nil, err
-	}
 	return fn()
 }
 
-// failure carries a collective's error out of a scope.
-type failure struct{ err error }
+// wire is a parameter's all-gather format: its storage dtype (fp8 false)
+// or dt with the sender's scale.
+type wire struct {
+	fp8   bool
+	dt    dtype.DType
+	scale float32
+}
 
 // Scoper returns the Scoper of one pass: it opens inner's scope for every
 // module (inner may be nil) and, around each unit, gathers, frees and
@@ -211,8 +236,11 @@ func (p *passScoper) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) 
 	if err := r.whole(ctx, u); err != nil {
 		panic(failure{err})
 	}
-	if i+1 < len(r.units) {
-		r.prefetch(ctx, &r.units[i+1])
+	// A recompute (activation checkpointing) runs in backward: the next
+	// unit's turn has passed, and this one's backward follows at once.
+	again := tp.Recomputing()
+	if i+1 < len(r.units) && !again {
+		r.prefetch(ctx, &r.units[i+1], false)
 	}
 	tp.OnBackward(func() error { return r.afterBackward(ctx, u) })
 	in, exit := enter()
@@ -221,18 +249,28 @@ func (p *passScoper) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) 
 		if !tp.NoGrad {
 			tp.OnBackward(func() error { return r.beforeBackward(ctx, i) })
 		}
-		if tp.NoGrad || !r.opts.KeepAfterForward {
+		if tp.NoGrad || (!r.opts.KeepAfterForward && !again) {
 			r.release(u)
 		}
 		return out
 	}
 }
 
+// Resume passes a recompute's Scoper through to the inner one's (see
+// autograd.ScopeResumer).
+func (p *passScoper) Resume() autograd.Scoper {
+	q := *p
+	if s, ok := p.inner.(autograd.ScopeResumer); ok {
+		q.inner = s.Resume()
+	}
+	return &q
+}
+
 // beforeBackward makes unit i whole for its backward and starts gathering
 // the unit whose backward comes next.
 func (r *Rank) beforeBackward(ctx context.Context, i int) error {
 	if i > 0 {
-		defer r.prefetch(ctx, &r.units[i-1])
+		defer r.prefetch(ctx, &r.units[i-1], false)
 	}
 	return r.whole(ctx, &r.units[i])
 }
@@ -245,37 +283,50 @@ func (r *Rank) afterBackward(ctx context.Context, u *unit) error {
 	return nil
 }
 
-// prefetch starts gathering u's freed parameters, if any (FSDP).
-func (r *Rank) prefetch(ctx context.Context, u *unit) {
+// prefetch starts gathering u's freed parameters, if any (FSDP): in
+// their storage dtype when exact, else in the format their precision
+// asks for.
+func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	if !r.Info.Sharding.Parameters || u.gather != nil {
 		return
 	}
 	var todo []int
+	var wires []wire
 	for _, i := range u.params {
-		if r.shards[i].full.Value.IsMeta() {
-			todo = append(todo, i)
+		s := &r.shards[i]
+		if !s.full.Value.IsMeta() {
+			continue
+		}
+		todo = append(todo, i)
+		switch {
+		case exact:
+			wires = append(wires, wire{})
+		case s.wire != nil:
+			wires = append(wires, *s.wire)
+		default: // read here, not on the link: the plugin's scale is the forward's
+			w := wire{}
+			if r.format != nil {
+				w.dt, w.scale, w.fp8 = r.format(r.params[i].Path)
+			}
+			s.wire = &w
+			wires = append(wires, w)
 		}
 	}
 	if len(todo) == 0 {
 		return
 	}
-	u.values = make([]*tensor.Tensor, len(r.shards))
-	formats := make([]func(context.Context, comm.Communicator, *tensor.Tensor) (*tensor.Tensor, error), len(todo))
-	for k, i := range todo {
-		formats[k] = r.gatherAs
-		if r.format == nil {
-			continue
-		}
-		if dt, scale, ok := r.format(r.params[i].Path); ok { // read here: the plugin's scale is the forward's
-			formats[k] = func(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor) (*tensor.Tensor, error) {
-				return r.gatherScaled(ctx, c, chunk, dt, scale)
-			}
-		}
-	}
-	values := u.values
+	values := make([]*tensor.Tensor, len(r.shards))
+	u.values = values
 	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) error {
 		for k, i := range todo {
-			full, err := formats[k](ctx, c, r.shards[i].local.Value)
+			chunk := r.shards[i].local.Value
+			var full *tensor.Tensor
+			var err error
+			if w := wires[k]; w.fp8 {
+				full, err = r.gatherScaled(ctx, c, chunk, w.dt, w.scale)
+			} else {
+				full, err = r.gatherAs(ctx, c, chunk)
+			}
 			if err != nil {
 				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
 			}
@@ -287,7 +338,7 @@ func (r *Rank) prefetch(ctx context.Context, u *unit) {
 
 // whole makes u's parameters whole, gathering what prefetch has not.
 func (r *Rank) whole(ctx context.Context, u *unit) error {
-	r.prefetch(ctx, u)
+	r.prefetch(ctx, u, false)
 	if u.gather == nil {
 		return nil
 	}
@@ -320,19 +371,33 @@ func (r *Rank) free(s *shard) {
 	}
 }
 
-// GatherAll makes every parameter whole on this rank (after FSDP
-// training, before evaluating or saving the full model); the next
-// optimizer step frees them again.
+// GatherAll makes every parameter whole on this rank, exactly (in its
+// storage dtype, whatever its gathers travel in), after FSDP training,
+// before evaluating or saving the full model; the next optimizer step
+// frees them again.
 func (r *Rank) GatherAll(ctx context.Context) error {
-	for i := range r.units {
-		r.prefetch(ctx, &r.units[i])
+	all := append([]*unit{&r.root}, r.unitList()...)
+	for _, u := range all {
+		if err := r.whole(ctx, u); err != nil { // a prefetch in flight, in its own format
+			return err
+		}
+		r.release(u)
+		r.prefetch(ctx, u, true)
 	}
-	for i := range r.units {
-		if err := r.whole(ctx, &r.units[i]); err != nil {
+	for _, u := range all {
+		if err := r.whole(ctx, u); err != nil {
 			return err
 		}
 	}
-	return r.whole(ctx, &r.root)
+	return nil
+}
+
+func (r *Rank) unitList() []*unit {
+	out := make([]*unit, len(r.units))
+	for i := range r.units {
+		out[i] = &r.units[i]
+	}
+	return out
 }
 
 // reduce starts reducing the gradients of the given parameters to their
@@ -445,10 +510,12 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 		r.shards[i].full.Grad = nil
 	}
 	if r.Info.Sharding.Parameters {
-		for i := range r.units {
-			r.release(&r.units[i])
+		for _, u := range append([]*unit{&r.root}, r.unitList()...) {
+			if err := r.whole(ctx, u); err != nil { // a prefetch nothing used
+				return err
+			}
+			r.release(u)
 		}
-		r.release(&r.root)
 		return nil
 	}
 	return r.link.do(ctx, func(ctx context.Context, c comm.Communicator) error {

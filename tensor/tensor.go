@@ -127,6 +127,10 @@ func Discard(t *Tensor) {
 	Free(t)
 }
 
+// IsView reports whether t shows the storage of another tensor (Reshape,
+// Flat), which owns it.
+func (t *Tensor) IsView() bool { return t.base != nil }
+
 // SameStorage reports whether a and b show the same storage (one is the
 // other or a view of it, or both are views of one tensor).
 func SameStorage(a, b *Tensor) bool {

@@ -43,6 +43,10 @@ type Config struct {
 	OnNaN       string      `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
 	InitFrom    string      `yaml:"init_from"`    // a run folder whose latest weights start this run (fine-tuning)
 	LoRA        LoRA        `yaml:"lora"`         // adapters to train instead of the whole model
+	// ActivationCheckpointing names the modules whose forward is
+	// recomputed in backward instead of keeping its activations: blocks.*
+	// (gpt), vision and decoder.blocks.* (hybrid).
+	ActivationCheckpointing []string `yaml:"activation_checkpointing"`
 }
 
 // GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').

@@ -94,8 +94,17 @@ type matrixRun struct {
 	err    string
 }
 
-func runCell(c matrixCell, out string) matrixRun {
-	if _, err := Run(context.Background(), c.config(out), false, quiet{}); err != nil {
+// checkpointable names each model's units that activation checkpointing
+// can recompute (the cnn has none).
+var checkpointable = map[string][]string{"gpt": {"blocks.*"}, "hybrid": {"vision", "decoder.blocks.*"}}
+
+// runCell runs the cell, with activation checkpointing if recompute.
+func runCell(c matrixCell, out string, recompute bool) matrixRun {
+	cfg := c.config(out)
+	if recompute {
+		cfg.ActivationCheckpointing = checkpointable[c.model]
+	}
+	if _, err := Run(context.Background(), cfg, false, quiet{}); err != nil {
 		return matrixRun{err: err.Error()}
 	}
 	ms, err := readMetrics(filepath.Join(out, "metrics.jsonl"))
@@ -115,9 +124,10 @@ func runCell(c matrixCell, out string) matrixRun {
 }
 
 // TestProductMatrix trains every cell through Run, the code weft train
-// runs, twice and concurrently with other cells: each must train to finite
-// losses (16-true: stop with the float16-eps diagnosis, as PyTorch's run
-// goes NaN) and repeat bit for bit, final weights included.
+// runs, twice and concurrently with other cells, the second time with
+// every checkpointable unit recomputed in backward: each must train to
+// finite losses (16-true: stop with the float16-eps diagnosis, as
+// PyTorch's run goes NaN) and repeat bit for bit, final weights included.
 func TestProductMatrix(t *testing.T) {
 	cells := matrixCells()
 	if testing.Short() {
@@ -127,7 +137,7 @@ func TestProductMatrix(t *testing.T) {
 	for _, c := range cells {
 		t.Run(c.String(), func(t *testing.T) {
 			t.Parallel()
-			first, second := runCell(c, t.TempDir()), runCell(c, t.TempDir())
+			first, second := runCell(c, t.TempDir(), false), runCell(c, t.TempDir(), true)
 			if first.err != second.err || first.state != second.state || !slices.Equal(first.losses, second.losses) {
 				t.Fatalf("two runs differ:\n%v (%x) %s\n%v (%x) %s", first.losses, first.state[:6], first.err, second.losses, second.state[:6], second.err)
 			}

@@ -173,6 +173,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		return nil, err
 	}
 	r.f = fabric.NewPolicy(pol, scaling)
+	r.f.ActivationCheckpointing = c.ActivationCheckpointing
 	if c.OnNaN == "skip" {
 		r.f.OnNonFinite = fabric.SkipNonFinite
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -298,5 +299,47 @@ func TestQuantizedFSDP(t *testing.T) {
 	}
 	if sum.QuantizedBytes == 0 || !(sum.LastValLoss < sum.FirstValLoss) {
 		t.Fatalf("quantized FSDP run: %+v", sum)
+	}
+}
+
+// TestActivationCheckpointingIsExact trains through Run with and without
+// activation checkpointing, on several ranks of each sharding strategy and
+// under a per-module policy whose scope encloses the checkpointed blocks:
+// losses and final weights agree bit for bit.
+func TestActivationCheckpointingIsExact(t *testing.T) {
+	for _, c := range []matrixCell{
+		{model: "gpt", precision: "bf16-mixed+fp8", strategy: "fsdp", devices: 2},
+		{model: "gpt", precision: "16-mixed", strategy: "ddp", devices: 2},
+		{model: "gpt", precision: "bf16-mixed", strategy: "zero2", devices: 2},
+		{model: "gpt", precision: "32-true", strategy: "zero1", devices: 2},
+		{model: "hybrid", precision: "bf16-true", strategy: "single", devices: 1, rules: []ModuleFor{
+			{Match: "vision.**", Precision: "16-mixed"}, {Match: "decoder.**", Precision: "bf16-mixed+fp8-current"}}},
+	} {
+		t.Run(c.String(), func(t *testing.T) {
+			plain, ckpt := runCell(c, t.TempDir(), false), runCell(c, t.TempDir(), true)
+			if plain.err != "" || ckpt.err != "" {
+				t.Fatalf("errors: %q without checkpointing, %q with", plain.err, ckpt.err)
+			}
+			if !slices.Equal(plain.losses, ckpt.losses) || plain.state != ckpt.state {
+				t.Errorf("losses %v (weights %x) without checkpointing, %v (%x) with", plain.losses, plain.state[:6], ckpt.losses, ckpt.state[:6])
+			}
+		})
+	}
+}
+
+// TestActivationCheckpointingConfig: the YAML key sets the modules, and a
+// pattern that names none stops the run before any step.
+func TestActivationCheckpointingConfig(t *testing.T) {
+	c := tinyConfig(t, "32-true")
+	if err := ParseConfig([]byte("activation_checkpointing: [blocks.*]\n"), &c); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.ActivationCheckpointing, []string{"blocks.*"}) {
+		t.Fatalf("activation_checkpointing parsed as %q", c.ActivationCheckpointing)
+	}
+	c.ActivationCheckpointing = []string{"blocks.*.attn"}
+	_, err := Run(context.Background(), c, false, quiet{})
+	if err == nil || !strings.Contains(err.Error(), `activation checkpointing "blocks.*.attn": matches no module; nearest: `) {
+		t.Errorf("Run: %v, want the pattern named with the nearest modules", err)
 	}
 }

@@ -125,6 +125,9 @@ var catalogue = []badInput{
 	{"strategy single on several devices", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--out", dir}
 	}, nil},
+	{"an activation-checkpointing pattern that matches no module", func(dir string) []string {
+		return []string{"train", "--activation-checkpointing", "block.*", "--out", dir}
+	}, nil},
 }
 
 // corruptRun trains model one step into dir and overwrites the bytes of

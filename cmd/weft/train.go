@@ -74,6 +74,7 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.IntVar(&c.LoRA.Rank, "lora-rank", c.LoRA.Rank, "LoRA rank")
 	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
 	fs.StringVar(&c.CorpusPart, "corpus-part", c.CorpusPart, "train gpt on the Go sources under this path prefix of GOROOT/src, e.g. net/")
+	fs.StringSliceVar(&c.ActivationCheckpointing, "activation-checkpointing", nil, "recompute these modules' forward in backward instead of keeping their activations, e.g. 'blocks.*'")
 	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
 	return cmd
 }
@@ -92,6 +93,7 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"on-nan": func() { c.OnNaN = flagged.OnNaN }, "init-from": func() { c.InitFrom = flagged.InitFrom },
 		"lora": func() { c.LoRA.Targets = flagged.LoRA.Targets }, "lora-rank": func() { c.LoRA.Rank = flagged.LoRA.Rank },
 		"lora-alpha": func() { c.LoRA.Alpha = flagged.LoRA.Alpha }, "corpus-part": func() { c.CorpusPart = flagged.CorpusPart },
+		"activation-checkpointing": func() { c.ActivationCheckpointing = flagged.ActivationCheckpointing },
 	}
 	for name, apply := range set {
 		if cmd.Flags().Changed(name) {

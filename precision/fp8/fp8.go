@@ -87,8 +87,10 @@ var roleNames = [numRoles]string{"x", "w", "dy"}
 // quantizer casts the matrices of one layer's GEMMs to FP8: each scaling
 // recipe is one.
 type quantizer interface {
-	// quantize casts the matrix t, which plays role r, to dt.
-	quantize(r role, t *tensor.Tensor, dt dtype.DType) quantized
+	// quantize casts the matrix t, which plays role r, to dt; again
+	// marks the recompute of a checkpointed forward, which must cast as
+	// the first forward did and record nothing.
+	quantize(r role, t *tensor.Tensor, dt dtype.DType, again bool) quantized
 }
 
 // quantized is a matrix cast for the GEMMs that read it.
@@ -141,9 +143,9 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 		outDType = tp.Caster.CastInput(autograd.OpLinear, outDType)
 	}
 	x2 := x.Value.Reshape(-1, in)
-	qx := l.q.quantize(roleX, x2, l.format.Forward)
+	qx := l.q.quantize(roleX, x2, l.format.Forward, tp.Recomputing())
 	tensor.Free(x2)
-	qw := l.q.quantize(roleW, w.Value, l.format.Forward)
+	qw := l.q.quantize(roleW, w.Value, l.format.Forward, tp.Recomputing())
 	y := matmul(qx.along(1), qw.along(1), false, true, dtype.F32) // (M, out)
 	if b != nil {
 		y = replace(y, tensor.AddBroadcast(y, b.Value, 1))
@@ -153,7 +155,9 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 	y.SetShape(append(append(dims[:0], xShape[:len(xShape)-1]...), out)...)
 	return tp.Record(y, func(dy *tensor.Tensor) []*tensor.Tensor {
 		dy2 := dy.Reshape(-1, out)
-		qdy := l.q.quantize(roleDY, dy2, l.format.Backward)
+		// Backward runs once, a checkpointed forward's after its recompute:
+		// dy's amax is always recorded.
+		qdy := l.q.quantize(roleDY, dy2, l.format.Backward, false)
 		grads := make([]*tensor.Tensor, 3) // for x, w, b
 		if x.RequiresGrad() {
 			grads[0] = matmul(qdy.along(1), qw.along(0), false, false, x.Value.DType())

@@ -45,7 +45,7 @@ func (p *MX) ConvertModule(path string, m nn.Module) error {
 // blockScaling is MX's quantizer.
 type blockScaling struct{}
 
-func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType) quantized {
+func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
 	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt}
 }
 

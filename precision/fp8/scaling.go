@@ -122,19 +122,23 @@ type delayedLayer struct {
 	scales [numRoles]scaleState
 }
 
-// scaleState is one tensor's: the scale of its next cast and the amaxes of
-// its last casts, oldest first.
+// scaleState is one tensor's: the scale of its next cast, the amaxes of
+// its last casts, oldest first, and the scale of the last cast, with which
+// a checkpointed forward's recompute casts again.
 type scaleState struct {
-	scale   float32
-	history []float32
+	scale, last float32
+	history     []float32
 }
 
 func freshScales() [numRoles]scaleState {
 	return [numRoles]scaleState{{scale: 1}, {scale: 1}, {scale: 1}}
 }
 
-func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quantized {
+func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again bool) quantized {
 	s := &l.scales[r]
+	if again {
+		return castScaled(t, s.last, dt)
+	}
 	amax := t.AbsMax()
 	if ranks := l.recipe.ranks; ranks != nil {
 		if m, err := ranks.Max(amax); err == nil {
@@ -144,6 +148,7 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType) quanti
 		}
 	}
 	q := castScaled(t, s.scale, dt)
+	s.last = s.scale
 	if keep := l.recipe.HistoryLen - 1; len(s.history) > keep { // the newest HistoryLen amaxes, in place
 		s.history = s.history[:copy(s.history, s.history[len(s.history)-keep:])]
 	}
@@ -264,6 +269,6 @@ func (p *Current) ConvertModule(path string, m nn.Module) error {
 // currentScaling is Current's quantizer.
 type currentScaling struct{}
 
-func (currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType) quantized {
+func (currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
 	return castScaled(t, updateScale(t.AbsMax(), 1, float32(dt.Max()), 0), dt)
 }

@@ -54,9 +54,14 @@ func TestDelayedHistory(t *testing.T) {
 		p.HistoryLen, p.Algo = 3, c.algo
 		l := p.layer("fc")
 		for i, a := range amaxes {
-			op := l.quantize(roleX, filled(a), dtype.E4M3FN).along(1)
+			op := l.quantize(roleX, filled(a), dtype.E4M3FN, false).along(1)
 			if op.scale != 1/c.want[i] {
 				t.Errorf("algo %d, cast %d (amax %v): inverse scale %v, want 1/%v", c.algo, i, a, op.scale, c.want[i])
+			}
+			// A checkpointed forward's recompute casts with the same scale and
+			// records nothing: the history checked below would differ.
+			if again := l.quantize(roleX, filled(a), dtype.E4M3FN, true).along(1); again.scale != op.scale {
+				t.Errorf("algo %d, cast %d: the recompute's inverse scale %v, want the first forward's %v", c.algo, i, again.scale, op.scale)
 			}
 			if got := op.t.Float32s()[0]; a == a && got != dtype.E4M3FN.RoundSat(a*c.want[i]) {
 				t.Errorf("algo %d, cast %d: element %v cast to %v, want E4M3(%v·%v) saturated", c.algo, i, a, got, a, c.want[i])
