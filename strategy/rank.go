@@ -339,6 +339,12 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 // whole makes u's parameters whole, gathering what prefetch has not.
 func (r *Rank) whole(ctx context.Context, u *unit) error {
 	r.prefetch(ctx, u, false)
+	return r.settle(u)
+}
+
+// settle waits for u's gather in flight, if any, and installs what it
+// gathered.
+func (r *Rank) settle(u *unit) error {
 	if u.gather == nil {
 		return nil
 	}
@@ -378,7 +384,7 @@ func (r *Rank) free(s *shard) {
 func (r *Rank) GatherAll(ctx context.Context) error {
 	all := append([]*unit{&r.root}, r.unitList()...)
 	for _, u := range all {
-		if err := r.whole(ctx, u); err != nil { // a prefetch in flight, in its own format
+		if err := r.settle(u); err != nil { // a prefetch in flight, in its own format
 			return err
 		}
 		r.release(u)
@@ -511,7 +517,7 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 	}
 	if r.Info.Sharding.Parameters {
 		for _, u := range append([]*unit{&r.root}, r.unitList()...) {
-			if err := r.whole(ctx, u); err != nil { // a prefetch nothing used
+			if err := r.settle(u); err != nil { // a prefetch nothing used
 				return err
 			}
 			r.release(u)
