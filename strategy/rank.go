@@ -84,6 +84,9 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, format func(path strin
 		if v.DType().Bits() < 8 {
 			return nil, fmt.Errorf("strategy %s: %s is %s, which has no byte-addressable shards", info.Name, p.Path, v.DType())
 		}
+		if v.IsMeta() && (!info.Sharding.Parameters || p.Var.Init == nil) {
+			return nil, fmt.Errorf("strategy %s: %s has a shape and no values; only fsdp initialises parameters built on shapes alone (nn.Meta), and only those with an initialiser", info.Name, p.Path)
+		}
 		n := v.Len()
 		r.shards = append(r.shards, shard{full: p.Var, dt: v.DType(), shape: v.Shape(), n: n, chunk: (n + size - 1) / size})
 	}
@@ -130,12 +133,32 @@ func (r *Rank) Reshard() {
 		// The whole value is left to the garbage collector: its caller
 		// (a model's constructor, a checkpoint's reader) may still refer to it.
 		if r.Info.Sharding.Parameters {
-			s.local.Value = r.Shard(i, s.full.Value)
+			s.local.Value = r.chunk(i)
 			s.full.Value = tensor.Meta(s.dt, s.shape...)
 			continue
 		}
 		r.install(s, pad(s.full.Value, s.chunk*r.comm.Size()))
 	}
+}
+
+// chunk is this rank's chunk of parameter i: cut from its value, or, for a
+// parameter built on shapes alone (nn.Meta), drawn from its initialiser,
+// whose values for the chunk's elements are those a whole build gives
+// them, so that no rank ever holds the whole model.
+func (r *Rank) chunk(i int) *tensor.Tensor {
+	s := &r.shards[i]
+	if !s.full.Value.IsMeta() {
+		return r.Shard(i, s.full.Value)
+	}
+	start := min(r.comm.Rank()*s.chunk, s.n)
+	vals := make([]float32, s.chunk) // past the parameter's end: zero padding
+	s.full.Init.Fill(vals[:min(s.chunk, s.n-start)], start)
+	wrapped := tensor.FromFloat32(vals, s.chunk)
+	defer tensor.Free(wrapped)
+	if s.dt == dtype.F32 {
+		return wrapped.Clone() // into pool storage, which the allocator counts
+	}
+	return wrapped.To(s.dt)
 }
 
 // install makes padded (chunk·Size elements) the storage of s's whole

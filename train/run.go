@@ -77,6 +77,8 @@ type Summary struct {
 	QuantizedBytes, BF16Bytes int64
 	// PeakAllocBytes is the largest step's PeakAllocMiB, in bytes.
 	PeakAllocBytes int64
+	// Memory is each process's peaks (one process with in-process ranks).
+	Memory []ProcessMemory
 }
 
 // Run trains c.Model with c's precision and strategy, resuming from
@@ -116,7 +118,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	}
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
-		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}}
+		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}, counts: i == 0}
 		if cm.Rank() == 0 {
 			r.obs = obs
 		}
@@ -146,16 +148,13 @@ type rankRun struct {
 	obs   Observer
 	model models.Model
 	f     *fabric.Fabric
+	// counts marks the process's first rank, which measures each step's
+	// allocator peak for the process.
+	counts bool
 }
 
 func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
 	c, lead := r.c, r.comm.Rank() == 0
-	r.model = r.t.newModel()
-	if c.InitFrom != "" {
-		if err := loadWeights(c.InitFrom, r.model); err != nil {
-			return nil, err
-		}
-	}
 	if len(c.LoRA.Targets) > 0 {
 		lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
 		root, err := precision.Join(pol.Default, lora)
@@ -167,6 +166,20 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	plan, err := fabric.MakePlan(r.t.metaModel(), pol, scaling, c.Strategy, r.comm.Size())
 	if err != nil {
 		return nil, err
+	}
+	// Under fsdp no rank builds the whole model: each draws its own chunks
+	// from the initialisers (strategy.Rank.Reshard). Weights read from a
+	// run, quantized (their codes come from whole values) or beside LoRA
+	// adapters are built whole.
+	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 {
+		r.model = r.t.metaModel()
+	} else {
+		r.model = r.t.newModel()
+	}
+	if c.InitFrom != "" {
+		if err := loadWeights(c.InitFrom, r.model); err != nil {
+			return nil, err
+		}
 	}
 	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {
@@ -219,7 +232,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 			return nil, err
 		}
 		began := time.Now()
-		if lead {
+		if r.counts {
 			tensor.ResetPeak()
 		}
 		res, err := r.f.TrainStep(ctx, r.model, r.t.batch(uint64(step)))
@@ -256,6 +269,9 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		}
 	}
 	sum.Steps = c.Steps
+	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes); err != nil {
+		return nil, err
+	}
 	if !lead {
 		return sum, nil
 	}

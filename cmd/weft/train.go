@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -133,10 +134,26 @@ func (p *progress) Plan(plan *fabric.Plan, start int) {
 	p.start, p.first = time.Now(), start
 }
 
+// memoryLine is the summary's memory report: each process's allocator
+// and resident peaks, in MiB.
+func memoryLine(procs []train.ProcessMemory) string {
+	alloc, rss := make([]string, len(procs)), make([]string, len(procs))
+	for i, m := range procs {
+		alloc[i] = fmt.Sprintf("%.1f", float64(m.PeakAlloc)/(1<<20))
+		rss[i] = fmt.Sprintf("%.1f", float64(m.PeakRSS)/(1<<20))
+	}
+	who := "peak"
+	if len(procs) > 1 {
+		who = "peak per rank"
+	}
+	return fmt.Sprintf("%s: alloc %s MiB, RSS %s MiB", who, strings.Join(alloc, "/"), strings.Join(rss, "/"))
+}
+
 func (p *progress) Done(sum *train.Summary) {
 	p.finish()
-	fmt.Fprintf(p.out, "validation loss %.4f -> %.4f; peak alloc %.1f MiB; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
-		sum.FirstValLoss, sum.LastValLoss, float64(sum.PeakAllocBytes)/(1<<20), sum.Checkpoint, p.c.Out, p.c.Out)
+	fmt.Fprintf(p.out, "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
+		sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, p.c.Out, p.c.Out)
+	fmt.Fprintln(p.out, memoryLine(sum.Memory))
 	if sum.BF16Bytes > 0 {
 		fmt.Fprintf(p.out, "quantized weights: %d bytes, %.1f%% of their %d bytes in bf16\n",
 			sum.QuantizedBytes, 100*float64(sum.QuantizedBytes)/float64(sum.BF16Bytes), sum.BF16Bytes)

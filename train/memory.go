@@ -1,0 +1,66 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/weftml/weft/comm"
+)
+
+// ProcessMemory is what one process of a run used at most: under mpirun
+// one rank's, with in-process ranks all of them together.
+type ProcessMemory struct {
+	Rank int // the process's first rank
+	// PeakAlloc is the allocator's high-water mark over the steps
+	// (tensor.Memory's Peak), PeakRSS the kernel's (VmHWM; 0 where the
+	// system does not say).
+	PeakAlloc, PeakRSS int64
+}
+
+// peakRSS is the process's resident high-water mark, from
+// /proc/self/status on Linux; 0 elsewhere.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// gatherMemory collects every rank's (peak alloc, peak RSS) on every rank
+// and keeps one entry per process: all ranks under mpi, rank 0 alone for
+// in-process ranks, which share the process and its counters.
+func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, alloc int64) ([]ProcessMemory, error) {
+	mine := make([]byte, 16)
+	binary.LittleEndian.PutUint64(mine, uint64(alloc))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(peakRSS()))
+	all := make([]byte, 16*c.Size())
+	if err := c.AllGather(ctx, mine, all); err != nil {
+		return nil, fmt.Errorf("gathering memory peaks: %w", err)
+	}
+	n := 1
+	if perProcess {
+		n = c.Size()
+	}
+	out := make([]ProcessMemory, n)
+	for r := range out {
+		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:]))}
+	}
+	return out, nil
+}
