@@ -65,6 +65,11 @@ type Tensor struct {
 	DType dtype.DType
 	Shape []int
 	Data  []byte
+	// Load, if set instead of Data, gives the bytes when the writer
+	// reaches the tensor, and done (if not nil) takes them back once
+	// written: a file of tensors that never all exist at once (a sharded
+	// model gathered one parameter at a time).
+	Load func() (data []byte, done func(), err error)
 }
 
 // File is a parsed safetensors file.
@@ -392,11 +397,31 @@ func encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		return err
 	}
 	for _, t := range tensors {
-		if _, err := w.Write(t.Data); err != nil {
+		if err := writeData(w, t); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// writeData writes t's bytes, loading them first if t has no Data.
+func writeData(w io.Writer, t Tensor) error {
+	if t.Load == nil {
+		_, err := w.Write(t.Data)
+		return err
+	}
+	data, done, err := t.Load()
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	if done != nil {
+		defer done()
+	}
+	if size, _ := byteSize(t.DType, t.Shape); size != len(data) {
+		return fmt.Errorf("tensor %q: %v needs %d bytes, Load gave %d", t.Name, t.Shape, size, len(data))
+	}
+	_, err = w.Write(data)
+	return err
 }
 
 // headerEntry is one tensor's header record as written.
@@ -442,7 +467,7 @@ func encodeHeader(tensors []Tensor, metadata map[string]string) ([]byte, error) 
 		if err != nil {
 			return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
 		}
-		if size != len(t.Data) {
+		if t.Load == nil && size != len(t.Data) {
 			return nil, fmt.Errorf("tensor %q: %s shape %v needs %d bytes, data has %d", t.Name, name, t.Shape, size, len(t.Data))
 		}
 		shape := t.Shape

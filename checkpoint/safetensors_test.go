@@ -2,8 +2,11 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -439,5 +442,80 @@ func TestEncodeMatchesReference(t *testing.T) {
 	}
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Errorf("re-encoded file differs from the reference:\n got header %q\nwant header %q", got.Bytes()[8:min(got.Len(), 200)], want[8:200])
+	}
+}
+
+// TestDigestSafetensors: the streamed digests are the SHA-256 of the
+// whole file and of each tensor's bytes as a full read finds them.
+func TestDigestSafetensors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.safetensors")
+	tensors := []Tensor{
+		{Name: "b", DType: dtype.F32, Shape: []int{3}, Data: make([]byte, 12)},
+		{Name: "a", DType: dtype.BF16, Shape: []int{2, 2}, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8}},
+	}
+	tensors[0].Data[5] = 9
+	if err := WriteSafetensors(path, tensors, map[string]string{"k": "v"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := DigestSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash := func(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:]) }
+	if got.File != hash(raw) {
+		t.Errorf("file digest %s, want %s", got.File, hash(raw))
+	}
+	f, err := ParseSafetensors(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range f.Names() {
+		tt, _ := f.Tensor(name)
+		if got.Tensors[name] != hash(tt.Data) {
+			t.Errorf("tensor %s digest %s, want %s", name, got.Tensors[name], hash(tt.Data))
+		}
+	}
+	if len(got.Tensors) != 2 {
+		t.Errorf("%d tensor digests, want 2", len(got.Tensors))
+	}
+	if _, err := DigestSafetensors(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("a missing file digested")
+	}
+}
+
+// TestWriteLoaded: a tensor given by Load is written as its Data would
+// be, Load is called once and done after the write; a Load error or a
+// wrong size fails the write.
+func TestWriteLoaded(t *testing.T) {
+	dir := t.TempDir()
+	data := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	var loads, dones int
+	loaded := Tensor{Name: "w", DType: dtype.F32, Shape: []int{2}, Load: func() ([]byte, func(), error) {
+		loads++
+		return data, func() { dones++ }, nil
+	}}
+	path := filepath.Join(dir, "a.safetensors")
+	if err := WriteSafetensors(path, []Tensor{loaded}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := ReadSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := f.Tensor("w"); !bytes.Equal(w.Data, data) || loads != 1 || dones != 1 {
+		t.Errorf("wrote %v after %d loads and %d dones; want %v, 1, 1", w.Data, loads, dones, data)
+	}
+	boom := errors.New("boom")
+	failing := Tensor{Name: "w", DType: dtype.F32, Shape: []int{2}, Load: func() ([]byte, func(), error) { return nil, nil, boom }}
+	if err := WriteSafetensors(path, []Tensor{failing}, nil); !errors.Is(err, boom) {
+		t.Errorf("a failing Load wrote with error %v", err)
+	}
+	short := Tensor{Name: "w", DType: dtype.F32, Shape: []int{3}, Load: func() ([]byte, func(), error) { return data, nil, nil }}
+	if err := WriteSafetensors(path, []Tensor{short}, nil); err == nil {
+		t.Error("a Load of the wrong size wrote")
 	}
 }

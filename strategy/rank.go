@@ -421,6 +421,27 @@ func (r *Rank) GatherAll(ctx context.Context) error {
 	return nil
 }
 
+// Whole returns parameter i whole and exact, gathering it (alone) if this
+// rank holds only its chunk, and the function that frees what was
+// gathered: how a sharded model is written out one parameter at a time.
+// Every rank must call it for the same parameters in the same order.
+func (r *Rank) Whole(ctx context.Context, i int) (t *tensor.Tensor, release func(), err error) {
+	s := &r.shards[i]
+	if !s.full.Value.IsMeta() {
+		return s.full.Value, func() {}, nil
+	}
+	var padded *tensor.Tensor
+	err = r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
+		padded, err = r.gatherAs(ctx, c, s.local.Value)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+	}
+	v := view(padded, s.n, s.shape)
+	return v, func() { tensor.Discard(v) }, nil
+}
+
 func (r *Rank) unitList() []*unit {
 	out := make([]*unit, len(r.units))
 	for i := range r.units {

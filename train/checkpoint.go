@@ -51,13 +51,7 @@ type Manifest struct {
 	OptimizerShards int `json:"optimizer_shards"`
 	// Digests are the SHA-256 of every file of the checkpoint and of every
 	// tensor in it, by file name; loading checks them.
-	Digests map[string]Digest `json:"digests"`
-}
-
-// Digest is the SHA-256 (hex) of one safetensors file and of each tensor's bytes.
-type Digest struct {
-	File    string            `json:"file"`
-	Tensors map[string]string `json:"tensors"`
+	Digests map[string]checkpoint.Digest `json:"digests"`
 }
 
 type checkpointer struct {
@@ -83,9 +77,6 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	final := filepath.Join(k.dir, name)
 	tmp := filepath.Join(k.dir, ".tmp-"+name)
 	lead := k.comm.Rank() == 0
-	if err := k.fabric.Gather(); err != nil { // ZeRO-3 ranks hold chunks between steps
-		return "", err
-	}
 	if lead {
 		if err := os.RemoveAll(tmp); err != nil {
 			return "", fmt.Errorf("checkpoint: %w", err)
@@ -100,8 +91,8 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	m := Manifest{Format: manifestFormat, Step: step, Config: c, OptimizerSteps: map[string]int{},
 		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount()}
 	var tensors, moments []checkpoint.Tensor
-	for _, p := range nn.Parameters(k.model) {
-		tensors = append(tensors, stored("model."+p.Path, p.Var.Value))
+	for i, p := range nn.Parameters(k.model) {
+		tensors = append(tensors, k.whole("model."+p.Path, i, p.Var.Value))
 		if st := k.opt.State(p.Path); st != nil {
 			m.OptimizerSteps[p.Path] = st.Step
 			moments = append(moments, stored("optim."+p.Path+".exp_avg", st.ExpAvg), stored("optim."+p.Path+".exp_avg_sq", st.ExpAvgSq))
@@ -119,6 +110,15 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	if !lead {
+		for _, t := range tensors { // the gathers of the parameters rank 0 writes
+			if t.Load != nil {
+				_, done, err := t.Load()
+				if err != nil {
+					return "", fmt.Errorf("checkpoint: %w", err)
+				}
+				done()
+			}
+		}
 		return final, k.comm.Barrier(context.Background()) // until rank 0 has published it
 	}
 	for name, st := range k.fabric.States() {
@@ -131,13 +131,13 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	if err := checkpoint.WriteSafetensors(filepath.Join(tmp, stateFile), tensors, map[string]string{"format": manifestFormat}); err != nil {
 		return "", err
 	}
-	m.Digests = map[string]Digest{}
+	m.Digests = map[string]checkpoint.Digest{}
 	for _, name := range m.files() {
-		f, raw, err := readFile(filepath.Join(tmp, name))
+		d, err := checkpoint.DigestSafetensors(filepath.Join(tmp, name))
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("checkpoint: %w", err)
 		}
-		m.Digests[name] = digest(f, raw)
+		m.Digests[name] = d
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -159,6 +159,23 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 		return "", err
 	}
 	return final, k.comm.Barrier(context.Background())
+}
+
+// whole is parameter i, value v, as the checkpoint stores it: whole, and
+// under FSDP gathered only when the writer reaches it, so that a rank never
+// holds more than one whole parameter beyond its chunks.
+func (k *checkpointer) whole(name string, i int, v *tensor.Tensor) checkpoint.Tensor {
+	rank := k.fabric.Rank()
+	if !v.IsMeta() || rank == nil {
+		return stored(name, v)
+	}
+	return checkpoint.Tensor{Name: name, DType: v.DType(), Shape: v.Shape(), Load: func() ([]byte, func(), error) {
+		t, release, err := rank.Whole(context.Background(), i)
+		if err != nil {
+			return nil, nil, err
+		}
+		return t.Data(), release, nil
+	}}
 }
 
 func stored(name string, t *tensor.Tensor) checkpoint.Tensor {
@@ -278,8 +295,8 @@ func readFile(path string) (*checkpoint.File, []byte, error) {
 	return f, raw, nil
 }
 
-func digest(f *checkpoint.File, raw []byte) Digest {
-	d := Digest{File: sha(raw), Tensors: map[string]string{}}
+func digest(f *checkpoint.File, raw []byte) checkpoint.Digest {
+	d := checkpoint.Digest{File: sha(raw), Tensors: map[string]string{}}
 	for _, name := range f.Names() {
 		t, _ := f.Tensor(name)
 		d.Tensors[name] = sha(t.Data)
