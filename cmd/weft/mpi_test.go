@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,30 +13,32 @@ import (
 	"time"
 )
 
-// TestParityUnderMpirun runs `weft parity --comm mpi` as two Open MPI
-// processes for every reference model and strategy, and requires the same
-// losses, bit for bit, as two in-process ranks.
+// TestParityUnderMpirun runs `weft parity --comm mpi` as two and as four
+// Open MPI processes for every reference model and strategy, and requires
+// the same losses, bit for bit, as as many in-process ranks (which
+// TestParityStrategies holds to the single-device run).
 func TestParityUnderMpirun(t *testing.T) {
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil || testing.Short() {
 		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
 	}
 	bin := buildWeft(t)
-	mpiArgs := mpirunArgs(2)
-	for _, model := range []string{"mlp", "cnn", "gpt"} {
-		for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
-			t.Run(model+"/"+st, func(t *testing.T) {
-				args := []string{"parity", "--model", model, "--precision", "64-true", "--strategy", st, "--devices", "2", "--json", "--refs", "../../testdata/reference"}
-				mpiOut, err := exec.Command(mpirun, append(append(mpiArgs, bin), append(args, "--comm", "mpi")...)...).CombinedOutput()
-				if err != nil {
-					t.Fatalf("mpirun: %v\n%s", err, mpiOut)
-				}
-				localOut, code := run(append(args, "--comm", "local")...)
-				if code != 0 {
-					t.Fatalf("local: %s", localOut)
-				}
-				sameLosses(t, string(mpiOut), localOut)
-			})
+	for _, n := range []int{2, 4} {
+		for _, model := range []string{"mlp", "cnn", "gpt"} {
+			for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
+				t.Run(fmt.Sprintf("%s/%s/%d", model, st, n), func(t *testing.T) {
+					args := []string{"parity", "--model", model, "--precision", "64-true", "--strategy", st, "--devices", strconv.Itoa(n), "--json", "--refs", "../../testdata/reference"}
+					mpiOut, err := exec.Command(mpirun, append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)...).CombinedOutput()
+					if err != nil {
+						t.Fatalf("mpirun: %v\n%s", err, mpiOut)
+					}
+					localOut, code := run(append(args, "--comm", "local")...)
+					if code != 0 {
+						t.Fatalf("local: %s", localOut)
+					}
+					sameLosses(t, string(mpiOut), localOut)
+				})
+			}
 		}
 	}
 }
