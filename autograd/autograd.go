@@ -409,11 +409,43 @@ func (tp *Tape) autocast(op Op, x *Var) *Var {
 // Enter opens module's precision scope, returning x as the module should
 // see it and the function its output must pass through on the way out.
 // Without a Scoper both are identities. x may be nil (index inputs).
+//
+// On a NoGrad tape that recycles, leaving the scope frees every result
+// recorded inside it but the output (and what shares its storage): nothing
+// outside a module refers to its intermediates, and an evaluation then
+// holds a module's activations only while it runs, as PyTorch's reference
+// counting would.
 func (tp *Tape) Enter(module any, x *Var) (*Var, func(*Var) *Var) {
-	if tp.Scoper == nil {
-		return x, identity
+	start := tp.used
+	in, exit := x, identity
+	if tp.Scoper != nil {
+		in, exit = tp.Scoper.EnterScope(tp, module, x)
 	}
-	return tp.Scoper.EnterScope(tp, module, x)
+	if !tp.NoGrad || !tp.Recycle {
+		return in, exit
+	}
+	return in, func(out *Var) *Var {
+		out = exit(out)
+		tp.dropSince(start, out)
+		return out
+	}
+}
+
+// dropSince recycles the results of the NoGrad nodes recorded from start
+// on, keeping out's node and those whose results show its storage.
+func (tp *Tape) dropSince(start int, out *Var) {
+	kept := start
+	for i := start; i < tp.used; i++ {
+		n := tp.nodes[i]
+		if &n.out == out || (out != nil && n.out.Value != nil && tensor.SameStorage(n.out.Value, out.Value)) {
+			tp.nodes[kept], tp.nodes[i] = n, tp.nodes[kept]
+			kept++
+			continue
+		}
+		recycle(n)
+		*n = node{}
+	}
+	tp.used = kept
 }
 
 func identity(v *Var) *Var { return v }

@@ -2,6 +2,7 @@ package autograd_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/weftml/weft/autograd"
@@ -68,4 +69,39 @@ func TestPassReturnsToPool(t *testing.T) {
 			t.Errorf("%s: a pass leaves %d bytes live", c.name, got)
 		}
 	}
+}
+
+// scope is a module whose forward opens its scope, runs two ops inside
+// and returns a reshaped view of the last, as a model's layers do.
+type scope struct{ w *autograd.Var }
+
+func (s scope) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(s, x)
+	h := tp.GELU(tp.Linear(x, s.w, nil))
+	return exit(tp.Reshape(h, -1))
+}
+
+// TestNoGradScopesFree: an evaluation on a recycling tape keeps, of each
+// module, only its output (here a view, whose storage must live on), and
+// computes what a tape that keeps everything computes.
+func TestNoGradScopesFree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	x := autograd.Const(randn(rng, 4, 8))
+	layers := []scope{{autograd.Param(randn(rng, 8, 8))}, {autograd.Param(randn(rng, 32, 8))}}
+	run := func(tp *autograd.Tape) []float64 {
+		h := layers[0].Forward(tp, x)
+		return layers[1].Forward(tp, tp.Reshape(h, 4, 8)).Value.Float64s()
+	}
+	want := run(&autograd.Tape{NoGrad: true})
+	tp := &autograd.Tape{NoGrad: true, Recycle: true}
+	got := run(tp)
+	if !slices.Equal(got, want) {
+		t.Fatalf("recycling evaluation %v, keeping one %v", got, want)
+	}
+	// Left: each layer's GELU result under its reshape view, and the
+	// reshape between the layers (a view, not counted).
+	if n, b := tp.Retained(); n != 2 || b != int64(8*(4*8+4*32)) {
+		t.Errorf("the pass holds %d tensors, %d bytes; want 2 (the layers' outputs), %d bytes", n, b, 8*(4*8+4*32))
+	}
+	tp.Reset()
 }
