@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/tensor"
 )
 
 // Linear is y = x·Wᵀ + b with W [out, in].
@@ -20,6 +21,35 @@ type Linear struct {
 // LinearGEMM computes x·wᵀ + b (b may be nil) on the tape.
 type LinearGEMM interface {
 	Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
+}
+
+// A FrozenGEMM is a LinearGEMM that holds its weight as constants no
+// gradient reaches (quantized codes): a sharded strategy keeps a chunk of
+// each on every rank and gathers it whole around every use, as it does a
+// parameter.
+type FrozenGEMM interface {
+	LinearGEMM
+	Frozen() []Frozen
+}
+
+// Frozen is one constant of a FrozenGEMM: the field the GEMM reads it from
+// at each use, which a strategy may replace, and the elements a split must
+// keep together (a quantization block's).
+type Frozen struct {
+	Name  string // "codes"
+	Value **tensor.Tensor
+	Block int
+}
+
+// FrozenOf lists the constants of m's own weight, if m is a Linear whose
+// GEMM holds them.
+func FrozenOf(m Module) []Frozen {
+	if l, ok := m.(*Linear); ok {
+		if g, ok := l.GEMM.(FrozenGEMM); ok {
+			return g.Frozen()
+		}
+	}
+	return nil
 }
 
 // ErrGEMMReplaced is what a plugin's error wraps when it is asked to

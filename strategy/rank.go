@@ -31,7 +31,10 @@ type Rank struct {
 	comm   comm.Communicator
 	link   link
 	params []nn.NamedParam
+	// shards are the parameters', in params' order, then the frozen
+	// weights' (FSDP), whose paths frozen lists.
 	shards []shard
+	frozen []string
 	units  []unit
 	unitOf map[any]int // a unit's module → its index in units
 	root   unit        // the parameters outside every unit
@@ -56,12 +59,15 @@ type Options struct {
 
 // shard is one parameter's chunk on this rank.
 type shard struct {
-	full  *autograd.Var // the model's parameter
+	full *autograd.Var // the model's parameter; nil for a frozen weight
+	// slot is where the model reads the whole value: full.Value, or a
+	// frozen weight's field in its GEMM (nn.Frozen).
+	slot  **tensor.Tensor
 	local *autograd.Var // the chunk the optimizer updates (sharded optimizers)
 	dt    dtype.DType
 	shape []int
 	n     int // elements of the parameter
-	chunk int // elements per rank, padded
+	chunk int // elements per rank, padded; a multiple of a frozen weight's block
 	// wire is the format this pass's first gather of the parameter used,
 	// which regathers for its backward and recompute reuse: an FP8 scale
 	// may have moved since, and the values must be those of the forward.
@@ -87,17 +93,41 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, format func(path strin
 		if v.IsMeta() && (!info.Sharding.Parameters || p.Var.Init == nil) {
 			return nil, fmt.Errorf("strategy %s: %s has a shape and no values; only fsdp initialises parameters built on shapes alone (nn.Meta), and only those with an initialiser", info.Name, p.Path)
 		}
-		n := v.Len()
-		r.shards = append(r.shards, shard{full: p.Var, dt: v.DType(), shape: v.Shape(), n: n, chunk: (n + size - 1) / size})
+		r.shards = append(r.shards, newShard(p.Var, &p.Var.Value, 1, size))
+	}
+	if info.Sharding.Parameters { // frozen weights are sharded too, after the parameters
+		nn.Walk(m, func(path string, mod nn.Module) {
+			for _, fz := range nn.FrozenOf(mod) {
+				r.frozen = append(r.frozen, nn.Join(path, fz.Name))
+				r.shards = append(r.shards, newShard(nil, fz.Value, fz.Block, size))
+			}
+		})
 	}
 	if opts.Units == nil {
 		opts.Units = DefaultUnits
 	}
-	r.units, r.unitOf, r.root = findUnits(m, opts.Units, r.params)
+	r.units, r.unitOf, r.root = findUnits(m, opts.Units, r.shards)
 	if info.Sharding.OptimizerState {
 		r.Reshard()
 	}
 	return r, nil
+}
+
+// path names shard i: its parameter's path, or its frozen weight's.
+func (r *Rank) path(i int) string {
+	if i < len(r.params) {
+		return r.params[i].Path
+	}
+	return r.frozen[i-len(r.params)]
+}
+
+// newShard describes the value in slot (of parameter full, nil for a
+// frozen weight) split over size ranks in chunks of whole blocks.
+func newShard(full *autograd.Var, slot **tensor.Tensor, block, size int) shard {
+	v := *slot
+	n := v.Len()
+	blocks := (n + block - 1) / block
+	return shard{full: full, slot: slot, dt: v.DType(), shape: v.Shape(), n: n, chunk: (blocks + size - 1) / size * block}
 }
 
 // OptimizerParams are what this rank's optimizer updates: the full
@@ -106,9 +136,9 @@ func (r *Rank) OptimizerParams() []nn.NamedParam {
 	if !r.Info.Sharding.OptimizerState {
 		return r.params
 	}
-	out := make([]nn.NamedParam, len(r.shards))
-	for i, s := range r.shards {
-		out[i] = nn.NamedParam{Path: r.params[i].Path, Var: s.local}
+	out := make([]nn.NamedParam, len(r.params))
+	for i, p := range r.params {
+		out[i] = nn.NamedParam{Path: p.Path, Var: r.shards[i].local}
 	}
 	return out
 }
@@ -134,10 +164,10 @@ func (r *Rank) Reshard() {
 		// (a model's constructor, a checkpoint's reader) may still refer to it.
 		if r.Info.Sharding.Parameters {
 			s.local.Value = r.chunk(i)
-			s.full.Value = tensor.Meta(s.dt, s.shape...)
+			(*s.slot) = tensor.Meta(s.dt, s.shape...)
 			continue
 		}
-		r.install(s, pad(s.full.Value, s.chunk*r.comm.Size()))
+		r.install(s, pad((*s.slot), s.chunk*r.comm.Size()))
 	}
 }
 
@@ -147,8 +177,8 @@ func (r *Rank) Reshard() {
 // them, so that no rank ever holds the whole model.
 func (r *Rank) chunk(i int) *tensor.Tensor {
 	s := &r.shards[i]
-	if !s.full.Value.IsMeta() {
-		return r.Shard(i, s.full.Value)
+	if !(*s.slot).IsMeta() {
+		return r.Shard(i, (*s.slot))
 	}
 	start := min(r.comm.Rank()*s.chunk, s.n)
 	vals := make([]float32, s.chunk) // past the parameter's end: zero padding
@@ -164,7 +194,7 @@ func (r *Rank) chunk(i int) *tensor.Tensor {
 // install makes padded (chunk·Size elements) the storage of s's whole
 // parameter, and this rank's chunk of it the optimizer's.
 func (r *Rank) install(s *shard, padded *tensor.Tensor) {
-	s.full.Value = view(padded, s.n, s.shape)
+	(*s.slot) = view(padded, s.n, s.shape)
 	if s.local != nil && !r.Info.Sharding.Parameters {
 		s.local.Value = padded.Flat(r.comm.Rank()*s.chunk, s.chunk)
 	}
@@ -317,7 +347,7 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	var wires []wire
 	for _, i := range u.params {
 		s := &r.shards[i]
-		if !s.full.Value.IsMeta() {
+		if !(*s.slot).IsMeta() {
 			continue
 		}
 		todo = append(todo, i)
@@ -329,7 +359,7 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 		default: // read here, not on the link: the plugin's scale is the forward's
 			w := wire{}
 			if r.format != nil {
-				w.dt, w.scale, w.fp8 = r.format(r.params[i].Path)
+				w.dt, w.scale, w.fp8 = r.format(r.path(i))
 			}
 			s.wire = &w
 			wires = append(wires, w)
@@ -351,7 +381,7 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 				full, err = r.gatherAs(ctx, c, chunk)
 			}
 			if err != nil {
-				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
 			}
 			values[i] = full
 		}
@@ -374,7 +404,7 @@ func (r *Rank) settle(u *unit) error {
 	err := u.gather.wait()
 	for i, v := range u.values {
 		if v != nil {
-			tensor.Free(r.shards[i].full.Value)
+			tensor.Free((*r.shards[i].slot))
 			r.install(&r.shards[i], v)
 		}
 	}
@@ -394,9 +424,9 @@ func (r *Rank) release(u *unit) {
 
 // free replaces s's whole parameter by a meta tensor of its shape.
 func (r *Rank) free(s *shard) {
-	if !s.full.Value.IsMeta() {
-		tensor.Discard(s.full.Value)
-		s.full.Value = tensor.Meta(s.dt, s.shape...)
+	if !(*s.slot).IsMeta() {
+		tensor.Discard((*s.slot))
+		(*s.slot) = tensor.Meta(s.dt, s.shape...)
 	}
 }
 
@@ -427,8 +457,8 @@ func (r *Rank) GatherAll(ctx context.Context) error {
 // Every rank must call it for the same parameters in the same order.
 func (r *Rank) Whole(ctx context.Context, i int) (t *tensor.Tensor, release func(), err error) {
 	s := &r.shards[i]
-	if !s.full.Value.IsMeta() {
-		return s.full.Value, func() {}, nil
+	if !(*s.slot).IsMeta() {
+		return (*s.slot), func() {}, nil
 	}
 	var padded *tensor.Tensor
 	err = r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
@@ -436,7 +466,7 @@ func (r *Rank) Whole(ctx context.Context, i int) (t *tensor.Tensor, release func
 		return err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+		return nil, nil, fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
 	}
 	v := view(padded, s.n, s.shape)
 	return v, func() { tensor.Discard(v) }, nil
@@ -461,6 +491,9 @@ func (r *Rank) reduce(ctx context.Context, params []int) {
 	var grads []*tensor.Tensor
 	var which []int
 	for _, i := range params {
+		if r.shards[i].full == nil {
+			continue // a frozen weight
+		}
 		if g := r.shards[i].full.Grad; g != nil {
 			grads, which = append(grads, g), append(which, i)
 			r.shards[i].full.Grad = nil
@@ -472,7 +505,7 @@ func (r *Rank) reduce(ctx context.Context, params []int) {
 	r.link.start(ctx, func(ctx context.Context, c comm.Communicator) error {
 		for k, i := range which {
 			if err := r.reduceOne(ctx, c, &r.shards[i], grads[k]); err != nil {
-				return fmt.Errorf("strategy %s: reducing the gradient of %s: %w", r.Info.Name, r.params[i].Path, err)
+				return fmt.Errorf("strategy %s: reducing the gradient of %s: %w", r.Info.Name, r.path(i), err)
 			}
 		}
 		return nil
@@ -555,9 +588,9 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 	if !r.Info.Sharding.OptimizerState {
 		return nil
 	}
-	for i := range r.shards {
-		tensor.Discard(r.shards[i].full.Grad) // ZeRO-1: the optimizer freed the chunk's view, not this storage
-		r.shards[i].full.Grad = nil
+	for _, p := range r.params {
+		tensor.Discard(p.Var.Grad) // ZeRO-1: the optimizer freed the chunk's view, not this storage
+		p.Var.Grad = nil
 	}
 	if r.Info.Sharding.Parameters {
 		for _, u := range append([]*unit{&r.root}, r.unitList()...) {
@@ -574,10 +607,10 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 			padded := tensor.New(s.dt, s.chunk*c.Size())
 			if err := c.AllGather(ctx, s.local.Value.Data(), padded.Data()); err != nil {
 				tensor.Free(padded)
-				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.params[i].Path, err)
+				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
 			}
 			r.count(s.dt, s.local.Value)
-			tensor.Discard(s.full.Value) // s.local.Value viewed it
+			tensor.Discard((*s.slot)) // s.local.Value viewed it
 			tensor.FreeView(s.local.Value)
 			r.install(s, padded)
 		}
@@ -688,11 +721,11 @@ func (r *Rank) gatherScaled(ctx context.Context, c comm.Communicator, chunk *ten
 // Bytes is what this rank holds now for parameters and gradients, each
 // storage counted once.
 func (r *Rank) Bytes() (params, grads int64) {
-	for _, s := range r.shards {
-		if !s.full.Value.IsMeta() {
-			params += int64(s.full.Value.Bytes())
+	for _, s := range r.shards[:len(r.params)] {
+		if !(*s.slot).IsMeta() {
+			params += int64((*s.slot).Bytes())
 		}
-		if s.local != nil && !tensor.SameStorage(s.local.Value, s.full.Value) {
+		if s.local != nil && !tensor.SameStorage(s.local.Value, (*s.slot)) {
 			params += int64(s.local.Value.Bytes())
 		}
 		switch {
@@ -703,6 +736,19 @@ func (r *Rank) Bytes() (params, grads int64) {
 		}
 	}
 	return params, grads
+}
+
+// FrozenBytes is what this rank holds now of frozen weights (quantized
+// codes; FSDP only: other strategies leave them to the model, whole).
+func (r *Rank) FrozenBytes() int64 {
+	var b int64
+	for _, s := range r.shards[len(r.params):] {
+		if !(*s.slot).IsMeta() {
+			b += int64((*s.slot).Bytes())
+		}
+		b += int64(s.local.Value.Bytes())
+	}
+	return b
 }
 
 // view shows the first n elements of padded in shape: padded itself when

@@ -1,7 +1,6 @@
 package strategy
 
 import (
-	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -42,14 +41,34 @@ func holdsList(m nn.Module) bool {
 }
 
 // findUnits walks the tree in pre-order (the order of a sequential
-// forward) and returns the units isUnit picks, each with its parameters
-// as indices into params, and the root: every parameter outside a unit.
-func findUnits(m nn.Module, isUnit UnitFunc, params []nn.NamedParam) (units []unit, of map[any]int, root unit) {
-	index := map[*autograd.Var]int{}
-	for i, p := range params {
-		index[p.Var] = i
+// forward) and returns the units isUnit picks, each with the shards of its
+// parameters and frozen weights (indices into shards), and the root: every
+// shard outside a unit.
+func findUnits(m nn.Module, isUnit UnitFunc, shards []shard) (units []unit, of map[any]int, root unit) {
+	index := map[**tensor.Tensor]int{}
+	for i, s := range shards {
+		index[s.slot] = i
 	}
 	inUnit := map[int]bool{}
+	members := func(m nn.Module) (out []int) {
+		nn.Walk(m, func(_ string, mod nn.Module) {
+			var slots []**tensor.Tensor
+			for _, p := range mod.Params() {
+				if p.Var != nil {
+					slots = append(slots, &p.Var.Value)
+				}
+			}
+			for _, fz := range nn.FrozenOf(mod) {
+				slots = append(slots, fz.Value)
+			}
+			for _, slot := range slots {
+				if i, ok := index[slot]; ok && !inUnit[i] {
+					out, inUnit[i] = append(out, i), true
+				}
+			}
+		})
+		return out
+	}
 	of = map[any]int{}
 	var visit func(path string, m nn.Module)
 	visit = func(path string, m nn.Module) {
@@ -59,18 +78,12 @@ func findUnits(m nn.Module, isUnit UnitFunc, params []nn.NamedParam) (units []un
 				visit(cp, c.Module)
 				continue
 			}
-			u := unit{path: cp}
-			for _, p := range nn.Parameters(c.Module) {
-				if i, ok := index[p.Var]; ok && !inUnit[i] {
-					u.params, inUnit[i] = append(u.params, i), true
-				}
-			}
 			of[c.Module] = len(units)
-			units = append(units, u)
+			units = append(units, unit{path: cp, params: members(c.Module)})
 		}
 	}
 	visit("", m)
-	for i := range params {
+	for i := range shards {
 		if !inUnit[i] {
 			root.params = append(root.params, i)
 		}

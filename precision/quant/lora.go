@@ -132,3 +132,11 @@ func (g *lora) Params() []nn.Param {
 
 func (g *lora) installer() plugin   { return g.owner }
 func (g *lora) base() nn.LinearGEMM { return g.wraps }
+
+// Frozen is the wrapped GEMM's, if it holds a frozen weight (QLoRA).
+func (g *lora) Frozen() []nn.Frozen {
+	if f, ok := g.wraps.(nn.FrozenGEMM); ok {
+		return f.Frozen()
+	}
+	return nil
+}

@@ -123,6 +123,12 @@ func (g *linear4) Linear(tp *autograd.Tape, x, _, b *autograd.Var) *autograd.Var
 	})
 }
 
+// Frozen offers the packed codes for sharding, on whole blocks; the
+// absmax constants stay whole (a sixteenth of the codes' bytes).
+func (g *linear4) Frozen() []nn.Frozen {
+	return []nn.Frozen{{Name: "codes", Value: &g.q.Codes, Block: max(1, g.q.BlockSize/2)}}
+}
+
 func (g *linear4) installer() plugin   { return g.owner }
 func (g *linear4) base() nn.LinearGEMM { return nil }
 
@@ -206,6 +212,15 @@ func (g *linear8) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
 		}
 		return []*tensor.Tensor{dx, dw, db}
 	}, x, w, b)
+}
+
+// Frozen offers a frozen int8 weight's codes for sharding, on whole rows
+// (each row has its absmax); "int8-training" holds none.
+func (g *linear8) Frozen() []nn.Frozen {
+	if g.w == nil {
+		return nil
+	}
+	return []nn.Frozen{{Name: "codes", Value: &g.w.Codes, Block: g.w.Codes.Dim(1)}}
 }
 
 func (g *linear8) installer() plugin   { return g.owner }
