@@ -687,35 +687,33 @@ func (r *Rank) count(dt dtype.DType, sent *tensor.Tensor) {
 }
 
 // gatherScaled all-gathers chunk·scale cast (saturating) to dt, with every
-// rank's scale, and returns the values decoded and unscaled, in chunk's dtype.
+// rank's scale, and returns the values decoded and unscaled, in chunk's
+// dtype; every buffer comes from and goes back to the tensor pool.
 func (r *Rank) gatherScaled(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, error) {
 	scales, err := r.gatherAs(ctx, c, tensor.FromFloat32([]float32{scale}, 1))
 	if err != nil {
 		return nil, err
 	}
 	defer tensor.Free(scales)
-	wide := chunk.To(dtype.F32)
-	scaled := tensor.Scale(wide, float64(scale))
-	if wide != chunk {
-		tensor.Free(wide)
-	}
-	codes := scaled.ToSat(dt)
-	if codes != scaled {
-		tensor.Free(scaled)
-	}
+	codes := tensor.ScaleTo(chunk, scale, dt)
 	all, err := r.gatherAs(ctx, c, codes)
 	tensor.Free(codes)
 	if err != nil {
 		return nil, err
 	}
-	vals, per := all.Float32s(), chunk.Len()
-	tensor.Free(all)
-	for rank, sc := range scales.Float32s() {
-		for j := rank * per; j < (rank+1)*per; j++ {
-			vals[j] /= sc
-		}
+	defer tensor.Free(all)
+	per := chunk.Len()
+	out := tensor.New(chunk.DType(), all.Len())
+	for rank, sc := range scales.Float32s() { // each rank's values in its own scale
+		part := all.Flat(rank*per, per)
+		unscaled := tensor.UnscaleTo(part, sc, chunk.DType())
+		tensor.Free(part)
+		dst := out.Flat(rank*per, per)
+		dst.CopyFrom(unscaled)
+		tensor.Free(dst)
+		tensor.Free(unscaled)
 	}
-	return tensor.FromFloat32(vals, len(vals)).To(chunk.DType()), nil
+	return out, nil
 }
 
 // Bytes is what this rank holds now for parameters and gradients, each

@@ -13,7 +13,7 @@ import (
 // and clipping read (AbsMax, Norm).
 
 func castCases() []opCase {
-	var pairs, toFP8 [][]dtype.DType
+	var pairs, toFP8, fromFP8 [][]dtype.DType
 	for _, src := range withFP8 {
 		for _, dst := range withFP8 {
 			pairs = append(pairs, []dtype.DType{src, dst})
@@ -21,6 +21,7 @@ func castCases() []opCase {
 	}
 	for _, src := range floats {
 		toFP8 = append(toFP8, []dtype.DType{src, dtype.E4M3FN}, []dtype.DType{src, dtype.E5M2})
+		fromFP8 = append(fromFP8, []dtype.DType{dtype.E4M3FN, src}, []dtype.DType{dtype.E5M2, src})
 	}
 	const quantScale = 300 // N(0,1)·300 saturates both FP8 formats in the tails
 	withNaN := func(rng *rand.Rand, d []dtype.DType) []*tensor.Tensor {
@@ -65,6 +66,18 @@ func castCases() []opCase {
 					val[i] = float64(float32(v)) * quantScale
 				}
 				return []expect{{dt: d[1], compute: dtype.F32, shape: in[0].Shape(), val: val, sat: true}}
+			}},
+		{name: "UnscaleTo", dtypes: fromFP8, inputs: normals(shape(6, 7)),
+			kernel: func(d []dtype.DType, in []*tensor.Tensor) []*tensor.Tensor {
+				return outputs(tensor.UnscaleTo(in[0], quantScale, d[1]))
+			},
+			ref: func(d []dtype.DType, in []*tensor.Tensor) []expect {
+				// The quotient is taken in float32, of the FP8 value.
+				val := in[0].Float64s()
+				for i, v := range val {
+					val[i] = float64(float32(v) / quantScale)
+				}
+				return []expect{{dt: d[1], compute: dtype.F32, shape: in[0].Shape(), val: val}}
 			}},
 		{name: "AbsMax", dtypes: each(1, withFP8...), inputs: normals(shape(5, 7)), kernel: absMaxKernel, ref: absMaxRef},
 		{name: "AbsMax/NaN", dtypes: each(1, withFP8...), inputs: withNaN, kernel: absMaxKernel, ref: absMaxRef},

@@ -168,6 +168,20 @@ func (t *Tensor) AbsMax() float32 {
 	return vec.AbsMax(vals)
 }
 
+// UnscaleTo returns t/scale rounded to dt, the quotient taken in float32:
+// the values of a tensor quantized with ScaleTo.
+func UnscaleTo(t *Tensor, scale float32, dt dtype.DType) *Tensor {
+	vals, out32 := get[float32](t), scratch[float32](t.Len())
+	for i, v := range vals {
+		out32[i] = v / scale
+	}
+	out := empty(dt, t.shape...)
+	encode(dt, out.data, out32, false)
+	release(out32)
+	drop(t, vals)
+	return out
+}
+
 // ScaleTo returns t·scale rounded to dt with saturation, the product taken
 // in float32: a tensor quantized to FP8 with a per-tensor scale.
 func ScaleTo(t *Tensor, scale float32, dt dtype.DType) *Tensor {

@@ -148,18 +148,30 @@ func (q *Blockwise) Absmaxes() []float32 {
 // Dequantize returns the tensor q stands for in dt: each code's value
 // times its block's absmax in float32, rounded once to dt, as
 // bitsandbytes' dequantize kernel does.
+//
+// It decodes a block at a time into the pooled result, so that a GEMM's
+// dequantization leaves no garbage behind.
 func (q *Blockwise) Dequantize(dt dtype.DType) *tensor.Tensor {
 	absmax := q.Absmaxes()
 	packed := q.Codes.Data()
-	vals := make([]float32, tensor.Numel(q.shape))
-	for i := range vals {
-		c := packed[i/2] >> 4
-		if i%2 == 1 {
-			c = packed[i/2] & 0xf
+	out := tensor.New(dt, q.shape...)
+	dst, size := out.Data(), dt.Bits()/8
+	n := out.Len()
+	block := make([]float32, q.BlockSize)
+	for start := 0; start < n; start += q.BlockSize {
+		vals := block[:min(q.BlockSize, n-start)]
+		scale := absmax[start/q.BlockSize]
+		for j := range vals {
+			i := start + j
+			c := packed[i/2] >> 4
+			if i%2 == 1 {
+				c = packed[i/2] & 0xf
+			}
+			vals[j] = q.Codebook.Value(c) * scale
 		}
-		vals[i] = q.Codebook.Value(c) * absmax[i/q.BlockSize]
+		dtype.Encode(dt, dst[start*size:(start+len(vals))*size], vals, false)
 	}
-	return tensor.FromFloat32(vals, q.shape...).To(dt)
+	return out
 }
 
 // Bytes returns the memory q holds: the packed codes and the absmax
