@@ -147,6 +147,12 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 	tensor.Free(x2)
 	qw := l.q.quantize(roleW, w.Value, l.format.Forward, tp.Recomputing())
 	y := matmul(qx.along(1), qw.along(1), false, true, dtype.F32) // (M, out)
+	// The FP8 copies are not kept for backward, which casts x and w again
+	// with the scales used here: x lives on the tape anyway, and under
+	// FSDP w is gathered again, so keeping them would hold a second copy
+	// of every input and of the whole model between the passes.
+	qx.free()
+	qw.free()
 	if b != nil {
 		y = replace(y, tensor.AddBroadcast(y, b.Value, 1))
 	}
@@ -158,6 +164,9 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 		// Backward runs once, a checkpointed forward's after its recompute:
 		// dy's amax is always recorded.
 		qdy := l.q.quantize(roleDY, dy2, l.format.Backward, false)
+		x2 := x.Value.Reshape(-1, in)
+		qx, qw := l.q.quantize(roleX, x2, l.format.Forward, true), l.q.quantize(roleW, w.Value, l.format.Forward, true)
+		tensor.Free(x2)
 		grads := make([]*tensor.Tensor, 3) // for x, w, b
 		if x.RequiresGrad() {
 			grads[0] = matmul(qdy.along(1), qw.along(0), false, false, x.Value.DType())
