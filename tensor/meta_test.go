@@ -83,20 +83,33 @@ func TestMetaKernelsPanic(t *testing.T) {
 func TestMetaOps(t *testing.T) {
 	for _, dt := range []dtype.DType{dtype.F32, dtype.BF16, dtype.F64} {
 		ops := map[string]func(mk func(...int) *tensor.Tensor) *tensor.Tensor{
-			"MatMul":       func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.MatMul(mk(2, 3, 4), mk(2, 5, 4), false, true) },
-			"Linear":       func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Linear(mk(2, 3, 4), mk(5, 4), mk(5)) },
-			"AddBroadcast": func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.AddBroadcast(mk(2, 3, 4), mk(3, 4), 1) },
-			"Mul":          func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Mul(mk(6), mk(6)) },
-			"Scale":        func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Scale(mk(6), 2) },
-			"ReLU":         func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.ReLU(mk(6)) },
-			"GELU":         func(mk func(...int) *tensor.Tensor) *tensor.Tensor { y, cdf := tensor.GELU(mk(6)); return tensor.Mul(y.To(dtype.F32), cdf.To(dtype.F32)) },
-			"Softmax":      func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Softmax(mk(3, 4)) },
-			"CausalMask":   func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.CausalMask(mk(2, 4, 4), -1) },
-			"Permute":      func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Permute(mk(2, 3, 4), 0, 2, 1) },
-			"Narrow":       func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Narrow(mk(2, 6), 1, 3) },
-			"Conv2d":       func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Conv2d(mk(2, 1, 5, 5), mk(3, 1, 3, 3), 1, 1) },
-			"ScaleTo":      func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.ScaleTo(mk(2, 3), 2, dtype.E4M3FN) },
-			"ScaledMatMul": func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.ScaledMatMul(mk(2, 3), mk(4, 3), false, true, 1, 1, dtype.BF16) },
+			"MatMul": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
+				return tensor.MatMul(mk(2, 3, 4), mk(2, 5, 4), false, true)
+			},
+			"Linear": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
+				return tensor.Linear(mk(2, 3, 4), mk(5, 4), mk(5))
+			},
+			"AddBroadcast": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
+				return tensor.AddBroadcast(mk(2, 3, 4), mk(3, 4), 1)
+			},
+			"Mul":   func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Mul(mk(6), mk(6)) },
+			"Scale": func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Scale(mk(6), 2) },
+			"ReLU":  func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.ReLU(mk(6)) },
+			"GELU": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
+				y, cdf := tensor.GELU(mk(6))
+				return tensor.Mul(y.To(dtype.F32), cdf.To(dtype.F32))
+			},
+			"Softmax":    func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Softmax(mk(3, 4)) },
+			"CausalMask": func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.CausalMask(mk(2, 4, 4), -1) },
+			"Permute":    func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Permute(mk(2, 3, 4), 0, 2, 1) },
+			"Narrow":     func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.Narrow(mk(2, 6), 1, 3) },
+			"Conv2d": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
+				return tensor.Conv2d(mk(2, 1, 5, 5), mk(3, 1, 3, 3), 1, 1)
+			},
+			"ScaleTo": func(mk func(...int) *tensor.Tensor) *tensor.Tensor { return tensor.ScaleTo(mk(2, 3), 2, dtype.E4M3FN) },
+			"ScaledMatMul": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
+				return tensor.ScaledMatMul(mk(2, 3), mk(4, 3), false, true, 1, 1, dtype.BF16)
+			},
 			"LayerNorm": func(mk func(...int) *tensor.Tensor) *tensor.Tensor {
 				y, mean, _ := tensor.LayerNorm(mk(2, 4), mk(4), mk(4), 1e-5)
 				return tensor.AddBroadcast(y.To(dtype.F32), mean, 0)

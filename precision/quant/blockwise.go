@@ -149,6 +149,9 @@ func (q *Blockwise) Absmaxes() []float32 {
 // times its block's absmax in float32, rounded once to dt, as
 // bitsandbytes' dequantize kernel does.
 func (q *Blockwise) Dequantize(dt dtype.DType) *tensor.Tensor {
+	if q.Codes.IsMeta() { // a plan's pass
+		return tensor.Meta(dt, q.shape...)
+	}
 	absmax := q.Absmaxes()
 	packed := q.Codes.Data()
 	vals := make([]float32, tensor.Numel(q.shape))
