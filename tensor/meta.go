@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/weftml/weft/dtype"
 )
@@ -13,7 +14,7 @@ import (
 // the tensor.
 func Meta(dt dtype.DType, shape ...int) *Tensor {
 	if Numel(shape) < 0 {
-		panic(fmt.Sprintf("tensor: meta tensor of negative shape %v", shape))
+		panic(fmt.Sprintf("tensor: meta tensor of negative shape %v", slices.Clone(shape))) // shape stays on the caller's stack
 	}
 	t := header(dt, nil, shape)
 	t.meta = true
