@@ -98,7 +98,7 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	tw.Flush()
 	if k := p.Peak; k != nil {
 		mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-		fmt.Fprintf(out, "predicted allocator peak per rank: %.1f MiB at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
+		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
 			mib(k.Bytes), k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
 	}
 	for _, w := range p.Warnings {
