@@ -115,6 +115,22 @@ func (tp *Tape) Recomputing() bool { return tp.recomputing }
 // bytes of the op results and saved tensors on the tape, not counting
 // views and borrowed inputs (Const), whose storage the tape does not own.
 func (tp *Tape) Retained() (tensors int, bytes int64) {
+	tp.eachRetained(func(t *tensor.Tensor) {
+		tensors++
+		bytes += int64(t.Bytes())
+	})
+	return tensors, bytes
+}
+
+// RetainedPool is Retained's bytes as the tensor pool counts them, each
+// buffer rounded up to its size class (tensor.PoolBytes): the same on a
+// pass over meta tensors as on one over real ones.
+func (tp *Tape) RetainedPool() (bytes int64) {
+	tp.eachRetained(func(t *tensor.Tensor) { bytes += tensor.PoolBytes(t.DType(), t.Len()) })
+	return bytes
+}
+
+func (tp *Tape) eachRetained(fn func(*tensor.Tensor)) {
 	for _, n := range tp.nodes[:tp.used] {
 		out := n.out.Value
 		if n.borrowed {
@@ -122,10 +138,8 @@ func (tp *Tape) Retained() (tensors int, bytes int64) {
 		}
 		for _, t := range [...]*tensor.Tensor{out, n.saved[0], n.saved[1]} {
 			if t != nil && !t.IsView() {
-				tensors++
-				bytes += int64(t.Bytes())
+				fn(t)
 			}
 		}
 	}
-	return tensors, bytes
 }

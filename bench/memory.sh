@@ -2,8 +2,10 @@
 # Peak memory per rank of `weft train` under mpirun, for every strategy and
 # precision: the allocator's high-water mark (tensor.Memory's Peak) and the
 # kernel's resident one (VmHWM), each the largest over the job's ranks, as
-# the run's own summary line reports them. Cells are "alloc / RSS" in MiB;
-# the last line of each block is the process floor (a tiny model).
+# the run's own summary line reports them, beside the plan's prediction of
+# the allocator's (fabric.Plan.Peak). Cells are "alloc / predicted (error)
+# / RSS" in MiB; the last line of each block is the process floor (a tiny
+# model).
 #   NP="2 4" STRATEGIES="ddp fsdp" PRECISIONS="32-true" bench/memory.sh
 # The default model is the gpt of the FSDP memory issue: 8 layers, width
 # 512, 8 heads, context 64 (25.35M parameters), batch 8, 3 steps.
@@ -30,14 +32,15 @@ peak() {
 		echo "failed"
 		return
 	fi
-	echo "$line" | awk '{ split($5, a, "/"); split($8, r, "/"); ma = 0; mr = 0
+	echo "$line" | awk '{ split($5, a, "/"); split($8, p, "/"); split($11, r, "/"); ma = 0; mp = 0; mr = 0
 		for (i in a) if (a[i] + 0 > ma) ma = a[i] + 0
+		for (i in p) if (p[i] + 0 > mp) mp = p[i] + 0
 		for (i in r) if (r[i] + 0 > mr) mr = r[i] + 0
-		printf "%.0f / %.0f", ma, mr }'
+		printf "%.0f / %.0f (%+.0f%%) / %.0f", ma, mp, 100 * (mp - ma) / (ma > 0 ? ma : 1), mr }'
 }
 for np in $np_list; do
 	echo
-	echo "mpirun -np $np, peak per rank in MiB (allocator / RSS)"
+	echo "mpirun -np $np, peak per rank in MiB (allocator / predicted (error) / RSS)"
 	printf '| strategy |'
 	for p in $precisions; do printf ' %s |' "$p"; done
 	printf '\n| --- |'

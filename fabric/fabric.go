@@ -31,6 +31,7 @@ type Fabric struct {
 	dist    *strategy.Rank // nil on one device
 	spy     *nanSpy        // set while FirstNonFinite looks for a blow-up
 	distCfg *distConfig
+	meter   *meter // a plan's pass on meta tensors: cuts it at units
 	tape    autograd.Tape
 	model   nn.Module
 	opt     optim.Optimizer
@@ -216,6 +217,9 @@ func (f *Fabric) scoped(ctx context.Context, fn func(tp *autograd.Tape) (*autogr
 		}
 		if f.dist != nil {
 			s = f.dist.Scoper(ctx, s)
+		}
+		if f.meter != nil {
+			f.meter.inner, s = s, f.meter
 		}
 		f.tape.Scoper = s
 		defer func() { f.scopes.Reset(); f.tape.Scoper = nil }()

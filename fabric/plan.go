@@ -68,6 +68,13 @@ type Plan struct {
 	// Warnings are what the conversion left undone that a user should
 	// hear of (precision.Resolution.Warnings).
 	Warnings []string `json:"warnings,omitempty"`
+	// Peak is each rank's predicted allocator peak over a training step
+	// (PredictPeak); nil until predicted.
+	Peak *Peak `json:"peak_per_rank,omitempty"`
+	// model and res are the converted model and its resolution, which
+	// PredictPeak runs a pass of.
+	model nn.Module
+	res   *precision.Resolution
 }
 
 // adamMoments is the number of optimizer-state tensors per parameter (AdamW's m and v).
@@ -109,7 +116,7 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Precision: pol.Default.String(), Strategy: st.Name, Devices: devices, LossScaling: "none", Warnings: res.Warnings}
+	p := &Plan{Precision: pol.Default.String(), Strategy: st.Name, Devices: devices, LossScaling: "none", Warnings: res.Warnings, model: m, res: res}
 	for _, r := range pol.Rules {
 		p.Rules = append(p.Rules, r.Pattern+"="+r.Spec.String())
 	}

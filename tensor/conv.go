@@ -32,6 +32,9 @@ func convGeom(x, w *Tensor, stride, pad int) ConvGeom {
 // product big enough to use every core.
 func Conv2d(x, w *Tensor, stride, pad int) *Tensor {
 	g := convGeom(x, w, stride, pad)
+	if anyMeta(x, w) {
+		return Meta(promoteAll(x, w), g.N, g.Cout, g.OutH, g.OutW)
+	}
 	out := empty(promoteAll(x, w), g.N, g.Cout, g.OutH, g.OutW)
 	if out.dtype == dtype.F64 {
 		conv2d[float64](out, x, w, g)

@@ -10,6 +10,9 @@ import (
 
 // unary returns f applied to every element of x, in x's dtype.
 func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Tensor {
+	if x.meta {
+		return Meta(x.dtype, x.shape...)
+	}
 	out := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
 		mapInto(out, x, f64)
@@ -31,6 +34,9 @@ func mapInto[T float](out, x *Tensor, f func(T) T) {
 // binary returns f(a, b) elementwise for same-shaped a and b, in their promoted dtype.
 func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64) float64) *Tensor {
 	mustSameShape("binary op", a, b)
+	if anyMeta(a, b) {
+		return Meta(Promote(a.dtype, b.dtype), a.shape...)
+	}
 	out := empty(Promote(a.dtype, b.dtype), a.shape...)
 	if out.dtype == dtype.F64 {
 		zipInto(out, a, b, f64)
@@ -66,6 +72,9 @@ func Mul(a, b *Tensor) *Tensor {
 // compute type, float64 for F64 x and float32 for all others, so the
 // gradient is what computing it afresh would give.
 func GELU(x *Tensor) (y, cdf *Tensor) {
+	if x.meta {
+		return Meta(x.dtype, x.shape...), Meta(statsDType(x.dtype), x.shape...)
+	}
 	y = empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
 		cdf = empty(dtype.F64, x.shape...)
@@ -129,6 +138,9 @@ func geluBackward32(dx, x, cdf, dy *Tensor) {
 
 // ReLU returns max(x, 0).
 func ReLU(x *Tensor) *Tensor {
+	if x.meta {
+		return Meta(x.dtype, x.shape...)
+	}
 	out := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
 		relu[float64](out, x)
@@ -185,6 +197,9 @@ func reluBackward[T float](dx, y, dy *Tensor) {
 // with fill (PyTorch's masked_fill with a triu mask).
 func CausalMask(x *Tensor, fill float64) *Tensor {
 	rows, cols := x.Dim(-2), x.Dim(-1)
+	if x.meta {
+		return Meta(x.dtype, x.shape...)
+	}
 	out := x.Clone()
 	if out.dtype == dtype.F64 {
 		maskInto(view[float64](out), rows, cols, fill)
@@ -211,6 +226,9 @@ func maskInto[T float](vals []T, rows, cols int, fill T) {
 // of NCHW), over features (from=rank-1) or a position table (from=1 of BTC).
 func AddBroadcast(a, b *Tensor, from int) *Tensor {
 	outer, mid, inner := broadcastDims(a.shape, b.shape, from)
+	if anyMeta(a, b) {
+		return Meta(Promote(a.dtype, b.dtype), a.shape...)
+	}
 	out := empty(Promote(a.dtype, b.dtype), a.shape...)
 	if out.dtype == dtype.F64 {
 		addBroadcast[float64](out, a, b, outer, mid, inner)

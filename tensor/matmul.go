@@ -21,6 +21,10 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 // adding the bias before the single rounding as cuBLAS's addmm does.
 func Linear(x, w, bias *Tensor) *Tensor {
 	in := x.Dim(-1)
+	if anyMeta(x, w, bias) {
+		var dims [8]int
+		return Meta(promoteAll(x, w), append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0))...)
+	}
 	x2 := x.Reshape(-1, in)
 	p := matmul(x2, w, false, true)
 	Free(x2)
@@ -61,6 +65,9 @@ type product struct {
 // commit rounds the accumulator into out (a no-op when it is out's own
 // storage).
 func (p product) commit() {
+	if p.out.meta {
+		return
+	}
 	if p.f64 != nil {
 		put(p.out, p.f64)
 	} else {
@@ -88,7 +95,11 @@ func matmul(a, b *Tensor, transA, transB bool) product {
 		panic(fmt.Sprintf("tensor: matmul shapes %v and %v (transA=%v transB=%v) do not match", a, b, transA, transB))
 	}
 	var dims [8]int
-	out := empty(promoteAll(a, b), append(append(dims[:0], a.shape[:ra-2]...), m, n)...) // GEMM with beta 0 writes every element
+	shape := append(append(dims[:0], a.shape[:ra-2]...), m, n)
+	if anyMeta(a, b) {
+		return product{out: Meta(promoteAll(a, b), shape...)}
+	}
+	out := empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
 	strideA, strideB := m*k, k*n
 	if sharedB {
 		strideB = 0

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/weftml/weft/dtype"
 )
@@ -13,7 +14,7 @@ import (
 // the tensor.
 func Meta(dt dtype.DType, shape ...int) *Tensor {
 	if Numel(shape) < 0 {
-		panic(fmt.Sprintf("tensor: meta tensor of negative shape %v", shape))
+		panic(fmt.Sprintf("tensor: meta tensor of negative shape %v", slices.Clone(shape))) // shape stays on the caller's stack
 	}
 	t := header(dt, nil, shape)
 	t.meta = true
@@ -27,6 +28,37 @@ func NewLike(like *Tensor, dt dtype.DType, shape ...int) *Tensor {
 		return Meta(dt, shape...)
 	}
 	return New(dt, shape...)
+}
+
+// anyMeta reports whether any of ts is a meta tensor: an op over one
+// returns a meta result of the dtype and shape it would compute, and
+// computes nothing (a plan's forward pass).
+func anyMeta(ts ...*Tensor) bool {
+	for _, t := range ts {
+		if t != nil && t.meta {
+			return true
+		}
+	}
+	return false
+}
+
+// PoolBytes is what the pool hands out for a tensor of n elements of dt,
+// as Memory counts it: its storage rounded up to the buffer's size class.
+func PoolBytes(dt dtype.DType, n int) int64 {
+	words := (dt.StorageBytes(n) + 7) / 8
+	if words == 0 {
+		return 0
+	}
+	return 8 * int64(classSize(sizeClass(words)))
+}
+
+// ScratchBytes is what a kernel's float32 scratch of n elements holds in
+// the pool (decoding a tensor stored in another dtype to compute on it).
+func ScratchBytes(n int) int64 {
+	if n == 0 {
+		return 0
+	}
+	return 4 * int64(classSize(sizeClass(n)))
 }
 
 // IsMeta reports whether t is a meta tensor (see Meta).

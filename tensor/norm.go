@@ -21,6 +21,10 @@ func statsDType(dt dtype.DType) dtype.DType {
 func LayerNorm(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
 	c := x.Dim(-1)
 	rows := x.Len() / c
+	if anyMeta(x, w, b) {
+		dt := promoteAll(x, w, b)
+		return Meta(dt, x.shape...), Meta(statsDType(dt), rows), Meta(statsDType(dt), rows)
+	}
 	y = empty(promoteAll(x, w, b), x.shape...)
 	mean, rstd = New(statsDType(y.dtype), rows), New(statsDType(y.dtype), rows)
 	if y.dtype == dtype.F64 {
@@ -123,6 +127,9 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 
 // Softmax normalises exp(x) over the last axis.
 func Softmax(x *Tensor) *Tensor {
+	if x.meta {
+		return Meta(x.dtype, x.shape...)
+	}
 	y := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
 		softmax[float64](y, x)
@@ -213,6 +220,9 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 		if t < 0 || t >= c {
 			return nil, fmt.Errorf("tensor: cross entropy target %d at row %d is outside [0, %d)", t, i, c)
 		}
+	}
+	if logits.meta {
+		return Meta(logits.dtype), nil
 	}
 	loss := New(logits.dtype)
 	if logits.dtype == dtype.F64 {

@@ -28,6 +28,9 @@ func ScaledMatMul(a, b *Tensor, transA, transB bool, scaleA, scaleB float32, out
 	if k != kb {
 		panic(fmt.Sprintf("tensor: ScaledMatMul shapes %v and %v (transA=%v transB=%v) do not match", a, b, transA, transB))
 	}
+	if anyMeta(a, b) {
+		return Meta(out, m, n)
+	}
 	opA, opB := operand(a, 0, transA), operand(b, 0, transB)
 	opA.Scale, opB.Scale = scaleA, scaleB
 	res := empty(out, m, n) // GEMM with beta 0 writes every element

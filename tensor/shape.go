@@ -32,6 +32,9 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 	for i, p := range perm {
 		shape[i], strides[i] = x.shape[p], inStrides[p]
 	}
+	if x.meta {
+		return Meta(x.dtype, shape[:rank]...)
+	}
 	out := empty(x.dtype, shape[:rank]...)
 	size, run, outer := elemSize(x), 1, rank
 	if rank > 0 && perm[rank-1] == rank-1 {
@@ -64,7 +67,11 @@ func Narrow(x *Tensor, start, length int) *Tensor {
 		panic(fmt.Sprintf("tensor: narrow [%d,%d) of axis of size %d", start, start+length, c))
 	}
 	var dims [8]int
-	out := empty(x.dtype, append(append(dims[:0], x.shape[:len(x.shape)-1]...), length)...)
+	shape := append(append(dims[:0], x.shape[:len(x.shape)-1]...), length)
+	if x.meta {
+		return Meta(x.dtype, shape...)
+	}
+	out := empty(x.dtype, shape...)
 	size := elemSize(x)
 	for r := range x.Len() / c {
 		copy(out.data[r*length*size:(r+1)*length*size], x.data[(r*c+start)*size:(r*c+start+length)*size])
@@ -97,7 +104,11 @@ func Embedding(table *Tensor, idx []int, grid ...int) (*Tensor, error) {
 		return nil, fmt.Errorf("tensor: %d embedding indices do not fill shape %v", len(idx), slices.Clone(grid)) // grid stays on the caller's stack
 	}
 	var dims [8]int
-	out := empty(table.dtype, append(append(dims[:0], grid...), c)...)
+	shape := append(append(dims[:0], grid...), c)
+	if table.meta {
+		return Meta(table.dtype, shape...), nil
+	}
+	out := empty(table.dtype, shape...)
 	size := elemSize(table)
 	for i, id := range idx {
 		if id < 0 || id >= v {

@@ -185,6 +185,9 @@ func UnscaleTo(t *Tensor, scale float32, dt dtype.DType) *Tensor {
 // ScaleTo returns t·scale rounded to dt with saturation, the product taken
 // in float32: a tensor quantized to FP8 with a per-tensor scale.
 func ScaleTo(t *Tensor, scale float32, dt dtype.DType) *Tensor {
+	if t.meta {
+		return Meta(dt, t.shape...)
+	}
 	vals, scaled := get[float32](t), scratch[float32](t.Len())
 	for i, v := range vals {
 		scaled[i] = v * scale

@@ -21,6 +21,9 @@ type ProcessMemory struct {
 	// (tensor.Memory's Peak), PeakRSS the kernel's (VmHWM; 0 where the
 	// system does not say).
 	PeakAlloc, PeakRSS int64
+	// PredictedAlloc is the plan's PeakAlloc (fabric.Plan.Peak): its
+	// rank's, or the sum over the process's ranks.
+	PredictedAlloc int64
 }
 
 // peakRSS is the process's resident high-water mark, from
@@ -45,8 +48,9 @@ func peakRSS() int64 {
 
 // gatherMemory collects every rank's (peak alloc, peak RSS) on every rank
 // and keeps one entry per process: all ranks under mpi, rank 0 alone for
-// in-process ranks, which share the process and its counters.
-func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, alloc int64) ([]ProcessMemory, error) {
+// in-process ranks, which share the process and its counters. predicted
+// is the plan's peak for one rank.
+func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, alloc, predicted int64) ([]ProcessMemory, error) {
 	mine := make([]byte, 16)
 	binary.LittleEndian.PutUint64(mine, uint64(alloc))
 	binary.LittleEndian.PutUint64(mine[8:], uint64(peakRSS()))
@@ -57,10 +61,12 @@ func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, all
 	n := 1
 	if perProcess {
 		n = c.Size()
+	} else {
+		predicted *= int64(c.Size())
 	}
 	out := make([]ProcessMemory, n)
 	for r := range out {
-		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:]))}
+		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:])), PredictedAlloc: predicted}
 	}
 	return out, nil
 }

@@ -171,10 +171,14 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	// from the initialisers (strategy.Rank.Reshard). Weights read from a
 	// run, quantized (their codes come from whole values) or beside LoRA
 	// adapters are built whole.
-	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 {
+	built := !info.Sharding.Parameters || c.InitFrom != "" || len(c.LoRA.Targets) > 0 || plan.BytesPerRank.Frozen > 0
+	if !built {
 		r.model = r.t.metaModel()
 	} else {
 		r.model = r.t.newModel()
+	}
+	if err := plan.PredictPeak(r.t.batch(0), built); err != nil {
+		return nil, err
 	}
 	if c.InitFrom != "" {
 		if err := loadWeights(c.InitFrom, r.model); err != nil {
@@ -269,7 +273,7 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		}
 	}
 	sum.Steps = c.Steps
-	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes); err != nil {
+	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes, plan.Peak.Bytes); err != nil {
 		return nil, err
 	}
 	if !lead {

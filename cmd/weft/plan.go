@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/strategy"
@@ -20,6 +21,7 @@ func planCmd() *cobra.Command {
 		model   string
 		strat   string
 		devices int
+		batch   int
 		asJSON  bool
 	)
 	cmd := &cobra.Command{
@@ -30,9 +32,11 @@ as training does and shows every module's plugin stack, which plugin replaced
 its arithmetic, the storage of its tensors (packed 4-bit codes and their
 constants, int8 codes, FP8 gathers under FSDP), its compute dtype per op
 class and communication dtypes, and the bytes each rank holds for trainable
-parameters, frozen weights, gradients and AdamW state under a strategy. It
-refuses what training refuses, with the same message, and prints the
-warnings training prints.`,
+parameters, frozen weights, gradients and AdamW state under a strategy, and
+(gpt, cnn) its predicted allocator peak per rank over a training step on a
+global batch of --batch rows, with what is live at it. It refuses what
+training refuses, with the same message, and prints the warnings training
+prints.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, scaling, err := prec.policy(cmd.ErrOrStderr())
@@ -47,6 +51,11 @@ warnings training prints.`,
 			if err != nil {
 				return err
 			}
+			if b, ok := sampleBatch(m, batch); ok {
+				if err := p.PredictPeak(b, p.Strategy != "fsdp" || p.BytesPerRank.Frozen > 0); err != nil {
+					return err
+				}
+			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(p)
 			}
@@ -58,6 +67,7 @@ warnings training prints.`,
 	cmd.Flags().StringVar(&model, "model", "gpt", fmt.Sprintf("model %v", models.Names()))
 	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", "))
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
+	cmd.Flags().IntVar(&batch, "batch", 8, "global batch rows of the step whose peak is predicted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return cmd
 }
@@ -86,7 +96,26 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	b := p.BytesPerRank
 	fmt.Fprintf(tw, "total per rank\t\t\t\t\t\t\t\t\t\t\t%d\t%d\t%d\t%d\n", b.Params, b.Frozen, b.Grads, b.OptimizerState)
 	tw.Flush()
+	if k := p.Peak; k != nil {
+		mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
+			mib(k.Bytes), k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
+	}
 	for _, w := range p.Warnings {
 		fmt.Fprintln(out, "warning:", w)
 	}
+}
+
+// sampleBatch is a global batch of rows for a reference model the plan's
+// peak is predicted over (only its shapes are read); false for a model
+// without one.
+func sampleBatch(m models.Model, rows int) (data.Batch, bool) {
+	switch m.(type) {
+	case *models.GPT:
+		t := models.ReferenceGPT.Context
+		return data.Batch{Tokens: make([]int, rows*t), Shape: []int{rows, t}, Targets: make([]int, rows*t)}, true
+	case *models.CNN:
+		return data.GlyphBatch(data.GlyphConfig{}, rows, 0), true
+	}
+	return data.Batch{}, false
 }

@@ -135,18 +135,19 @@ func (p *progress) Plan(plan *fabric.Plan, start int) {
 }
 
 // memoryLine is the summary's memory report: each process's allocator
-// and resident peaks, in MiB.
+// peak, the plan's prediction of it and the resident peak, in MiB.
 func memoryLine(procs []train.ProcessMemory) string {
-	alloc, rss := make([]string, len(procs)), make([]string, len(procs))
+	alloc, predicted, rss := make([]string, len(procs)), make([]string, len(procs)), make([]string, len(procs))
 	for i, m := range procs {
 		alloc[i] = fmt.Sprintf("%.1f", float64(m.PeakAlloc)/(1<<20))
+		predicted[i] = fmt.Sprintf("%.1f", float64(m.PredictedAlloc)/(1<<20))
 		rss[i] = fmt.Sprintf("%.1f", float64(m.PeakRSS)/(1<<20))
 	}
 	who := "peak"
 	if len(procs) > 1 {
 		who = "peak per rank"
 	}
-	return fmt.Sprintf("%s: alloc %s MiB, RSS %s MiB", who, strings.Join(alloc, "/"), strings.Join(rss, "/"))
+	return fmt.Sprintf("%s: alloc %s MiB, predicted %s MiB, RSS %s MiB", who, strings.Join(alloc, "/"), strings.Join(predicted, "/"), strings.Join(rss, "/"))
 }
 
 func (p *progress) Done(sum *train.Summary) {

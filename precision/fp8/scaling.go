@@ -139,6 +139,9 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again 
 	if again {
 		return castScaled(t, s.last, dt)
 	}
+	if t.IsMeta() { // a plan's pass: no amax to record
+		return castScaled(t, s.scale, dt)
+	}
 	amax := t.AbsMax()
 	if ranks := l.recipe.ranks; ranks != nil {
 		if m, err := ranks.Max(amax); err == nil {
@@ -270,5 +273,8 @@ func (p *Current) ConvertModule(path string, m nn.Module) error {
 type currentScaling struct{}
 
 func (currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
+	if t.IsMeta() { // a plan's pass: no amax to take
+		return castScaled(t, 1, dt)
+	}
 	return castScaled(t, updateScale(t.AbsMax(), 1, float32(dt.Max()), 0), dt)
 }

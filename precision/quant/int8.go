@@ -75,6 +75,9 @@ const mmDequant float32 = 6.200012e-05
 // Dequantize returns the matrix q stands for in dt:
 // (code·absmax)·(1/127) in float32, rounded once to dt.
 func (q *RowWise) Dequantize(dt dtype.DType) *tensor.Tensor {
+	if q.Codes.IsMeta() { // a plan's pass
+		return tensor.Meta(dt, q.Codes.Shape()...)
+	}
 	cols := q.Codes.Dim(1)
 	vals := q.Codes.Float32s()
 	for i := range vals {

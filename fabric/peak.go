@@ -1,0 +1,411 @@
+package fabric
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/tensor"
+)
+
+// Peak is the allocator's predicted high-water mark (tensor.Memory's
+// Peak) over one rank's training step, in bytes as the pool counts them
+// (each buffer rounded up to its size class), and what is live at it.
+type Peak struct {
+	Bytes int64 `json:"bytes"`
+	// At is the moment of the step the peak falls in: "forward",
+	// "loss", "backward of blocks.7", "optimizer step", "after step".
+	At string `json:"at"`
+	// State is what a rank holds between steps: its parameters (whole or
+	// chunks, and under zero1/zero2 the whole values the model was built
+	// with, which Reshard leaves to the garbage collector while the pool
+	// still counts them), frozen weights and AdamW moments.
+	State int64 `json:"state"`
+	// Grads are the gradients held at the peak (whole, or chunks once
+	// reduce-scattered).
+	Grads int64 `json:"grads"`
+	// Gathered are FSDP units' parameters made whole: the running unit's
+	// and the prefetched next one's.
+	Gathered int64 `json:"gathered"`
+	// Activations are the forward's results and saved tensors still on
+	// the tape at the peak.
+	Activations int64 `json:"activations"`
+	// Transient is the largest short-lived buffer set at the peak: a
+	// unit's gradients before their reduction with its output's and
+	// input's gradients, gathered logits, a padded gradient.
+	Transient int64 `json:"transient"`
+	// Scratch is kernels' decode buffers (AdamW over non-float32 tensors)
+	// and FP8 GEMM operands kept for backward.
+	Scratch int64 `json:"scratch"`
+	// Saved is what the whole forward and loss leave on the tape for
+	// backward (autograd.Tape.RetainedPool of a pass on meta tensors).
+	Saved int64 `json:"saved_activations"`
+}
+
+// Unit is a sharding unit as strategy.DefaultUnits picks them, with its
+// parameters in forward order.
+type Unit struct {
+	Path   string
+	Module nn.Module
+	Params []nn.NamedParam
+}
+
+// Units walks m as strategy.NewRank does with strategy.DefaultUnits: in
+// pre-order, lists have no forward of their own, and a parameter belongs
+// to the first unit that holds it.
+func Units(m nn.Module) []Unit {
+	seen := map[*autograd.Var]bool{}
+	var units []Unit
+	var visit func(path string, m nn.Module)
+	visit = func(path string, m nn.Module) {
+		for _, c := range m.Children() {
+			cp := nn.Join(path, c.Name)
+			if nn.Kind(c.Module) == "List" || !strategy.DefaultUnits(cp, c.Module) {
+				visit(cp, c.Module)
+				continue
+			}
+			u := Unit{Path: cp, Module: c.Module}
+			for _, p := range nn.Parameters(c.Module) {
+				if !seen[p.Var] {
+					seen[p.Var] = true
+					u.Params = append(u.Params, nn.NamedParam{Path: nn.Join(cp, p.Path), Var: p.Var})
+				}
+			}
+			units = append(units, u)
+		}
+	}
+	visit("", m)
+	return units
+}
+
+// segment is a stretch of the forward pass: one unit's forward (unit ≥ 0)
+// or ops between units (-1), with what it leaves on the tape.
+type segment struct {
+	unit int
+	act  int64
+	// io is the unit's output and input bytes: their gradients are live
+	// through its backward.
+	io int64
+	// fp8 is the FP8 operands (x and w codes) its GEMMs keep for backward
+	// outside the tape.
+	fp8 int64
+}
+
+// meter is the Scoper of a plan's pass on meta tensors: it cuts the pass
+// into segments at unit boundaries, outside the precision's scopes as the
+// strategy's Scoper sits.
+type meter struct {
+	inner  autograd.Scoper
+	unitOf map[any]int
+	fp8    map[any]bool // Linears whose GEMMs are FP8
+	segs   []segment
+	last   int64 // RetainedPool at the end of the last segment
+	held   int64 // fp8 operands so far
+}
+
+func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
+	in, exit := x, func(v *autograd.Var) *autograd.Var { return v }
+	if mt.inner != nil {
+		in, exit = mt.inner.EnterScope(tp, module, x)
+	}
+	if l, ok := module.(*nn.Linear); ok && mt.fp8[module] && in != nil {
+		mt.held += tensor.PoolBytes(dtype.E4M3FN, in.Value.Len()) + tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len())
+	}
+	i, ok := mt.unitOf[module]
+	if !ok {
+		return in, exit
+	}
+	mt.cut(tp, -1, 0)
+	held := mt.held
+	var io int64
+	if x != nil {
+		io = tensor.PoolBytes(x.Value.DType(), x.Value.Len())
+	}
+	return in, func(out *autograd.Var) *autograd.Var {
+		out = exit(out)
+		if out != nil {
+			io += tensor.PoolBytes(out.Value.DType(), out.Value.Len())
+		}
+		mt.cut(tp, i, io)
+		mt.segs[len(mt.segs)-1].fp8 = mt.held - held
+		mt.held = held
+		return out
+	}
+}
+
+// cut ends the running segment as one of unit's.
+func (mt *meter) cut(tp *autograd.Tape, unit int, io int64) {
+	now := tp.RetainedPool()
+	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io})
+	mt.last = now
+}
+
+// metaPass runs m's forward and loss on the share of global that rank 0
+// of devices takes, on meta tensors, in res's scopes, as TrainStep runs
+// them, and returns the pass cut at units' boundaries and the logits.
+func metaPass(m Model, res *precision.Resolution, global data.Batch, devices int, units []Unit) ([]segment, *tensor.Tensor, error) {
+	b, err := metaShare(global, devices)
+	if err != nil {
+		return nil, nil, err
+	}
+	mt := &meter{unitOf: map[any]int{}, fp8: map[any]bool{}}
+	for i, u := range units {
+		mt.unitOf[u.Module] = i
+	}
+	for _, s := range res.Scopes {
+		if _, ok := s.Module.(*nn.Linear); ok && len(s.Converted) > 0 && slices.ContainsFunc(s.Converted, isFP8) {
+			mt.fp8[s.Module] = true
+		}
+	}
+	f := &Fabric{plugin: res.Root, plan: res, scaler: res.Scaler, scopes: res.Scoper(), meter: mt}
+	f.tape.Recycle = true
+	defer f.tape.Reset()
+	b.X = f.Input(b.X)
+	logits, err := f.forward(context.Background(), func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := f.tape.CrossEntropy(logits, b.Targets); err != nil {
+		return nil, nil, err
+	}
+	mt.cut(&f.tape, -1, 0)
+	mt.segs[len(mt.segs)-1].fp8 = mt.held
+	return mt.segs, tensor.Meta(logits.Value.DType(), logits.Value.Shape()...), nil
+}
+
+// isFP8 reports whether the plugin called name gives Linears FP8 GEMMs
+// (fp8, fp8-current, fp8-mx).
+func isFP8(name string) bool { return strings.HasPrefix(name, "fp8") }
+
+// metaShare is rank 0's share of global with its input on shapes alone.
+func metaShare(global data.Batch, devices int) (data.Batch, error) {
+	x := global.X
+	global.X = nil
+	b, err := global.Share(0, devices)
+	if err != nil {
+		return data.Batch{}, fmt.Errorf("fabric: plan: %w", err)
+	}
+	if x != nil {
+		shape := slices.Clone(x.Shape())
+		shape[0] /= devices
+		b.X = tensor.Meta(x.DType(), shape...)
+	}
+	return b, nil
+}
+
+// PredictPeak predicts the allocator's peak on each rank over a training
+// step on global (its shapes; values are not read) and sets p.Peak. built
+// says the model trained is built with values (nn.NewInit) rather than on
+// shapes alone (fsdp's ranks draw only their chunks): a cast or reshard
+// leaves the built values to the garbage collector, and the pool counts
+// them still. The forward runs on p's model, on meta tensors.
+func (p *Plan) PredictPeak(global data.Batch, built bool) error {
+	m, ok := p.model.(Model)
+	if !ok {
+		return fmt.Errorf("fabric: plan: %T has no forward over a batch", p.model)
+	}
+	units := Units(m)
+	segs, logits, err := metaPass(m, p.res, global, p.Devices, units)
+	if err != nil {
+		return err
+	}
+	st, _ := strategy.Lookup(p.Strategy)
+	state, setsState := precision.OptimizerStateDType(p.res.Root)
+	sim := stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, frozen: p.BytesPerRank.Frozen}
+	unitOf := map[*autograd.Var]int{}
+	for i, u := range units {
+		for _, q := range u.Params {
+			unitOf[q.Var] = i
+		}
+	}
+	sim.units = make([]unitBytes, len(units))
+	for _, q := range nn.Parameters(m) {
+		v := q.Var.Value
+		sd := v.DType()
+		if setsState {
+			sd = state
+		}
+		pb := sim.param(v.DType(), sd, v.Len(), built)
+		sim.add(pb)
+		if i, ok := unitOf[q.Var]; ok {
+			sim.units[i].add(pb)
+		} else {
+			sim.root.add(pb)
+		}
+	}
+	p.Peak = sim.run(segs, units, logits)
+	return nil
+}
+
+// paramBytes is what one parameter costs a rank, as the pool counts it.
+type paramBytes struct {
+	state     int64 // held between steps: value(s) and moments
+	whole     int64 // made whole (FSDP gathers a padded whole)
+	grad      int64 // its whole gradient
+	held      int64 // its gradient once reduced, as the rank keeps it
+	padded    int64 // a padded whole copy (reduce-scatter's input, zero1/zero2's all-gather)
+	optimizer int64 // AdamW's decode scratch over its rank's part
+}
+
+func (b *paramBytes) add(o paramBytes) {
+	b.state += o.state
+	b.whole += o.whole
+	b.grad += o.grad
+	b.held += o.held
+	b.padded = max(b.padded, o.padded)
+	b.optimizer = max(b.optimizer, o.optimizer)
+}
+
+type unitBytes = paramBytes
+
+// stepSim walks one training step as Fabric.TrainStep and strategy.Rank
+// run it, tracking what the pool holds.
+type stepSim struct {
+	sh     strategy.Sharding
+	n      int
+	dist   bool // a strategy.Rank runs (several ranks, or a sharded optimizer)
+	frozen int64
+	all    paramBytes
+	units  []unitBytes
+	root   unitBytes // parameters outside every unit
+}
+
+func (s *stepSim) add(b paramBytes) { s.all.add(b) }
+
+// param accounts a parameter of n elements stored in dt whose moments are
+// stored in sd.
+func (s *stepSim) param(dt, sd dtype.DType, n int, built bool) paramBytes {
+	size := 1
+	if s.dist {
+		size = s.n
+	}
+	chunk := (n + size - 1) / size
+	part := n // what the optimizer updates
+	if s.sh.OptimizerState {
+		part = chunk
+	}
+	b := paramBytes{whole: tensor.PoolBytes(dt, chunk*size), grad: tensor.PoolBytes(dt, n), padded: tensor.PoolBytes(dt, chunk*size)}
+	b.state = 2 * tensor.PoolBytes(sd, part)
+	switch {
+	case s.sh.Parameters:
+		b.state += tensor.PoolBytes(dt, chunk)
+	case s.sh.OptimizerState: // the padded whole; the chunk views it
+		b.state += tensor.PoolBytes(dt, chunk*size)
+	default:
+		b.state += tensor.PoolBytes(dt, n)
+	}
+	if built {
+		if dt != dtype.F32 { // nn.CastParams leaves the float32 built
+			b.state += tensor.PoolBytes(dtype.F32, n)
+		}
+		if s.sh.OptimizerState { // Reshard leaves the whole value
+			b.state += tensor.PoolBytes(dt, n)
+		}
+	}
+	switch {
+	case s.sh.Gradients:
+		b.held = tensor.PoolBytes(dt, chunk)
+	case s.sh.OptimizerState && chunk*size != n: // padded so that the chunk's gradient views it
+		b.held = tensor.PoolBytes(dt, chunk*size)
+	default:
+		b.held = b.grad
+	}
+	for _, d := range []dtype.DType{dt, dt, sd, sd} { // p, g, m, v decoded when not float32
+		if d != dtype.F32 && d != dtype.F64 {
+			b.optimizer += tensor.ScratchBytes(part)
+		}
+	}
+	return b
+}
+
+// run predicts the peak over the forward (segs, in order), the loss, the
+// backward (segs reversed) and the optimizer step.
+func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak {
+	fsdp := s.sh.Parameters
+	base := Peak{State: s.all.state + s.frozen}
+	for _, sg := range segs {
+		base.Saved += sg.act
+	}
+	best := base
+	consider := func(at string, p Peak) {
+		p.At, p.Bytes = at, p.State+p.Grads+p.Gathered+p.Activations+p.Transient+p.Scratch
+		if p.Bytes > best.Bytes {
+			best = p
+		}
+	}
+	whole := func(i int) int64 {
+		if !fsdp || i < 0 || i >= len(s.units) {
+			return 0
+		}
+		return s.units[i].whole
+	}
+	rootWhole := int64(0)
+	if fsdp {
+		rootWhole = s.root.whole
+	}
+	// Forward: a unit runs whole with the next one's gather in flight.
+	p := base
+	p.Gathered = rootWhole
+	var fp8 int64
+	for _, sg := range segs {
+		p.Activations += sg.act
+		fp8 += sg.fp8
+		p.Scratch = fp8
+		if sg.unit >= 0 {
+			q := p
+			q.Gathered += whole(sg.unit) + whole(sg.unit+1)
+			consider("forward of "+units[sg.unit].Path, q)
+		}
+	}
+	// The loss over the global batch: every rank's logits gathered.
+	if s.dist && s.n > 1 {
+		q := p
+		rows := logits.Len() * s.n
+		q.Transient = tensor.PoolBytes(logits.DType(), rows)
+		if logits.DType() != dtype.F32 && logits.DType() != dtype.F64 {
+			q.Transient += tensor.ScratchBytes(rows)
+		}
+		consider("loss", q)
+	}
+	// Backward: a unit's gradients are made while its activations are
+	// still held, then reduced; FSDP holds it whole with the one before
+	// it prefetched.
+	for k := len(segs) - 1; k >= 0; k-- {
+		sg := segs[k]
+		q := p
+		if sg.unit < 0 {
+			q.Transient = sg.act // the gradients of its results
+			consider("backward", q)
+		} else {
+			u := s.units[sg.unit]
+			q.Gathered += whole(sg.unit) + whole(sg.unit-1)
+			q.Transient = u.grad + sg.io
+			consider("backward of "+units[sg.unit].Path, q)
+			if s.sh.Gradients || (s.sh.OptimizerState && u.held != u.grad) {
+				q.Activations -= sg.act
+				q.Transient = u.grad + u.padded
+				consider("reduction of "+units[sg.unit].Path, q)
+			}
+			p.Grads += u.held
+		}
+		p.Activations -= sg.act
+		p.Scratch -= sg.fp8
+	}
+	// The root's gradients, reduced last.
+	p.Grads += s.root.held
+	p.Gathered, p.Transient, p.Scratch = 0, 0, s.all.optimizer
+	consider("optimizer step", p)
+	if s.sh.OptimizerState && !fsdp { // zero1/zero2 gather each updated parameter
+		q := base
+		q.Transient = s.all.padded
+		consider("after step", q)
+	}
+	return &best
+}
