@@ -11,6 +11,7 @@ import (
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
@@ -24,9 +25,7 @@ type Peak struct {
 	// "loss", "backward of blocks.7", "optimizer step", "after step".
 	At string `json:"at"`
 	// State is what a rank holds between steps: its parameters (whole or
-	// chunks, and under zero1/zero2 the whole values the model was built
-	// with, which Reshard leaves to the garbage collector while the pool
-	// still counts them), frozen weights and AdamW moments.
+	// chunks), frozen weights and AdamW moments.
 	State int64 `json:"state"`
 	// Grads are the gradients held at the peak (whole, or chunks once
 	// reduce-scattered).
@@ -42,7 +41,7 @@ type Peak struct {
 	// input's gradients, gathered logits, a padded gradient.
 	Transient int64 `json:"transient"`
 	// Scratch is kernels' decode buffers (AdamW over non-float32 tensors)
-	// and FP8 GEMM operands kept for backward.
+	// and the running FP8 GEMM's operands.
 	Scratch int64 `json:"scratch"`
 	// Saved is what the whole forward and loss leave on the tape for
 	// backward (autograd.Tape.RetainedPool of a pass on meta tensors).
@@ -93,8 +92,8 @@ type segment struct {
 	// io is the unit's output and input bytes: their gradients are live
 	// through its backward.
 	io int64
-	// fp8 is the FP8 operands (x and w codes) its GEMMs keep for backward
-	// outside the tape.
+	// fp8 is the largest FP8 GEMM's operands (x and w codes), which live
+	// while it runs, in the forward and again in the backward.
 	fp8 int64
 }
 
@@ -107,7 +106,7 @@ type meter struct {
 	fp8    map[any]bool // Linears whose GEMMs are FP8
 	segs   []segment
 	last   int64 // RetainedPool at the end of the last segment
-	held   int64 // fp8 operands so far
+	held   int64 // the running segment's largest fp8 operands
 }
 
 func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
@@ -115,15 +114,19 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 	if mt.inner != nil {
 		in, exit = mt.inner.EnterScope(tp, module, x)
 	}
-	if l, ok := module.(*nn.Linear); ok && mt.fp8[module] && in != nil {
-		mt.held += tensor.PoolBytes(dtype.E4M3FN, in.Value.Len()) + tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len())
+	if l, ok := module.(*nn.Linear); ok && in != nil {
+		switch w, frozen := quant.WeightOf(l); {
+		case mt.fp8[module]:
+			mt.held = max(mt.held, tensor.PoolBytes(dtype.E4M3FN, in.Value.Len())+tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len()))
+		case frozen: // dequantized for its GEMM
+			mt.held = max(mt.held, tensor.PoolBytes(in.Value.DType(), tensor.Numel(w.Shape())))
+		}
 	}
 	i, ok := mt.unitOf[module]
 	if !ok {
 		return in, exit
 	}
 	mt.cut(tp, -1, 0)
-	held := mt.held
 	var io int64
 	if x != nil {
 		io = tensor.PoolBytes(x.Value.DType(), x.Value.Len())
@@ -134,8 +137,6 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 			io += tensor.PoolBytes(out.Value.DType(), out.Value.Len())
 		}
 		mt.cut(tp, i, io)
-		mt.segs[len(mt.segs)-1].fp8 = mt.held - held
-		mt.held = held
 		return out
 	}
 }
@@ -143,8 +144,8 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 // cut ends the running segment as one of unit's.
 func (mt *meter) cut(tp *autograd.Tape, unit int, io int64) {
 	now := tp.RetainedPool()
-	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io})
-	mt.last = now
+	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, fp8: mt.held})
+	mt.last, mt.held = now, 0
 }
 
 // metaPass runs m's forward and loss on the share of global that rank 0
@@ -176,7 +177,6 @@ func metaPass(m Model, res *precision.Resolution, global data.Batch, devices int
 		return nil, nil, err
 	}
 	mt.cut(&f.tape, -1, 0)
-	mt.segs[len(mt.segs)-1].fp8 = mt.held
 	return mt.segs, tensor.Meta(logits.Value.DType(), logits.Value.Shape()...), nil
 }
 
@@ -201,12 +201,9 @@ func metaShare(global data.Batch, devices int) (data.Batch, error) {
 }
 
 // PredictPeak predicts the allocator's peak on each rank over a training
-// step on global (its shapes; values are not read) and sets p.Peak. built
-// says the model trained is built with values (nn.NewInit) rather than on
-// shapes alone (fsdp's ranks draw only their chunks): a cast or reshard
-// leaves the built values to the garbage collector, and the pool counts
-// them still. The forward runs on p's model, on meta tensors.
-func (p *Plan) PredictPeak(global data.Batch, built bool) error {
+// step on global (its shapes; values are not read) and sets p.Peak. The
+// forward runs on p's model, on meta tensors.
+func (p *Plan) PredictPeak(global data.Batch) error {
 	m, ok := p.model.(Model)
 	if !ok {
 		return fmt.Errorf("fabric: plan: %T has no forward over a batch", p.model)
@@ -232,12 +229,21 @@ func (p *Plan) PredictPeak(global data.Batch, built bool) error {
 		if setsState {
 			sd = state
 		}
-		pb := sim.param(v.DType(), sd, v.Len(), built)
+		pb := sim.param(v.DType(), sd, v.Len())
 		sim.add(pb)
 		if i, ok := unitOf[q.Var]; ok {
 			sim.units[i].add(pb)
 		} else {
 			sim.root.add(pb)
+		}
+	}
+	if st.Sharding.Parameters && p.Devices > 1 { // frozen codes are gathered with their unit
+		for i, u := range units {
+			nn.Walk(u.Module, func(_ string, mod nn.Module) {
+				for _, fz := range nn.FrozenOf(mod) {
+					sim.units[i].whole += tensor.PoolBytes((*fz.Value).DType(), int(frozenChunk(fz, p.Devices))*p.Devices/(*fz.Value).DType().StorageBytes(1))
+				}
+			})
 		}
 	}
 	p.Peak = sim.run(segs, units, logits)
@@ -281,7 +287,7 @@ func (s *stepSim) add(b paramBytes) { s.all.add(b) }
 
 // param accounts a parameter of n elements stored in dt whose moments are
 // stored in sd.
-func (s *stepSim) param(dt, sd dtype.DType, n int, built bool) paramBytes {
+func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	size := 1
 	if s.dist {
 		size = s.n
@@ -300,14 +306,6 @@ func (s *stepSim) param(dt, sd dtype.DType, n int, built bool) paramBytes {
 		b.state += tensor.PoolBytes(dt, chunk*size)
 	default:
 		b.state += tensor.PoolBytes(dt, n)
-	}
-	if built {
-		if dt != dtype.F32 { // nn.CastParams leaves the float32 built
-			b.state += tensor.PoolBytes(dtype.F32, n)
-		}
-		if s.sh.OptimizerState { // Reshard leaves the whole value
-			b.state += tensor.PoolBytes(dt, n)
-		}
 	}
 	switch {
 	case s.sh.Gradients:
@@ -353,13 +351,11 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 	// Forward: a unit runs whole with the next one's gather in flight.
 	p := base
 	p.Gathered = rootWhole
-	var fp8 int64
 	for _, sg := range segs {
 		p.Activations += sg.act
-		fp8 += sg.fp8
-		p.Scratch = fp8
 		if sg.unit >= 0 {
 			q := p
+			q.Scratch = sg.fp8
 			q.Gathered += whole(sg.unit) + whole(sg.unit+1)
 			consider("forward of "+units[sg.unit].Path, q)
 		}
@@ -386,17 +382,16 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 		} else {
 			u := s.units[sg.unit]
 			q.Gathered += whole(sg.unit) + whole(sg.unit-1)
-			q.Transient = u.grad + sg.io
+			q.Transient, q.Scratch = u.grad+sg.io, sg.fp8
 			consider("backward of "+units[sg.unit].Path, q)
 			if s.sh.Gradients || (s.sh.OptimizerState && u.held != u.grad) {
 				q.Activations -= sg.act
-				q.Transient = u.grad + u.padded
+				q.Transient, q.Scratch = u.grad+u.padded, 0
 				consider("reduction of "+units[sg.unit].Path, q)
 			}
 			p.Grads += u.held
 		}
 		p.Activations -= sg.act
-		p.Scratch -= sg.fp8
 	}
 	// The root's gradients, reduced last.
 	p.Grads += s.root.held

@@ -160,14 +160,16 @@ func (r *Rank) Reshard() {
 		if s.local == nil {
 			s.local = autograd.Param(nil)
 		}
-		// The whole value is left to the garbage collector: its caller
-		// (a model's constructor, a checkpoint's reader) may still refer to it.
+		// The whole value's storage goes back to the pool (its header stays
+		// with whoever built it, so a stale reference fails loudly).
+		old := *s.slot
 		if r.Info.Sharding.Parameters {
 			s.local.Value = r.chunk(i)
-			(*s.slot) = tensor.Meta(s.dt, s.shape...)
-			continue
+			*s.slot = tensor.Meta(s.dt, s.shape...)
+		} else {
+			r.install(s, pad(old, s.chunk*r.comm.Size()))
 		}
-		r.install(s, pad((*s.slot), s.chunk*r.comm.Size()))
+		tensor.Release(old)
 	}
 }
 

@@ -171,13 +171,12 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	// from the initialisers (strategy.Rank.Reshard). Weights read from a
 	// run, quantized (their codes come from whole values) or beside LoRA
 	// adapters are built whole.
-	built := !info.Sharding.Parameters || c.InitFrom != "" || len(c.LoRA.Targets) > 0 || plan.BytesPerRank.Frozen > 0
-	if !built {
+	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 {
 		r.model = r.t.metaModel()
 	} else {
 		r.model = r.t.newModel()
 	}
-	if err := plan.PredictPeak(r.t.batch(0), built); err != nil {
+	if err := plan.PredictPeak(r.t.batch(0)); err != nil {
 		return nil, err
 	}
 	if c.InitFrom != "" {

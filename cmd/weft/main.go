@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -13,12 +12,11 @@ import (
 )
 
 func main() {
-	if os.Getenv("GOGC") == "" {
-		// A training step allocates its activations afresh while the live
-		// heap stays small; collecting at 4× the live heap rather than 2×
-		// cuts GC time by about a quarter of a small model's step.
-		debug.SetGCPercent(400)
-	}
+	// The Go runtime's default GOGC (100) stands: the tensor pool makes a
+	// steady training step allocate next to nothing, so GOGC=400 no longer
+	// saves time (60 steps of the default gpt: 1.82 s either way) and only
+	// let garbage grow to 5× the live heap (peak RSS of the 25M gpt under
+	// fsdp on 4 ranks, bf16-true+nf4-dq: 335 MiB at 400, 222 MiB at 100).
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "weft:", err)
 		os.Exit(exitCode(err))

@@ -52,7 +52,7 @@ prints.`,
 				return err
 			}
 			if b, ok := sampleBatch(m, batch); ok {
-				if err := p.PredictPeak(b, p.Strategy != "fsdp" || p.BytesPerRank.Frozen > 0); err != nil {
+				if err := p.PredictPeak(b); err != nil {
 					return err
 				}
 			}

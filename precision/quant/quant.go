@@ -272,10 +272,12 @@ func flatten(x, b *autograd.Var) (x2, bias *tensor.Tensor) {
 	return x.Value.Reshape(-1, x.Value.Dim(-1)), bias
 }
 
-// unflatten gives y [rows, out] the leading axes of x.
+// unflatten gives y [rows, out] the leading axes of x, in place: the tape
+// releases a recorded result's own storage, which a view would not have.
 func unflatten(y *tensor.Tensor, x *autograd.Var) *tensor.Tensor {
 	shape := x.Value.Shape()
-	return y.Reshape(append(slices.Clone(shape[:len(shape)-1]), y.Dim(-1))...)
+	y.SetShape(append(slices.Clone(shape[:len(shape)-1]), y.Dim(-1))...)
+	return y
 }
 
 // plugin is what the GEMMs of this package know of the plugin that
@@ -355,6 +357,7 @@ func eligible(path string, m nn.Module, skip []string, owner plugin) (l *nn.Line
 // freeze installs g, which holds the Linear's weight as codes, and drops
 // the weight from l (see the package comment).
 func freeze(l *nn.Linear, g nn.LinearGEMM, codes *tensor.Tensor) {
+	tensor.Release(l.Weight.Value) // quantized: the float weight's storage goes back to the pool
 	l.Weight.Value, l.Weight.Grad = codes, nil
 	l.Weight, l.GEMM = nil, g
 }
