@@ -62,25 +62,16 @@ type Unit struct {
 func Units(m nn.Module) []Unit {
 	seen := map[*autograd.Var]bool{}
 	var units []Unit
-	var visit func(path string, m nn.Module)
-	visit = func(path string, m nn.Module) {
-		for _, c := range m.Children() {
-			cp := nn.Join(path, c.Name)
-			if nn.Kind(c.Module) == "List" || !strategy.DefaultUnits(cp, c.Module) {
-				visit(cp, c.Module)
-				continue
+	for _, su := range strategy.Units(m, nil) {
+		u := Unit{Path: su.Path, Module: su.Module}
+		for _, p := range nn.Parameters(su.Module) {
+			if !seen[p.Var] {
+				seen[p.Var] = true
+				u.Params = append(u.Params, nn.NamedParam{Path: nn.Join(su.Path, p.Path), Var: p.Var})
 			}
-			u := Unit{Path: cp, Module: c.Module}
-			for _, p := range nn.Parameters(c.Module) {
-				if !seen[p.Var] {
-					seen[p.Var] = true
-					u.Params = append(u.Params, nn.NamedParam{Path: nn.Join(cp, p.Path), Var: p.Var})
-				}
-			}
-			units = append(units, u)
 		}
+		units = append(units, u)
 	}
-	visit("", m)
 	return units
 }
 

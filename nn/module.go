@@ -112,14 +112,14 @@ func Load(m Module, get func(path string) (*tensor.Tensor, error)) error {
 // dropping any gradient: one module's part of PyTorch's .to(dtype), for
 // trees whose modules get different dtypes.
 //
-// The old storage goes back to the tensor pool, as .to frees it: a
-// reference to the old value kept past the cast fails loudly.
+// The old storage is freed, as .to frees it (a reference to the old value
+// kept past the cast fails loudly).
 func CastOwn(m Module, dt dtype.DType) {
 	for _, p := range m.Params() {
 		old := p.Var.Value
 		p.Var.Value, p.Var.Grad = old.To(dt), nil
 		if p.Var.Value != old {
-			tensor.Release(old)
+			tensor.Drop(old)
 		}
 	}
 }

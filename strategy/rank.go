@@ -103,9 +103,6 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, format func(path strin
 			}
 		})
 	}
-	if opts.Units == nil {
-		opts.Units = DefaultUnits
-	}
 	r.units, r.unitOf, r.root = findUnits(m, opts.Units, r.shards)
 	if info.Sharding.OptimizerState {
 		r.Reshard()
@@ -160,8 +157,8 @@ func (r *Rank) Reshard() {
 		if s.local == nil {
 			s.local = autograd.Param(nil)
 		}
-		// The whole value's storage goes back to the pool (its header stays
-		// with whoever built it, so a stale reference fails loudly).
+		// The whole value's storage is freed (its header stays with
+		// whoever built it, so a stale reference fails loudly).
 		old := *s.slot
 		if r.Info.Sharding.Parameters {
 			s.local.Value = r.chunk(i)
@@ -169,7 +166,7 @@ func (r *Rank) Reshard() {
 		} else {
 			r.install(s, pad(old, s.chunk*r.comm.Size()))
 		}
-		tensor.Release(old)
+		tensor.Drop(old)
 	}
 }
 

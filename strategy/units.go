@@ -40,6 +40,35 @@ func holdsList(m nn.Module) bool {
 	return false
 }
 
+// Unit is a module that is a sharding unit of its own.
+type Unit struct {
+	Path   string
+	Module nn.Module
+}
+
+// Units lists the units isUnit (nil: DefaultUnits) picks in m, in
+// pre-order (the order of a sequential forward), as NewRank groups the
+// parameters. A list is never one: it has no forward of its own.
+func Units(m nn.Module, isUnit UnitFunc) []Unit {
+	if isUnit == nil {
+		isUnit = DefaultUnits
+	}
+	var units []Unit
+	var visit func(path string, m nn.Module)
+	visit = func(path string, m nn.Module) {
+		for _, c := range m.Children() {
+			cp := nn.Join(path, c.Name)
+			if nn.Kind(c.Module) == "List" || !isUnit(cp, c.Module) {
+				visit(cp, c.Module)
+				continue
+			}
+			units = append(units, Unit{Path: cp, Module: c.Module})
+		}
+	}
+	visit("", m)
+	return units
+}
+
 // findUnits walks the tree in pre-order (the order of a sequential
 // forward) and returns the units isUnit picks, each with the shards of its
 // parameters and frozen weights (indices into shards), and the root: every
@@ -70,19 +99,10 @@ func findUnits(m nn.Module, isUnit UnitFunc, shards []shard) (units []unit, of m
 		return out
 	}
 	of = map[any]int{}
-	var visit func(path string, m nn.Module)
-	visit = func(path string, m nn.Module) {
-		for _, c := range m.Children() {
-			cp := nn.Join(path, c.Name)
-			if nn.Kind(c.Module) == "List" || !isUnit(cp, c.Module) { // a list has no forward of its own
-				visit(cp, c.Module)
-				continue
-			}
-			of[c.Module] = len(units)
-			units = append(units, unit{path: cp, params: members(c.Module)})
-		}
+	for _, u := range Units(m, isUnit) {
+		of[u.Module] = len(units)
+		units = append(units, unit{path: u.Path, params: members(u.Module)})
 	}
-	visit("", m)
 	for i := range shards {
 		if !inUnit[i] {
 			root.params = append(root.params, i)

@@ -159,6 +159,18 @@ func release[T float](s []T) {
 	freeListOf[T](c).push(s[:0])
 }
 
+// forget takes a buffer from scratch out of the pool's account for the
+// garbage collector to reclaim: storage no step will ask for again, which
+// idle in a free list would only hold memory.
+func forget[T float](s []T) {
+	if cap(s) == 0 || classSize(sizeClass(cap(s))) != cap(s) {
+		return
+	}
+	liveBytes.Add(-sizeOf(s[:cap(s)]))
+	requestedBytes.Add(-sizeOf(s))
+	reservedBytes.Add(-sizeOf(s[:cap(s)]))
+}
+
 // sizeOf is the size of s's elements in bytes.
 func sizeOf[T float](s []T) int64 {
 	var z T

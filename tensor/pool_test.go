@@ -207,3 +207,31 @@ func TestMemoryConcurrent(t *testing.T) {
 		t.Errorf("Peak %d is below the %d bytes one goroutine alone held", got.Peak, base.Live+largest)
 	}
 }
+
+// TestDropLeavesThePool: a dropped tensor's storage leaves Live and
+// Reserved alike and joins no free list, so the next buffer of its class
+// is allocated afresh.
+func TestDropLeavesThePool(t *testing.T) {
+	const n = 3000 // float64 words: class 3072
+	var taken [][]float64 // empty the class first, so that New allocates
+	for range len(freeListOf[float64](sizeClass(n)).bufs) {
+		taken = append(taken, scratch[float64](n))
+	}
+	before, idle := Memory(), idleBytes()
+	x := New(dtype.F64, n)
+	Drop(x)
+	if got := Memory(); got.Live != before.Live || got.Reserved != before.Reserved || idleBytes() != idle {
+		t.Errorf("after Drop: %+v with %d bytes idle, want Live %d, Reserved %d, %d idle", got, idleBytes(), before.Live, before.Reserved, idle)
+	}
+	if x.pooled != nil || x.data != nil {
+		t.Error("a dropped tensor keeps its storage")
+	}
+	y := New(dtype.F64, n)
+	if got := Memory().Reserved; got != before.Reserved+3072*8 {
+		t.Errorf("the next buffer of the class reserved %d bytes more, want a fresh %d", got-before.Reserved, 3072*8)
+	}
+	Free(y)
+	for _, s := range taken {
+		release(s)
+	}
+}

@@ -94,6 +94,18 @@ func Release(t *Tensor) {
 	t.pooled, t.data = nil, nil
 }
 
+// Drop gives t's storage to the garbage collector instead of the pool and
+// leaves t empty, as Release does: for a buffer of a size no later step
+// asks for (a model's values before a cast, a parameter once sharded),
+// which the pool would keep idle for good.
+func Drop(t *Tensor) {
+	if t == nil || t.pooled == nil {
+		return
+	}
+	forget(t.pooled)
+	t.pooled, t.data = nil, nil
+}
+
 // Free releases t's storage, as Release does, and recycles t itself for a
 // later tensor: neither t nor any pointer to it may be used again. A view
 // gives back only its header, not the storage it shows.

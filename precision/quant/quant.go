@@ -357,7 +357,7 @@ func eligible(path string, m nn.Module, skip []string, owner plugin) (l *nn.Line
 // freeze installs g, which holds the Linear's weight as codes, and drops
 // the weight from l (see the package comment).
 func freeze(l *nn.Linear, g nn.LinearGEMM, codes *tensor.Tensor) {
-	tensor.Release(l.Weight.Value) // quantized: the float weight's storage goes back to the pool
+	tensor.Drop(l.Weight.Value) // quantized: the float weight is needed no more
 	l.Weight.Value, l.Weight.Grad = codes, nil
 	l.Weight, l.GEMM = nil, g
 }
