@@ -212,7 +212,7 @@ func TestMemoryConcurrent(t *testing.T) {
 // Reserved alike and joins no free list, so the next buffer of its class
 // is allocated afresh.
 func TestDropLeavesThePool(t *testing.T) {
-	const n = 3000 // float64 words: class 3072
+	const n = 3000        // float64 words: class 3072
 	var taken [][]float64 // empty the class first, so that New allocates
 	for range len(freeListOf[float64](sizeClass(n)).bufs) {
 		taken = append(taken, scratch[float64](n))
