@@ -47,6 +47,14 @@ type Config struct {
 	// recomputed in backward instead of keeping its activations: blocks.*
 	// (gpt), vision and decoder.blocks.* (hybrid).
 	ActivationCheckpointing []string `yaml:"activation_checkpointing"`
+	// ShardUnits names the modules that are sharding units of their own
+	// (each gathered, freed and reduced on its own) instead of the
+	// default: every transformer block, each top-level child otherwise.
+	ShardUnits []string `yaml:"shard_units"`
+	// ReshardAfterForward frees an fsdp unit's gathered parameters after
+	// its forward and gathers them again for its backward (FSDP2's
+	// reshard_after_forward); false keeps them: less traffic, more memory.
+	ReshardAfterForward bool `yaml:"reshard_after_forward"`
 }
 
 // GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').
@@ -85,7 +93,7 @@ func Defaults() Config {
 		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto",
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
-		LoRA: LoRA{Rank: 8, Alpha: 16},
+		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
 	}
 }
 

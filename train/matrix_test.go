@@ -107,6 +107,11 @@ func runCell(c matrixCell, out string, recompute bool) matrixRun {
 	if _, err := Run(context.Background(), cfg, false, quiet{}); err != nil {
 		return matrixRun{err: err.Error()}
 	}
+	return readRun(out)
+}
+
+// readRun is the losses and the final state's digest of the run in out.
+func readRun(out string) matrixRun {
 	ms, err := readMetrics(filepath.Join(out, "metrics.jsonl"))
 	if err != nil {
 		return matrixRun{err: err.Error()}

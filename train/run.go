@@ -190,6 +190,10 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 	}
 	r.f = fabric.NewPolicy(pol, scaling)
 	r.f.ActivationCheckpointing = c.ActivationCheckpointing
+	r.f.Sharding.KeepAfterForward = !c.ReshardAfterForward
+	if r.f.Sharding.Units, err = shardUnits(r.model, c.ShardUnits); err != nil {
+		return nil, err
+	}
 	if c.OnNaN == "skip" {
 		r.f.OnNonFinite = fabric.SkipNonFinite
 	}
@@ -380,4 +384,23 @@ func quantizedBytes(m nn.Module) (quantized, bf16 int64) {
 		}
 	})
 	return quantized, bf16
+}
+
+// shardUnits is the sharding units the patterns name (nil for none: the
+// strategy's default).
+func shardUnits(m nn.Module, patterns []string) (strategy.UnitFunc, error) {
+	if len(patterns) == 0 {
+		return nil, nil
+	}
+	named := map[nn.Module]bool{}
+	for _, p := range patterns {
+		found, err := precision.Select(m, p)
+		if err != nil {
+			return nil, fmt.Errorf("shard units %q: %w", p, err)
+		}
+		for _, mod := range found {
+			named[mod] = true
+		}
+	}
+	return func(_ string, m nn.Module) bool { return named[m] }, nil
 }

@@ -343,3 +343,33 @@ func TestActivationCheckpointingConfig(t *testing.T) {
 		t.Errorf("Run: %v, want the pattern named with the nearest modules", err)
 	}
 }
+
+// TestShardUnitsAreExact: under fsdp, which modules are units and whether
+// they are gathered again for backward change when parameters exist
+// whole, never the arithmetic: the trajectory and the weights are those
+// of the default units, bit for bit. A pattern that names no module stops
+// the run before any step.
+func TestShardUnitsAreExact(t *testing.T) {
+	run := func(mod func(*Config)) matrixRun {
+		c := matrixCell{model: "gpt", precision: "bf16-mixed+fp8", strategy: "fsdp", devices: 2}.config(t.TempDir())
+		mod(&c)
+		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+			return matrixRun{err: err.Error()}
+		}
+		return readRun(c.Out)
+	}
+	plain := run(func(*Config) {})
+	for name, mod := range map[string]func(*Config){
+		"blocks only": func(c *Config) { c.ShardUnits = []string{"blocks.*"} },
+		"every layer": func(c *Config) { c.ShardUnits = []string{"kind:Linear", "kind:LayerNorm", "kind:Embedding"} },
+		"kept":        func(c *Config) { c.ReshardAfterForward = false },
+	} {
+		got := run(mod)
+		if got.err != "" || plain.err != "" || !slices.Equal(got.losses, plain.losses) || got.state != plain.state {
+			t.Errorf("%s: losses %v (%x) %s; default units %v (%x) %s", name, got.losses, got.state[:6], got.err, plain.losses, plain.state[:6], plain.err)
+		}
+	}
+	if got := run(func(c *Config) { c.ShardUnits = []string{"block.*"} }); !strings.Contains(got.err, `shard units "block.*": matches no module; nearest: `) {
+		t.Errorf("a pattern naming nothing: %q", got.err)
+	}
+}

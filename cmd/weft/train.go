@@ -76,6 +76,8 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
 	fs.StringVar(&c.CorpusPart, "corpus-part", c.CorpusPart, "train gpt on the Go sources under this path prefix of GOROOT/src, e.g. net/")
 	fs.StringSliceVar(&c.ActivationCheckpointing, "activation-checkpointing", nil, "recompute these modules' forward in backward instead of keeping their activations, e.g. 'blocks.*'")
+	fs.StringSliceVar(&c.ShardUnits, "shard-units", nil, "modules that are sharding units of their own, e.g. 'blocks.*,head' (default: every transformer block, each top-level child otherwise)")
+	fs.BoolVar(&c.ReshardAfterForward, "reshard-after-forward", c.ReshardAfterForward, "fsdp: free a unit's gathered parameters after its forward and gather them again for its backward")
 	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
 	return cmd
 }
@@ -95,6 +97,8 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"lora": func() { c.LoRA.Targets = flagged.LoRA.Targets }, "lora-rank": func() { c.LoRA.Rank = flagged.LoRA.Rank },
 		"lora-alpha": func() { c.LoRA.Alpha = flagged.LoRA.Alpha }, "corpus-part": func() { c.CorpusPart = flagged.CorpusPart },
 		"activation-checkpointing": func() { c.ActivationCheckpointing = flagged.ActivationCheckpointing },
+		"shard-units":              func() { c.ShardUnits = flagged.ShardUnits },
+		"reshard-after-forward":    func() { c.ReshardAfterForward = flagged.ReshardAfterForward },
 	}
 	for name, apply := range set {
 		if cmd.Flags().Changed(name) {
