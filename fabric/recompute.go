@@ -15,15 +15,12 @@ func recomputed(m nn.Module, patterns []string) (func(autograd.Layer) bool, erro
 	if len(patterns) == 0 {
 		return nil, nil
 	}
-	selected := map[any]bool{}
-	for _, p := range patterns {
-		mods, err := precision.Select(m, p)
-		if err != nil {
-			return nil, fmt.Errorf("fabric: activation checkpointing %q: %w", p, err)
-		}
-		for _, mod := range mods {
-			selected[mod] = true
-		}
+	selected, err := precision.Select(m, patterns)
+	if err != nil {
+		return nil, fmt.Errorf("fabric: activation checkpointing %w", err)
 	}
-	return func(l autograd.Layer) bool { return reflect.TypeOf(l).Comparable() && selected[l] }, nil
+	return func(l autograd.Layer) bool {
+		m, ok := l.(nn.Module)
+		return ok && reflect.TypeOf(l).Comparable() && selected[m]
+	}, nil
 }

@@ -77,24 +77,28 @@ func (r Rule) specificity(path, kind string) int {
 	return matchSegments(strings.Split(r.Pattern, "."), segs)
 }
 
-// Select returns the modules of m that pattern names, in a Rule's syntax
-// ("blocks.*", "kind:Block"), in pre-order. Containers such as nn.List,
-// which have no forward of their own, are not selected. A pattern that
-// names no module is an error naming the nearest module paths.
-func Select(m nn.Module, pattern string) ([]nn.Module, error) {
-	var found []nn.Module
+// Select returns the modules of m that patterns name, in a Rule's syntax
+// ("blocks.*", "kind:Block"). Containers such as nn.List, which have no
+// forward of their own, are not selected. A pattern that names no module
+// is an error naming it and the nearest module paths.
+func Select(m nn.Module, patterns []string) (map[nn.Module]bool, error) {
+	found := map[nn.Module]bool{}
 	var modules []Scope
 	nn.Walk(m, func(path string, mod nn.Module) {
-		if !reflect.TypeOf(mod).Comparable() {
-			return
-		}
-		modules = append(modules, Scope{Path: path, Kind: nn.Kind(mod)})
-		if (Rule{Pattern: pattern}).specificity(path, nn.Kind(mod)) > 0 {
-			found = append(found, mod)
+		if reflect.TypeOf(mod).Comparable() {
+			modules = append(modules, Scope{Path: path, Kind: nn.Kind(mod), Module: mod})
 		}
 	})
-	if len(found) == 0 {
-		return nil, noMatch(pattern, modules)
+	for _, p := range patterns {
+		matched := false
+		for _, s := range modules {
+			if (Rule{Pattern: p}).specificity(s.Path, s.Kind) > 0 {
+				found[s.Module], matched = true, true
+			}
+		}
+		if !matched {
+			return nil, fmt.Errorf("%q: %w", p, noMatch(p, modules))
+		}
 	}
 	return found, nil
 }

@@ -392,15 +392,9 @@ func shardUnits(m nn.Module, patterns []string) (strategy.UnitFunc, error) {
 	if len(patterns) == 0 {
 		return nil, nil
 	}
-	named := map[nn.Module]bool{}
-	for _, p := range patterns {
-		found, err := precision.Select(m, p)
-		if err != nil {
-			return nil, fmt.Errorf("shard units %q: %w", p, err)
-		}
-		for _, mod := range found {
-			named[mod] = true
-		}
+	named, err := precision.Select(m, patterns)
+	if err != nil {
+		return nil, fmt.Errorf("shard units %w", err)
 	}
 	return func(_ string, m nn.Module) bool { return named[m] }, nil
 }
