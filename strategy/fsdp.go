@@ -1,0 +1,358 @@
+package strategy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/tensor"
+)
+
+// Pass runs one forward pass, fn, in which the tape's Scoper is
+// r.Scoper's: the parameters outside every unit are gathered first; a
+// failed collective ends fn (see Guard).
+func (r *Rank) Pass(ctx context.Context, fn func() (*autograd.Var, error)) (out *autograd.Var, err error) {
+	for i := range r.shards {
+		r.shards[i].wire = nil
+	}
+	err = r.Guard(func() error {
+		if len(r.units) > 0 {
+			r.prefetch(ctx, &r.units[0], false)
+		}
+		if err := r.whole(ctx, &r.root); err != nil {
+			return err
+		}
+		out, err = fn()
+		return err
+	})
+	return out, err
+}
+
+// failure carries a collective's error out of a scope.
+type failure struct{ err error }
+
+// Guard runs fn, a forward or backward pass, and returns the error of a
+// collective that failed inside a unit's scope, which has no error to
+// return, as fn's. The link is idle when Guard returns an error.
+func (r *Rank) Guard(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f, ok := p.(failure)
+			if !ok {
+				panic(p)
+			}
+			err = f.err
+		}
+		if err != nil {
+			r.link.drain() // a prefetch nothing waited for; its values stay in its unit
+		}
+	}()
+	return fn()
+}
+
+// wire is a parameter's all-gather format: its storage dtype (fp8 false)
+// or dt with the sender's scale.
+type wire struct {
+	fp8   bool
+	dt    dtype.DType
+	scale float32
+}
+
+// Scoper returns the Scoper of one pass: it opens inner's scope for every
+// module (inner may be nil) and, around each unit, gathers, frees and
+// reduces as the strategy needs.
+func (r *Rank) Scoper(ctx context.Context, inner autograd.Scoper) autograd.Scoper {
+	return &passScoper{r: r, ctx: ctx, inner: inner}
+}
+
+type passScoper struct {
+	r     *Rank
+	ctx   context.Context
+	inner autograd.Scoper
+}
+
+func (p *passScoper) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
+	enter := func() (*autograd.Var, func(*autograd.Var) *autograd.Var) {
+		if p.inner == nil {
+			return x, func(v *autograd.Var) *autograd.Var { return v }
+		}
+		return p.inner.EnterScope(tp, module, x)
+	}
+	i, ok := p.r.unitOf[module]
+	if !ok {
+		return enter()
+	}
+	r, ctx, u := p.r, p.ctx, &p.r.units[i]
+	if err := r.whole(ctx, u); err != nil {
+		panic(failure{err})
+	}
+	// A recompute (activation checkpointing) runs in backward: the next
+	// unit's turn has passed, and this one's backward follows at once.
+	again := tp.Recomputing()
+	if i+1 < len(r.units) && !again {
+		r.prefetch(ctx, &r.units[i+1], false)
+	}
+	tp.OnBackward(func() error { return r.afterBackward(ctx, u) })
+	in, exit := enter()
+	return in, func(out *autograd.Var) *autograd.Var {
+		out = exit(out)
+		if !tp.NoGrad {
+			tp.OnBackward(func() error { return r.beforeBackward(ctx, i) })
+		}
+		if tp.NoGrad || (!r.opts.KeepAfterForward && !again) {
+			r.release(u)
+		}
+		return out
+	}
+}
+
+// Resume passes a recompute's Scoper through to the inner one's (see
+// autograd.ScopeResumer).
+func (p *passScoper) Resume() autograd.Scoper {
+	q := *p
+	if s, ok := p.inner.(autograd.ScopeResumer); ok {
+		q.inner = s.Resume()
+	}
+	return &q
+}
+
+// beforeBackward makes unit i whole for its backward and starts gathering
+// the unit whose backward comes next.
+func (r *Rank) beforeBackward(ctx context.Context, i int) error {
+	if i > 0 {
+		defer r.prefetch(ctx, &r.units[i-1], false)
+	}
+	return r.whole(ctx, &r.units[i])
+}
+
+// afterBackward starts reducing the gradients of u, whose backward is
+// done, and frees its parameters.
+func (r *Rank) afterBackward(ctx context.Context, u *unit) error {
+	r.reduce(ctx, u.params)
+	r.release(u)
+	return nil
+}
+
+// prefetch starts gathering u's freed parameters, if any (FSDP): in
+// their storage dtype when exact, else in the format their precision
+// asks for.
+func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
+	if !r.Info.Sharding.Parameters || u.gather != nil {
+		return
+	}
+	var todo []int
+	var wires []wire
+	for _, i := range u.params {
+		s := &r.shards[i]
+		if s.whole() {
+			continue
+		}
+		todo = append(todo, i)
+		switch {
+		case exact:
+			wires = append(wires, wire{})
+		case s.wire != nil:
+			wires = append(wires, *s.wire)
+		default: // read here, not on the link: the plugin's scale is the forward's
+			w := wire{}
+			if r.gathers.Format != nil {
+				w.dt, w.scale, w.fp8 = r.gathers.Format(r.path(i))
+			}
+			s.wire = &w
+			wires = append(wires, w)
+		}
+	}
+	if len(todo) == 0 {
+		return
+	}
+	got := make([]gathered, len(r.shards))
+	u.got = got
+	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
+		for k, i := range todo {
+			chunk, g := r.shards[i].local.Value, &got[i]
+			if g.wire = wires[k]; g.wire.fp8 {
+				g.value, g.scales, err = r.gatherCodes(ctx, c, chunk, g.wire.dt, g.wire.scale)
+			} else {
+				g.value, err = r.gatherAs(ctx, c, chunk)
+			}
+			if err != nil {
+				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
+			}
+		}
+		return nil
+	})
+}
+
+// gathered is what a unit's gather brought of one parameter: its padded
+// whole value, or its FP8 codes with every rank's scale.
+type gathered struct {
+	wire   wire
+	value  *tensor.Tensor
+	scales []float32
+}
+
+// whole makes u's parameters whole, gathering what prefetch has not.
+func (r *Rank) whole(ctx context.Context, u *unit) error {
+	r.prefetch(ctx, u, false)
+	return r.settle(u)
+}
+
+// settle waits for u's gather in flight, if any, and installs what it
+// gathered.
+func (r *Rank) settle(u *unit) error {
+	if u.gather == nil {
+		return nil
+	}
+	err := u.gather.wait()
+	for i, g := range u.got {
+		if g.value == nil {
+			continue
+		}
+		s := &r.shards[i]
+		if g.wire.fp8 && r.use(i, g) {
+			continue
+		}
+		v := g.value
+		if g.wire.fp8 {
+			v = decode(g.value, g.scales, s.chunk, s.dt)
+			tensor.Free(g.value)
+		}
+		tensor.Free(*s.slot)
+		r.install(s, v)
+	}
+	u.gather, u.got = nil, nil
+	return err
+}
+
+// use offers parameter i's gathered codes to its plugin, which takes them
+// only cast with one scale: every rank's (ranks agree on FP8 scales).
+func (r *Rank) use(i int, g gathered) bool {
+	if r.gathers.Use == nil {
+		return false
+	}
+	for _, sc := range g.scales {
+		if sc != g.wire.scale {
+			return false
+		}
+	}
+	s := &r.shards[i]
+	codes := view(g.value, s.n, s.shape)
+	if !r.gathers.Use(r.path(i), codes, s.local.Value, g.wire.scale) {
+		if codes != g.value {
+			tensor.FreeView(codes)
+		}
+		return false
+	}
+	s.codes = codes
+	return true
+}
+
+// release frees u's whole parameters under FSDP, keeping the chunks.
+func (r *Rank) release(u *unit) {
+	if !r.Info.Sharding.Parameters {
+		return
+	}
+	for _, i := range u.params {
+		s := &r.shards[i]
+		if s.codes != nil {
+			r.gathers.Drop(r.path(i))
+			tensor.Discard(s.codes)
+			s.codes = nil
+		}
+		r.free(s)
+	}
+}
+
+// free replaces s's whole parameter by a meta tensor of its shape.
+func (r *Rank) free(s *shard) {
+	if !(*s.slot).IsMeta() {
+		tensor.Discard((*s.slot))
+		(*s.slot) = tensor.Meta(s.dt, s.shape...)
+	}
+}
+
+// GatherAll makes every parameter whole on this rank, exactly (in its
+// storage dtype, whatever its gathers travel in), after FSDP training,
+// before evaluating or saving the full model; the next optimizer step
+// frees them again.
+func (r *Rank) GatherAll(ctx context.Context) error {
+	all := append([]*unit{&r.root}, r.unitList()...)
+	for _, u := range all {
+		if err := r.settle(u); err != nil { // a prefetch in flight, in its own format
+			return err
+		}
+		r.release(u)
+		r.prefetch(ctx, u, true)
+	}
+	for _, u := range all {
+		if err := r.whole(ctx, u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Whole returns parameter i whole and exact, gathering it (alone) if this
+// rank holds only its chunk, and the function that frees what was
+// gathered: how a sharded model is written out one parameter at a time.
+// Every rank must call it for the same parameters in the same order.
+func (r *Rank) Whole(ctx context.Context, i int) (t *tensor.Tensor, release func(), err error) {
+	s := &r.shards[i]
+	if !(*s.slot).IsMeta() {
+		return (*s.slot), func() {}, nil
+	}
+	var padded *tensor.Tensor
+	err = r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
+		padded, err = r.gatherAs(ctx, c, s.local.Value)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
+	}
+	v := view(padded, s.n, s.shape)
+	return v, func() { tensor.Discard(v) }, nil
+}
+
+func (r *Rank) unitList() []*unit {
+	out := make([]*unit, len(r.units))
+	for i := range r.units {
+		out[i] = &r.units[i]
+	}
+	return out
+}
+
+// gatherCodes all-gathers chunk·scale cast (saturating) to dt into a
+// padded whole, with every rank's scale.
+func (r *Rank) gatherCodes(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, []float32, error) {
+	scales, err := r.gatherAs(ctx, c, tensor.FromFloat32([]float32{scale}, 1))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tensor.Free(scales)
+	codes := tensor.ScaleTo(chunk, scale, dt)
+	all, err := r.gatherAs(ctx, c, codes)
+	tensor.Free(codes)
+	if err != nil {
+		return nil, nil, err
+	}
+	return all, scales.Float32s(), nil
+}
+
+// decode returns padded codes, chunks of per elements each cast with its
+// rank's scale, unscaled in dt: the values a rank holding the whole
+// weight in dt would see after the gather.
+func decode(codes *tensor.Tensor, scales []float32, per int, dt dtype.DType) *tensor.Tensor {
+	out := tensor.New(dt, codes.Len())
+	for rank, sc := range scales {
+		part := codes.Flat(rank*per, per)
+		unscaled := tensor.UnscaleTo(part, sc, dt)
+		tensor.Free(part)
+		dst := out.Flat(rank*per, per)
+		dst.CopyFrom(unscaled)
+		tensor.Free(dst)
+		tensor.Free(unscaled)
+	}
+	return out
+}
