@@ -71,8 +71,8 @@ func (k *checkpointer) sharded() bool {
 }
 
 // save writes the checkpoint of step and makes it the latest; every rank
-// calls it.
-func (k *checkpointer) save(c Config, step int) (string, error) {
+// calls it, and its collectives run under ctx.
+func (k *checkpointer) save(ctx context.Context, c Config, step int) (string, error) {
 	name := fmt.Sprintf("step-%06d", step)
 	final := filepath.Join(k.dir, name)
 	tmp := filepath.Join(k.dir, ".tmp-"+name)
@@ -85,14 +85,14 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	if err := k.comm.Barrier(context.Background()); err != nil {
+	if err := k.comm.Barrier(ctx); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	m := Manifest{Format: manifestFormat, Step: step, Config: c, OptimizerSteps: map[string]int{},
 		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount()}
 	var tensors, moments []checkpoint.Tensor
 	for i, p := range nn.Parameters(k.model) {
-		tensors = append(tensors, k.whole("model."+p.Path, i, p.Var.Value))
+		tensors = append(tensors, k.whole(ctx, "model."+p.Path, i, p.Var.Value))
 		if st := k.opt.State(p.Path); st != nil {
 			m.OptimizerSteps[p.Path] = st.Step
 			moments = append(moments, stored("optim."+p.Path+".exp_avg", st.ExpAvg), stored("optim."+p.Path+".exp_avg_sq", st.ExpAvgSq))
@@ -106,7 +106,7 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	} else {
 		tensors = append(tensors, moments...)
 	}
-	if err := k.comm.Barrier(context.Background()); err != nil {
+	if err := k.comm.Barrier(ctx); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	if !lead {
@@ -119,7 +119,7 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 				done()
 			}
 		}
-		return final, k.comm.Barrier(context.Background()) // until rank 0 has published it
+		return final, k.comm.Barrier(ctx) // until rank 0 has published it
 	}
 	for name, st := range k.fabric.States() {
 		b, err := st.MarshalState()
@@ -158,19 +158,19 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	if err := k.prune(); err != nil {
 		return "", err
 	}
-	return final, k.comm.Barrier(context.Background())
+	return final, k.comm.Barrier(ctx)
 }
 
 // whole is parameter i, value v, as the checkpoint stores it: whole, and
 // under FSDP gathered only when the writer reaches it, so that a rank never
 // holds more than one whole parameter beyond its chunks.
-func (k *checkpointer) whole(name string, i int, v *tensor.Tensor) checkpoint.Tensor {
+func (k *checkpointer) whole(ctx context.Context, name string, i int, v *tensor.Tensor) checkpoint.Tensor {
 	rank := k.fabric.Rank()
 	if !v.IsMeta() || rank == nil {
 		return stored(name, v)
 	}
 	return checkpoint.Tensor{Name: name, DType: v.DType(), Shape: v.Shape(), Load: func() ([]byte, func(), error) {
-		t, release, err := rank.Whole(context.Background(), i)
+		t, release, err := rank.Whole(ctx, i)
 		if err != nil {
 			return nil, nil, err
 		}
