@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/train"
 )
 
 func main() {
@@ -20,7 +21,10 @@ func main() {
 		debug.SetGCPercent(400)
 	}
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "weft:", err)
+		// A run stopped by a signal has reported so, once, in its summary.
+		if !errors.As(err, new(*train.StoppedError)) {
+			fmt.Fprintln(os.Stderr, "weft:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }
@@ -37,11 +41,15 @@ func newRoot() *cobra.Command {
 }
 
 // exitCode is 2 for a precision composition whose plugins genuinely
-// conflict (a usage error), 1 for anything else.
+// conflict (a usage error), 128 + the signal for a run that a signal
+// stopped (130 for SIGINT, 143 for SIGTERM), 1 for anything else.
 func exitCode(err error) int {
 	var conflict *precision.ConflictError
 	if errors.As(err, &conflict) {
 		return 2
+	}
+	if code, ok := signalCode(err); ok {
+		return code
 	}
 	return 1
 }
