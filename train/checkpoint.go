@@ -71,8 +71,17 @@ func (k *checkpointer) sharded() bool {
 }
 
 // save writes the checkpoint of step and makes it the latest; every rank
-// calls it, and its collectives run under ctx.
+// calls it, and its collectives run under ctx. A failure (a full disk)
+// leaves latest naming a complete checkpoint.
 func (k *checkpointer) save(ctx context.Context, c Config, step int) (string, error) {
+	dir, err := k.write(ctx, c, step)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint of step %d failed, resume loads the latest complete one: %w", step, err)
+	}
+	return dir, nil
+}
+
+func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, error) {
 	name := fmt.Sprintf("step-%06d", step)
 	final := filepath.Join(k.dir, name)
 	tmp := filepath.Join(k.dir, ".tmp-"+name)
@@ -285,6 +294,9 @@ func (m *Manifest) files() []string {
 // readFile reads and parses a safetensors file, keeping its bytes.
 func readFile(path string) (*checkpoint.File, []byte, error) {
 	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("checkpoint %s: %s is missing, though the manifest lists it", filepath.Dir(path), filepath.Base(path))
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -319,11 +331,11 @@ func (m *Manifest) verify(ckpt, name string, f *checkpoint.File, raw []byte) err
 	got := digest(f, raw)
 	for _, t := range f.Names() {
 		if got.Tensors[t] != want.Tensors[t] {
-			return fmt.Errorf("checkpoint %s: tensor %s of %s does not match its SHA-256 in the manifest (the file is corrupt or was changed)", ckpt, t, name)
+			return fmt.Errorf("checkpoint %s: tensor %s of %s does not match its SHA-256 in the manifest (the file is corrupt, was changed, or comes from another checkpoint)", ckpt, t, name)
 		}
 	}
 	if got.File != want.File || len(got.Tensors) != len(want.Tensors) {
-		return fmt.Errorf("checkpoint %s: %s does not match its SHA-256 in the manifest (the file is corrupt or was changed)", ckpt, name)
+		return fmt.Errorf("checkpoint %s: %s does not match its SHA-256 in the manifest (the file is corrupt, was changed, or comes from another checkpoint)", ckpt, name)
 	}
 	return nil
 }
