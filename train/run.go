@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -295,7 +296,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 			}
 		}
 		sum.Steps = step + 1
-		sum.Stopped = &StoppedError{Step: step + 1, Checkpoint: sum.Checkpoint, Cause: context.Cause(r.stop.ctx)}
+		sum.Stopped = &StoppedError{Step: step + 1, Checkpoint: sum.Checkpoint, Cause: cmp.Or(context.Cause(r.stop.ctx), errPeerStopped)}
 		return sum, sum.Stopped
 	}
 	sum.Steps = c.Steps

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,9 @@ func (e *StoppedError) Error() string {
 }
 
 func (e *StoppedError) Unwrap() error { return e.Cause }
+
+// errPeerStopped is the cause of a stop on a rank that was not asked to.
+var errPeerStopped = errors.New("another rank was asked to stop")
 
 // stopper turns a done context into a stop at a step boundary. The
 // collectives do not run under ctx, which would fail the step in progress

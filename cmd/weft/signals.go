@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // signalled is the cause of a run's context that a signal canceled.
@@ -53,4 +55,47 @@ func signalCode(err error) (int, bool) {
 		return s.code(), true
 	}
 	return 0, false
+}
+
+// detached writes to w from a goroutine of its own and never blocks:
+// mpirun stops reading its ranks' output the moment it is signalled, a
+// second before it forwards SIGTERM, and a rank blocked writing its
+// progress would never reach the step boundary where it stops. What w
+// cannot take meanwhile (1024 writes behind) is dropped.
+type detached struct {
+	ch   chan []byte
+	done chan struct{}
+}
+
+func detach(w io.Writer) *detached {
+	d := &detached{ch: make(chan []byte, 1024), done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		for b := range d.ch {
+			w.Write(b)
+		}
+	}()
+	return d
+}
+
+func (d *detached) Write(p []byte) (int, error) {
+	select {
+	case d.ch <- bytes.Clone(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// close waits until everything written has reached w, or for at most
+// 100ms once ctx is done (w may be mpirun, no longer reading).
+func (d *detached) close(ctx context.Context) {
+	close(d.ch)
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		select {
+		case <-d.done:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

@@ -53,11 +53,15 @@ same step.`,
 				}
 				c.Modules = append(c.Modules, m)
 			}
-			obs := newProgress(cmd.OutOrStdout(), cmd.ErrOrStderr(), c)
 			ctx, release := notifyStop(cmd.Context(), cmd.ErrOrStderr())
 			defer release()
+			out := detach(cmd.OutOrStdout())
+			obs := newProgress(out, cmd.ErrOrStderr(), c)
+			f, ok := cmd.OutOrStdout().(*os.File)
+			obs.tty = ok && term.IsTerminal(int(f.Fd()))
 			_, err := train.Run(ctx, c, resume, obs)
 			obs.finish()
+			out.close(ctx)
 			return err
 		},
 	}
@@ -130,6 +134,7 @@ type progress struct {
 	bar       *progressbar.ProgressBar
 	start     time.Time
 	first     int
+	tty       bool // out is a terminal: show a bar
 }
 
 func newProgress(out, warn io.Writer, c train.Config) *progress {
@@ -179,7 +184,7 @@ func (p *progress) Step(m train.Metrics, total int) {
 		val = fmt.Sprintf(" val %.4f", float64(*m.ValLoss))
 	}
 	line := fmt.Sprintf("loss %.4f%s scale %g %.0f/s", float64(m.Loss), val, m.LossScale, m.TokensPerS)
-	if f, ok := p.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if p.tty {
 		if p.bar == nil {
 			p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.out), progressbar.OptionShowCount(),
 				progressbar.OptionSetPredictTime(true), progressbar.OptionSetWidth(30))

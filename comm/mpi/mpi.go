@@ -320,8 +320,9 @@ var errLate = errors.New("deadline passed")
 
 // poll calls test until it reports done, and fails with test's error, with
 // ctx's error once ctx is done, or with errLate once deadline has passed.
-// MPI requests usually complete within microseconds: it spins, then backs
-// off to a sleep of a millisecond between tests.
+// MPI requests usually complete within microseconds, and a peer's part
+// progresses only while it tests too: poll spins, yielding to other
+// goroutines, then backs off to sleeps of at most 100µs between tests.
 func poll(ctx context.Context, deadline time.Time, test func() (bool, error)) error {
 	for spin := 0; ; spin++ {
 		done, err := test()
@@ -335,8 +336,10 @@ func poll(ctx context.Context, deadline time.Time, test func() (bool, error)) er
 		case time.Now().After(deadline):
 			return errLate
 		}
-		if spin > 100 {
-			time.Sleep(min(time.Duration(spin-100)*10*time.Microsecond, time.Millisecond))
+		if spin < 1000 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(min(time.Duration(spin-1000)*time.Microsecond, 100*time.Microsecond))
 		}
 	}
 }
