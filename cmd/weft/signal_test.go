@@ -162,3 +162,131 @@ func TestSignalResumeIsExact(t *testing.T) {
 		}
 	}
 }
+
+// mpiTrain starts weft train as two ranks under mpirun, logging to log.
+func mpiTrain(t *testing.T, bin string, log *bytes.Buffer, args ...string) (cmd *exec.Cmd, done <-chan error) {
+	t.Helper()
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil || testing.Short() {
+		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
+	}
+	args = append([]string{"train", "--devices", "2", "--comm", "mpi"}, args...)
+	cmd = exec.Command(mpirun, append(append(mpirunArgs(2), bin), args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, ch
+}
+
+// endsWithin requires the job to end non-zero within limit.
+func endsWithin(t *testing.T, done <-chan error, limit time.Duration, log *bytes.Buffer) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the job exited 0:\n%s", log.String())
+		}
+		return time.Since(start)
+	case <-time.After(limit):
+		t.Fatalf("the job still runs %v later:\n%s", limit, log.String())
+	}
+	return 0
+}
+
+// TestHungPeerUnderMpirun stops rank 1 of a two-process fsdp run with
+// SIGSTOP, as a hung peer: mpirun sees nothing wrong, so weft must end the
+// wait. Left alone, rank 0 fails within --comm-timeout, naming rank 1 or,
+// where MPI cannot tell, the collective in flight. Given SIGTERM, rank 0
+// gives up the wait after the stop's grace period (5s), long before a
+// timeout of a minute; a second SIGTERM exits at once.
+func TestHungPeerUnderMpirun(t *testing.T) {
+	bin, config := buildWeft(t), tinyConfig(t)
+	for _, tc := range []struct {
+		name, timeout string
+		signals       int
+		limit         time.Duration
+		want          []string // one of
+	}{
+		{"timeout", "2s", 0, 10 * time.Second, []string{"rank 1 did not join", "a peer did not finish"}},
+		{"signal", "1m", 1, 15 * time.Second, []string{"(terminated, and the step in progress did not end within 5s)"}},
+		{"second signal", "1m", 2, 3 * time.Second, []string{"weft: terminated again: exiting without a checkpoint"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var log bytes.Buffer
+			out := t.TempDir()
+			_, done := mpiTrain(t, bin, &log, "--config", config, "--strategy", "fsdp", "--steps", "1000000", "--comm-timeout", tc.timeout, "--out", out)
+			waitForSteps(t, out, 50, done)
+			r0, ok0 := rankPid(bin, "0")
+			r1, ok1 := rankPid(bin, "1")
+			if !ok0 || !ok1 {
+				t.Fatal("the ranks are not running")
+			}
+			if err := syscall.Kill(r1, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.signals {
+				time.Sleep(200 * time.Millisecond)
+				if err := syscall.Kill(r0, syscall.SIGTERM); err != nil {
+					t.Fatalf("signal %d: %v", i+1, err)
+				}
+			}
+			took := endsWithin(t, done, tc.limit, &log)
+			found := false
+			for _, w := range tc.want {
+				found = found || strings.Contains(log.String(), w)
+			}
+			if !found {
+				t.Fatalf("no message says %q:\n%s", tc.want, log.String())
+			}
+			t.Logf("ended %v after the last signal: %s", took.Round(time.Millisecond), lastLine(log.String(), "weft: "))
+		})
+	}
+}
+
+// TestKilledFSDPRankKeepsCheckpoint kills -9 rank 1 of a two-process fsdp
+// run, mid-step (checkpoints far apart) and mid-checkpoint (one every
+// step): the job ends non-zero within the comm timeout, and its latest
+// checkpoint resumes on one rank and on two.
+func TestKilledFSDPRankKeepsCheckpoint(t *testing.T) {
+	bin, config := buildWeft(t), tinyConfig(t)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for name, every := range map[string]string{"mid-step": "200", "mid-checkpoint": "1"} {
+		t.Run(name, func(t *testing.T) {
+			var log bytes.Buffer
+			out := t.TempDir()
+			_, done := mpiTrain(t, bin, &log, "--config", config, "--strategy", "fsdp", "--steps", "1000000", "--save-every", every, "--comm-timeout", "10s", "--out", out)
+			waitForFile(t, filepath.Join(out, "checkpoints", "latest"), time.Minute)
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+			r1, ok := rankPid(bin, "1")
+			if !ok {
+				t.Fatal("rank 1 is not running")
+			}
+			if err := syscall.Kill(r1, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			endsWithin(t, done, 15*time.Second, &log)
+			m, _, err := train.ReadManifest(filepath.Join(out, "checkpoints"))
+			if err != nil {
+				t.Fatalf("no checkpoint left: %v\n%s", err, log.String())
+			}
+			two := t.TempDir()
+			if err := os.CopyFS(two, os.DirFS(out)); err != nil {
+				t.Fatal(err)
+			}
+			resume := []string{"--config", config, "--strategy", "fsdp", "--steps", fmt.Sprint(m.Step + 1), "--resume"}
+			if res, err := exec.Command(bin, append([]string{"train", "--devices", "1", "--out", out}, resume...)...).CombinedOutput(); err != nil {
+				t.Fatalf("resume on 1 rank after step %d: %v\n%s", m.Step, err, res)
+			}
+			var log2 bytes.Buffer
+			_, done2 := mpiTrain(t, bin, &log2, append(resume, "--out", two)...)
+			if err := <-done2; err != nil {
+				t.Fatalf("resume on 2 ranks after step %d: %v\n%s", m.Step, err, log2.String())
+			}
+		})
+	}
+}
