@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -190,6 +191,10 @@ func corruptRun(dir, model string) string {
 	return dir
 }
 
+// tempName matches the random part of a temporary file's name, which the
+// doc shows as *.
+var tempName = regexp.MustCompile(`(\.tmp)\d+`)
+
 // TestBadInputCatalogue runs every bad input: each must fail with one line
 // that says what was wrong, never a panic; docs/bad-inputs.md lists them
 // (go test ./cmd/weft -run Catalogue -update rewrites it).
@@ -219,7 +224,8 @@ func TestBadInputCatalogue(t *testing.T) {
 		} else {
 			shown = "weft " + shown
 		}
-		fmt.Fprintf(&doc, "| %s | `%s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(strings.ReplaceAll(msg, dir, "DIR"), "|", "\\|"))
+		msg = tempName.ReplaceAllString(strings.ReplaceAll(msg, dir, "DIR"), "${1}*")
+		fmt.Fprintf(&doc, "| %s | `%s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(msg, "|", "\\|"))
 		for _, kv := range c.env {
 			k, _, _ := strings.Cut(kv, "=")
 			os.Unsetenv(k)
