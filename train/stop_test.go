@@ -56,15 +56,7 @@ func TestStopAtStepBoundary(t *testing.T) {
 			if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
 				t.Fatal(err)
 			}
-			want, got := losses(t, straight.Out), losses(t, split.Out)
-			if len(got) != len(want) {
-				t.Fatalf("%d losses after resuming, %d straight", len(got), len(want))
-			}
-			for i := range want {
-				if got[i] != want[i] {
-					t.Fatalf("step %d: resumed loss %v, straight %v", i, got[i], want[i])
-				}
-			}
+			sameLosses(t, straight.Out, split.Out)
 			final := func(c Config) string {
 				b, err := os.ReadFile(filepath.Join(c.Out, "checkpoints", "step-000012", stateFile))
 				if err != nil {
