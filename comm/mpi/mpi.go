@@ -253,7 +253,13 @@ func (c *conn) Close() error {
 	}
 	if state.open--; state.open == 0 {
 		state.err = errors.New("mpi: MPI was finalized when the last communicator closed, and cannot start again")
-		err = errors.Join(err, c.l.check(c.l.finalize()))
+		// MPI_Finalize waits for every process: not for one that is lost.
+		var peer *comm.PeerError
+		if errors.As(c.err, &peer) {
+			err = errors.Join(err, fmt.Errorf("not finalizing, a peer is lost (%w); exit the process", c.err))
+		} else {
+			err = errors.Join(err, c.l.check(c.l.finalize()))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("mpi: close: %w", err)
