@@ -230,9 +230,9 @@ func (c *conn) Barrier(ctx context.Context) error {
 	return c.run(ctx, call.Call{Collective: comm.Barrier}, nil)
 }
 
-// Close frees the communicator, and finalizes MPI if it is the last one.
-// It leaves MPI alone after a collective was abandoned, since that
-// collective is still running in it.
+// Close frees the communicator, and finalizes MPI if it is the last one
+// and no call failed. It leaves MPI alone after a collective was
+// abandoned, since that collective is still running in it.
 func (c *conn) Close() error {
 	state.Lock()
 	defer state.Unlock()
@@ -253,10 +253,10 @@ func (c *conn) Close() error {
 	}
 	if state.open--; state.open == 0 {
 		state.err = errors.New("mpi: MPI was finalized when the last communicator closed, and cannot start again")
-		// MPI_Finalize waits for every process: not for one that is lost.
-		var peer *comm.PeerError
-		if errors.As(c.err, &peer) {
-			err = errors.Join(err, fmt.Errorf("not finalizing, a peer is lost (%w); exit the process", c.err))
+		// MPI_Finalize waits for every process, which after a failed
+		// call may be lost or hung.
+		if c.err != nil {
+			err = errors.Join(err, fmt.Errorf("not finalizing after a failed call (%w); exit the process", c.err))
 		} else {
 			err = errors.Join(err, c.l.check(c.l.finalize()))
 		}
