@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
@@ -105,8 +106,8 @@ func TestReduceErrors(t *testing.T) {
 }
 
 func TestRegistry(t *testing.T) {
-	comm.Register("test-a", func(int) ([]comm.Communicator, error) { return nil, nil })
-	_, err := comm.Open("nope", 1)
+	comm.Register("test-a", func(int, time.Duration) ([]comm.Communicator, error) { return nil, nil })
+	_, err := comm.Open("nope", 1, 0)
 	if err == nil || !strings.Contains(err.Error(), `unknown backend "nope" (registered: `) ||
 		!strings.Contains(err.Error(), "test-a") {
 		t.Errorf("Open(nope) = %v, want an error listing the backends", err)
@@ -116,7 +117,7 @@ func TestRegistry(t *testing.T) {
 			t.Error("registering test-a twice did not panic")
 		}
 	}()
-	comm.Register("test-a", func(int) ([]comm.Communicator, error) { return nil, nil })
+	comm.Register("test-a", func(int, time.Duration) ([]comm.Communicator, error) { return nil, nil })
 }
 
 func TestPeerError(t *testing.T) {

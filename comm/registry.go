@@ -8,13 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // OpenFunc returns the communicators of the ranks that this process hosts
 // in a group of n ranks: all n for in-process ranks, one for a backend with
 // a process per rank. n == 0 asks for the backend's natural size, such as
-// the number of processes mpirun started.
-type OpenFunc func(n int) ([]Communicator, error)
+// the number of processes mpirun started. timeout bounds each collective's
+// wait for its peers; 0 means DefaultTimeout.
+type OpenFunc func(n int, timeout time.Duration) ([]Communicator, error)
 
 var (
 	registryMu sync.RWMutex
@@ -39,15 +41,16 @@ func Register(name string, open OpenFunc) {
 
 // Open returns this process's communicators in a group of n ranks on the
 // named backend, which must have been registered (by importing its
-// package, as database/sql drivers are).
-func Open(name string, n int) ([]Communicator, error) {
+// package, as database/sql drivers are), whose collectives wait timeout
+// for their peers (0: DefaultTimeout).
+func Open(name string, n int, timeout time.Duration) ([]Communicator, error) {
 	registryMu.RLock()
 	open, ok := registry[name]
 	registryMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("comm: unknown backend %q (registered: %s)", name, strings.Join(Backends(), ", "))
 	}
-	comms, err := open(n)
+	comms, err := open(n, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("comm: open %s: %w", name, err)
 	}

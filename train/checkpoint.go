@@ -71,8 +71,17 @@ func (k *checkpointer) sharded() bool {
 }
 
 // save writes the checkpoint of step and makes it the latest; every rank
-// calls it.
-func (k *checkpointer) save(c Config, step int) (string, error) {
+// calls it, and its collectives run under ctx. A failure (a full disk)
+// leaves latest naming a complete checkpoint.
+func (k *checkpointer) save(ctx context.Context, c Config, step int) (string, error) {
+	dir, err := k.write(ctx, c, step)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint of step %d failed, resume loads the latest complete one: %w", step, err)
+	}
+	return dir, nil
+}
+
+func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, error) {
 	name := fmt.Sprintf("step-%06d", step)
 	final := filepath.Join(k.dir, name)
 	tmp := filepath.Join(k.dir, ".tmp-"+name)
@@ -85,14 +94,14 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
 	}
-	if err := k.comm.Barrier(context.Background()); err != nil {
+	if err := k.comm.Barrier(ctx); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	m := Manifest{Format: manifestFormat, Step: step, Config: c, OptimizerSteps: map[string]int{},
 		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount()}
 	var tensors, moments []checkpoint.Tensor
 	for i, p := range nn.Parameters(k.model) {
-		tensors = append(tensors, k.whole("model."+p.Path, i, p.Var.Value))
+		tensors = append(tensors, k.whole(ctx, "model."+p.Path, i, p.Var.Value))
 		if st := k.opt.State(p.Path); st != nil {
 			m.OptimizerSteps[p.Path] = st.Step
 			moments = append(moments, stored("optim."+p.Path+".exp_avg", st.ExpAvg), stored("optim."+p.Path+".exp_avg_sq", st.ExpAvgSq))
@@ -106,7 +115,7 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	} else {
 		tensors = append(tensors, moments...)
 	}
-	if err := k.comm.Barrier(context.Background()); err != nil {
+	if err := k.comm.Barrier(ctx); err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	if !lead {
@@ -119,7 +128,7 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 				done()
 			}
 		}
-		return final, k.comm.Barrier(context.Background()) // until rank 0 has published it
+		return final, k.comm.Barrier(ctx) // until rank 0 has published it
 	}
 	for name, st := range k.fabric.States() {
 		b, err := st.MarshalState()
@@ -158,19 +167,19 @@ func (k *checkpointer) save(c Config, step int) (string, error) {
 	if err := k.prune(); err != nil {
 		return "", err
 	}
-	return final, k.comm.Barrier(context.Background())
+	return final, k.comm.Barrier(ctx)
 }
 
 // whole is parameter i, value v, as the checkpoint stores it: whole, and
 // under FSDP gathered only when the writer reaches it, so that a rank never
 // holds more than one whole parameter beyond its chunks.
-func (k *checkpointer) whole(name string, i int, v *tensor.Tensor) checkpoint.Tensor {
+func (k *checkpointer) whole(ctx context.Context, name string, i int, v *tensor.Tensor) checkpoint.Tensor {
 	rank := k.fabric.Rank()
 	if !v.IsMeta() || rank == nil {
 		return stored(name, v)
 	}
 	return checkpoint.Tensor{Name: name, DType: v.DType(), Shape: v.Shape(), Load: func() ([]byte, func(), error) {
-		t, release, err := rank.Whole(context.Background(), i)
+		t, release, err := rank.Whole(ctx, i)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -285,6 +294,9 @@ func (m *Manifest) files() []string {
 // readFile reads and parses a safetensors file, keeping its bytes.
 func readFile(path string) (*checkpoint.File, []byte, error) {
 	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("checkpoint %s: %s is missing, though the manifest lists it", filepath.Dir(path), filepath.Base(path))
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -319,11 +331,11 @@ func (m *Manifest) verify(ckpt, name string, f *checkpoint.File, raw []byte) err
 	got := digest(f, raw)
 	for _, t := range f.Names() {
 		if got.Tensors[t] != want.Tensors[t] {
-			return fmt.Errorf("checkpoint %s: tensor %s of %s does not match its SHA-256 in the manifest (the file is corrupt or was changed)", ckpt, t, name)
+			return fmt.Errorf("checkpoint %s: tensor %s of %s does not match its SHA-256 in the manifest (the file is corrupt, was changed, or comes from another checkpoint)", ckpt, t, name)
 		}
 	}
 	if got.File != want.File || len(got.Tensors) != len(want.Tensors) {
-		return fmt.Errorf("checkpoint %s: %s does not match its SHA-256 in the manifest (the file is corrupt or was changed)", ckpt, name)
+		return fmt.Errorf("checkpoint %s: %s does not match its SHA-256 in the manifest (the file is corrupt, was changed, or comes from another checkpoint)", ckpt, name)
 	}
 	return nil
 }

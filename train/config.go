@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -22,27 +23,30 @@ import (
 // Config is one training run. Every field has a YAML key; a config file may
 // set any subset, and flags override it.
 type Config struct {
-	Model       string      `yaml:"model"`        // gpt, cnn or hybrid
-	GPT         GPTSize     `yaml:"gpt"`          // size of the gpt model
-	Precision   string      `yaml:"precision"`    // "bf16-mixed"
-	Modules     []ModuleFor `yaml:"modules"`      // per-module precision rules
-	LossScale   string      `yaml:"loss_scale"`   // auto or none
-	Strategy    string      `yaml:"strategy"`     // single
-	Devices     int         `yaml:"devices"`      // 1
-	Comm        string      `yaml:"comm"`         // auto (mpi under an MPI launcher, else local), local (ranks as goroutines) or mpi
-	Steps       int         `yaml:"steps"`        // optimizer steps
-	BatchSize   int         `yaml:"batch_size"`   // sequences or images per step
-	LR          float64     `yaml:"lr"`           // AdamW learning rate
-	EvalEvery   int         `yaml:"eval_every"`   // steps between validation passes
-	EvalBatches int         `yaml:"eval_batches"` // batches per validation pass
-	SaveEvery   int         `yaml:"save_every"`   // steps between checkpoints (and at the end)
-	Out         string      `yaml:"out"`          // run folder: checkpoints, metrics.jsonl, loss.png
-	Seed        uint64      `yaml:"seed"`         // data order and initial weights
-	CorpusBytes int         `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
-	CorpusPart  string      `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
-	OnNaN       string      `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
-	InitFrom    string      `yaml:"init_from"`    // a run folder whose latest weights start this run (fine-tuning)
-	LoRA        LoRA        `yaml:"lora"`         // adapters to train instead of the whole model
+	Model     string      `yaml:"model"`      // gpt, cnn or hybrid
+	GPT       GPTSize     `yaml:"gpt"`        // size of the gpt model
+	Precision string      `yaml:"precision"`  // "bf16-mixed"
+	Modules   []ModuleFor `yaml:"modules"`    // per-module precision rules
+	LossScale string      `yaml:"loss_scale"` // auto or none
+	Strategy  string      `yaml:"strategy"`   // single
+	Devices   int         `yaml:"devices"`    // 1
+	Comm      string      `yaml:"comm"`       // auto (mpi under an MPI launcher, else local), local (ranks as goroutines) or mpi
+	// CommTimeout is how long a collective waits for a lost or hung peer
+	// before the run fails (30s).
+	CommTimeout time.Duration `yaml:"comm_timeout"`
+	Steps       int           `yaml:"steps"`        // optimizer steps
+	BatchSize   int           `yaml:"batch_size"`   // sequences or images per step
+	LR          float64       `yaml:"lr"`           // AdamW learning rate
+	EvalEvery   int           `yaml:"eval_every"`   // steps between validation passes
+	EvalBatches int           `yaml:"eval_batches"` // batches per validation pass
+	SaveEvery   int           `yaml:"save_every"`   // steps between checkpoints (and at the end)
+	Out         string        `yaml:"out"`          // run folder: checkpoints, metrics.jsonl, loss.png
+	Seed        uint64        `yaml:"seed"`         // data order and initial weights
+	CorpusBytes int           `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
+	CorpusPart  string        `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
+	OnNaN       string        `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
+	InitFrom    string        `yaml:"init_from"`    // a run folder whose latest weights start this run (fine-tuning)
+	LoRA        LoRA          `yaml:"lora"`         // adapters to train instead of the whole model
 	// ActivationCheckpointing names the modules whose forward is
 	// recomputed in backward instead of keeping its activations: blocks.*
 	// (gpt), vision and decoder.blocks.* (hybrid).
@@ -90,7 +94,7 @@ type ModuleFor struct {
 func Defaults() Config {
 	return Config{
 		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
-		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto",
+		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto", CommTimeout: comm.DefaultTimeout,
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
 		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
@@ -218,6 +222,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("lora: rank %d on %d devices: want rank ≥ 1 on one device", c.LoRA.Rank, c.Devices)
 	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
 		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
+	case c.CommTimeout < time.Millisecond:
+		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
 	}
 	for _, name := range models.Names() {
 		if name == c.Model {

@@ -2,8 +2,10 @@ package train
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -59,7 +61,7 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 // Observer is the one reporting path of a run: everything printed once per
 // job goes through it, and only rank 0's is called. Warn comes first (the
 // precision's notices), Plan once before the first step, Step after every
-// step, Done when the run ends well.
+// step, Done when the run ends well or stops early (Summary.Stopped).
 type Observer interface {
 	Warn(msg string)
 	Plan(p *fabric.Plan, startStep int)
@@ -70,8 +72,11 @@ type Observer interface {
 // Summary is how a run ended.
 type Summary struct {
 	FirstValLoss, LastValLoss float64
-	Steps                     int
+	Steps                     int // done: Config.Steps unless Stopped
 	Checkpoint                string
+	// Stopped is why the run stopped before its last step (Run returns
+	// it too), nil if it did not.
+	Stopped *StoppedError
 	// QuantizedBytes is the memory of the quantized weights, BF16Bytes
 	// what they would take in bf16 (both 0 without a quantizer).
 	QuantizedBytes, BF16Bytes int64
@@ -86,6 +91,10 @@ type Summary struct {
 // goroutines ("local") or as this process's rank of an mpirun job
 // ("mpi"); rank 0 reports to obs and its Summary is returned (nil in the
 // other processes of an mpirun job).
+//
+// When ctx is done, the ranks agree to stop at the next step boundary,
+// save a checkpoint, and Run returns a *StoppedError; a collective stuck
+// on a hung peer is given up a grace period later (see stopper).
 func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -106,7 +115,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err != nil {
 		return nil, err
 	}
-	comms, err := comm.Open(c.backend(), c.Devices)
+	comms, err := comm.Open(c.backend(), c.Devices, c.CommTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -116,20 +125,23 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	for _, w := range warnings {
 		obs.Warn(w)
 	}
+	stop := newStopper(ctx)
+	defer stop.release()
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
-		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}, counts: i == 0}
+		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}, counts: i == 0, stop: stop}
 		if cm.Rank() == 0 {
 			r.obs = obs
 		}
-		sums[i], err = r.run(ctx, pol, scaling, info, resume)
+		sums[i], err = r.run(pol, scaling, info, resume)
 		return err
 	})
-	if err != nil || comms[0].Rank() != 0 {
-		return nil, err
+	var stopped *StoppedError
+	if err != nil && !errors.As(err, &stopped) || comms[0].Rank() != 0 {
+		return nil, stop.explain(err)
 	}
 	obs.Done(sums[0])
-	return sums[0], nil
+	return sums[0], err
 }
 
 // quiet is the Observer of ranks other than 0.
@@ -151,9 +163,10 @@ type rankRun struct {
 	// counts marks the process's first rank, which measures each step's
 	// allocator peak for the process.
 	counts bool
+	stop   *stopper // its work context is the collectives'
 }
 
-func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
+func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
 	c, lead := r.c, r.comm.Rank() == 0
 	if len(c.LoRA.Targets) > 0 {
 		lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
@@ -234,10 +247,8 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 		}
 	}
 	r.obs.Plan(plan, start)
+	ctx := r.stop.work
 	for step := start; step < c.Steps; step++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
 		began := time.Now()
 		if r.counts {
 			tensor.ResetPeak()
@@ -269,11 +280,31 @@ func (r *rankRun) run(ctx context.Context, pol precision.Policy, scaling precisi
 			}
 		}
 		r.obs.Step(m, c.Steps)
-		if (step+1)%c.SaveEvery == 0 || step+1 == c.Steps {
-			if sum.Checkpoint, err = ckpt.save(c, step+1); err != nil {
+		saved := (step+1)%c.SaveEvery == 0 || step+1 == c.Steps
+		if saved {
+			if sum.Checkpoint, err = ckpt.save(ctx, c, step+1); err != nil {
 				return nil, err
 			}
 		}
+		r.stop.took(time.Since(began))
+		if step+1 == c.Steps {
+			break
+		}
+		stop, err := r.stop.agree(r)
+		if err != nil {
+			return nil, fmt.Errorf("after step %d: %w", step, err)
+		}
+		if !stop {
+			continue
+		}
+		if !saved {
+			if sum.Checkpoint, err = ckpt.save(ctx, c, step+1); err != nil {
+				return nil, err
+			}
+		}
+		sum.Steps = step + 1
+		sum.Stopped = &StoppedError{Step: step + 1, Checkpoint: sum.Checkpoint, Cause: cmp.Or(context.Cause(r.stop.ctx), errPeerStopped)}
+		return sum, sum.Stopped
 	}
 	sum.Steps = c.Steps
 	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes, plan.Peak.Bytes); err != nil {

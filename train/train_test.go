@@ -35,6 +35,21 @@ func losses(t *testing.T, out string) []float64 {
 	return ls
 }
 
+// sameLosses requires the resumed run in split to have logged the losses
+// of the straight one, bit for bit.
+func sameLosses(t *testing.T, straight, split string) {
+	t.Helper()
+	want, got := losses(t, straight), losses(t, split)
+	if len(got) != len(want) {
+		t.Fatalf("%d losses after resuming, %d straight", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("step %d: resumed loss %v, straight %v", i, got[i], want[i])
+		}
+	}
+}
+
 // TestResumeIsExact: 20 steps straight and 10 + resume 10 give bit-identical
 // losses, loss scales included (scaler state), in bf16 (AdamW state) and
 // with FP8 delayed scaling (amax histories).
@@ -54,15 +69,7 @@ func TestResumeIsExact(t *testing.T) {
 			if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
 				t.Fatal(err)
 			}
-			want, got := losses(t, straight.Out), losses(t, split.Out)
-			if len(got) != len(want) {
-				t.Fatalf("%d losses after resuming, %d straight", len(got), len(want))
-			}
-			for i := range want {
-				if got[i] != want[i] {
-					t.Fatalf("step %d: resumed loss %v, straight %v", i, got[i], want[i])
-				}
-			}
+			sameLosses(t, straight.Out, split.Out)
 		})
 	}
 }

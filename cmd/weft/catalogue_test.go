@@ -6,8 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/spf13/cobra"
 
 	"github.com/weftml/weft/checkpoint"
 )
@@ -19,6 +23,9 @@ type badInput struct {
 	what string
 	args func(dir string) []string // dir: a scratch folder the case may fill
 	env  []string                  // KEY=VALUE set while the case runs (an MPI launcher's)
+	// fileLimit, if not 0, is the most bytes the case may write to one
+	// file (RLIMIT_FSIZE, as ulimit -f sets it): a full disk.
+	fileLimit uint64
 }
 
 func writeFile(dir, name string, b []byte) string {
@@ -28,106 +35,141 @@ func writeFile(dir, name string, b []byte) string {
 }
 
 var catalogue = []badInput{
-	{"an unknown precision", func(string) []string { return []string{"plan", "--precision", "fp9"} }, nil},
-	{"conflicting plugins", func(string) []string { return []string{"plan", "--precision", "16-mixed+bf16-mixed"} }, nil},
-	{"two storage dtypes for one parameter", func(string) []string { return []string{"plan", "--precision", "bf16-true+16-true"} }, nil},
-	{"a malformed per-module rule", func(string) []string { return []string{"plan", "--precision-for", "vision.**"} }, nil},
+	{"an unknown precision", func(string) []string { return []string{"plan", "--precision", "fp9"} }, nil, 0},
+	{"conflicting plugins", func(string) []string { return []string{"plan", "--precision", "16-mixed+bf16-mixed"} }, nil, 0},
+	{"two storage dtypes for one parameter", func(string) []string { return []string{"plan", "--precision", "bf16-true+16-true"} }, nil, 0},
+	{"a malformed per-module rule", func(string) []string { return []string{"plan", "--precision-for", "vision.**"} }, nil, 0},
 	{"equally specific rules", func(string) []string {
 		return []string{"plan", "--model", "hybrid", "--precision-for", "vision.*=16-mixed", "--precision-for", "*.conv1=bf16-mixed"}
-	}, nil},
+	}, nil, 0},
 	{"float16 compute with loss scaling refused", func(string) []string {
 		return []string{"plan", "--model", "hybrid", "--precision-for", "vision.**=16-mixed", "--loss-scale", "none"}
-	}, nil},
-	{"two plugins replacing one Linear's arithmetic", func(string) []string { return []string{"plan", "--precision", "nf4-dq+nf4"} }, nil},
+	}, nil, 0},
+	{"two plugins replacing one Linear's arithmetic", func(string) []string { return []string{"plan", "--precision", "nf4-dq+nf4"} }, nil, 0},
 	{"a per-module rule that matches no module", func(string) []string {
 		return []string{"plan", "--model", "hybrid", "--precision-for", "nothere.**=16-mixed"}
-	}, nil},
+	}, nil, 0},
 	{"a per-module rule whose plugin converts nothing", func(string) []string {
 		return []string{"plan", "--model", "cnn", "--precision-for", "head=fp8"}
-	}, nil},
-	{"a bad jmp policy", func(string) []string { return []string{"plan", "--precision", "params=int8,compute=bfloat16"} }, nil},
-	{"an unknown model", func(string) []string { return []string{"plan", "--model", "resnet"} }, nil},
-	{"an unknown strategy", func(string) []string { return []string{"plan", "--strategy", "deepspeed"} }, nil},
-	{"zero devices", func(string) []string { return []string{"plan", "--devices", "0"} }, nil},
-	{"a missing reference folder", func(string) []string { return []string{"parity", "--refs", "/nonexistent"} }, nil},
-	{"an unknown flag", func(string) []string { return []string{"train", "--stepz", "3"} }, nil},
+	}, nil, 0},
+	{"a bad jmp policy", func(string) []string { return []string{"plan", "--precision", "params=int8,compute=bfloat16"} }, nil, 0},
+	{"an unknown model", func(string) []string { return []string{"plan", "--model", "resnet"} }, nil, 0},
+	{"an unknown strategy", func(string) []string { return []string{"plan", "--strategy", "deepspeed"} }, nil, 0},
+	{"zero devices", func(string) []string { return []string{"plan", "--devices", "0"} }, nil, 0},
+	{"a missing reference folder", func(string) []string { return []string{"parity", "--refs", "/nonexistent"} }, nil, 0},
+	{"an unknown flag", func(string) []string { return []string{"train", "--stepz", "3"} }, nil, 0},
 	{"an unknown config key", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: gpt\nstepz: 3\n"))}
-	}, nil},
+	}, nil, 0},
 	{"a config that is not YAML", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: [gpt\n"))}
-	}, nil},
+	}, nil, 0},
 	{"a batch that does not split over the devices", func(dir string) []string {
 		return []string{"train", "--batch-size", "15", "--devices", "2", "--out", dir}
-	}, nil},
-	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }, nil},
+	}, nil, 0},
+	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }, nil, 0},
 	{"a checkpoint's latest pointing outside its folder", func(dir string) []string {
 		os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755)
 		writeFile(filepath.Join(dir, "checkpoints"), "latest", []byte("../../etc\n"))
 		return []string{"train", "--resume", "--out", dir}
-	}, nil},
+	}, nil, 0},
 	{"a corrupt manifest", func(dir string) []string {
 		ck := filepath.Join(dir, "checkpoints", "step-000010")
 		os.MkdirAll(ck, 0o755)
 		writeFile(filepath.Join(dir, "checkpoints"), "latest", []byte("step-000010\n"))
 		writeFile(ck, "manifest.json", []byte(`{"format":"weft-checkpoint/1","step":-4}`))
 		return []string{"train", "--resume", "--out", dir}
-	}, nil},
+	}, nil, 0},
 	{"a truncated safetensors file", func(dir string) []string {
 		return []string{"inspect", writeFile(dir, "x.safetensors", []byte{0x40, 0, 0, 0, 0, 0, 0, 0, '{'})}
-	}, nil},
+	}, nil, 0},
 	{"a safetensors header claiming a huge size", func(dir string) []string {
 		return []string{"inspect", writeFile(dir, "x.safetensors", []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0})}
-	}, nil},
+	}, nil, 0},
 	{"overlapping tensors", func(dir string) []string {
 		h := `{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}`
 		b := append([]byte{byte(len(h)), 0, 0, 0, 0, 0, 0, 0}, h...)
 		return []string{"inspect", writeFile(dir, "x.safetensors", append(b, make([]byte, 12)...))}
-	}, nil},
-	{"a path that does not exist", func(string) []string { return []string{"inspect", "/nonexistent/ckpt"} }, nil},
+	}, nil, 0},
+	{"a path that does not exist", func(string) []string { return []string{"inspect", "/nonexistent/ckpt"} }, nil, 0},
 	{"an unwritable output folder", func(dir string) []string {
 		return []string{"train", "--steps", "1", "--out", writeFile(dir, "file", nil) + "/run"}
-	}, nil},
-	{"sampling a run that does not exist", func(string) []string { return []string{"sample", "--ckpt", "/nonexistent"} }, nil},
-	{"an unknown bench", func(string) []string { return []string{"bench", "conv"} }, nil},
+	}, nil, 0},
+	{"sampling a run that does not exist", func(string) []string { return []string{"sample", "--ckpt", "/nonexistent"} }, nil, 0},
+	{"an unknown bench", func(string) []string { return []string{"bench", "conv"} }, nil, 0},
 	{"a non-integral number for an integer setting", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt:\n  width: 64.5\n"))}
-	}, nil},
+	}, nil, 0},
 	{"resuming a run that has finished", func(dir string) []string {
 		root := newRoot()
 		root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
 		root.SetOut(io.Discard)
 		root.Execute()
 		return []string{"train", "--model", "cnn", "--steps", "1", "--resume", "--out", dir}
-	}, nil},
-	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil},
-	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil},
-	{"a prompt outside the vocabulary", func(string) []string { return []string{"sample", "--prompt", "func é"} }, nil},
+	}, nil, 0},
+	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil, 0},
+	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil, 0},
+	{"a prompt outside the vocabulary", func(string) []string { return []string{"sample", "--prompt", "func é"} }, nil, 0},
 	{"in-process ranks under mpirun", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--comm", "local", "--out", dir}
-	}, []string{"OMPI_COMM_WORLD_SIZE=2"}},
+	}, []string{"OMPI_COMM_WORLD_SIZE=2"}, 0},
 	{"devices that differ from mpirun's processes", func(dir string) []string {
 		return []string{"train", "--devices", "3", "--out", dir}
-	}, []string{"OMPI_COMM_WORLD_SIZE=2"}},
+	}, []string{"OMPI_COMM_WORLD_SIZE=2"}, 0},
 	{"comm mpi without mpirun", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--comm", "mpi", "--out", dir}
-	}, nil},
+	}, nil, 0},
 	{"weights overwritten with NaN bytes, inspected", func(dir string) []string {
 		return []string{"inspect", corruptRun(dir, "cnn")}
-	}, nil},
+	}, nil, 0},
 	{"weights overwritten with NaN bytes, resumed", func(dir string) []string {
 		corruptRun(dir, "cnn")
 		return []string{"train", "--model", "cnn", "--steps", "2", "--resume", "--out", dir}
-	}, nil},
+	}, nil, 0},
 	{"weights overwritten with NaN bytes, sampled", func(dir string) []string {
 		return []string{"sample", "--ckpt", corruptRun(dir, "gpt")}
-	}, nil},
+	}, nil, 0},
 	{"strategy single on several devices", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--out", dir}
-	}, nil},
+	}, nil, 0},
 	{"an activation-checkpointing pattern that matches no module", func(dir string) []string {
 		return []string{"train", "--activation-checkpointing", "block.*", "--out", dir}
-	}, nil},
+	}, nil, 0},
+	{"a comm timeout of zero", func(dir string) []string {
+		return []string{"train", "--comm-timeout", "0s", "--out", dir}
+	}, nil, 0},
+	{"a checkpoint with an optimizer shard missing", func(dir string) []string {
+		shardedRun(dir, "1")
+		os.Remove(filepath.Join(dir, "checkpoints", "step-000001", "optim-rank-001.safetensors"))
+		return append(shardedArgs(dir, "2"), "--resume")
+	}, nil, 0},
+	{"a checkpoint with an optimizer shard from another run", func(dir string) []string {
+		other := filepath.Join(dir, "other")
+		shardedRun(dir, "1")
+		shardedRun(other, "1", "--seed", "2")
+		shard := filepath.Join("checkpoints", "step-000001", "optim-rank-001.safetensors")
+		b, _ := os.ReadFile(filepath.Join(other, shard))
+		os.WriteFile(filepath.Join(dir, shard), b, 0o644)
+		return append(shardedArgs(dir, "2"), "--resume")
+	}, nil, 0},
+	{"a full disk during a checkpoint", func(dir string) []string {
+		shardedRun(dir, "1")
+		return append(shardedArgs(dir, "2"), "--resume")
+	}, nil, 16 << 10},
+}
+
+// shardedArgs trains cnn for steps on two ranks under zero1, which writes
+// an optimizer shard per rank.
+func shardedArgs(dir, steps string, more ...string) []string {
+	return append([]string{"train", "--model", "cnn", "--strategy", "zero1", "--devices", "2", "--batch-size", "8", "--steps", steps, "--out", dir}, more...)
+}
+
+// shardedRun runs shardedArgs.
+func shardedRun(dir, steps string, more ...string) {
+	root := newRoot()
+	root.SetArgs(shardedArgs(dir, steps, more...))
+	root.SetOut(io.Discard)
+	root.Execute()
 }
 
 // corruptRun trains model one step into dir and overwrites the bytes of
@@ -149,6 +191,10 @@ func corruptRun(dir, model string) string {
 	return dir
 }
 
+// tempName matches the random part of a temporary file's name, which the
+// doc shows as *.
+var tempName = regexp.MustCompile(`(\.tmp)\d+`)
+
 // TestBadInputCatalogue runs every bad input: each must fail with one line
 // that says what was wrong, never a panic; docs/bad-inputs.md lists them
 // (go test ./cmd/weft -run Catalogue -update rewrites it).
@@ -166,7 +212,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		root.SetArgs(args)
 		root.SetOut(io.Discard)
 		root.SetErr(io.Discard)
-		err := root.Execute()
+		err := execLimited(root, c.fileLimit)
 		if err == nil || strings.Contains(err.Error(), "\n") || strings.Contains(err.Error(), "panic") {
 			t.Errorf("%s (weft %s): want a one-line error, got %v", c.what, strings.Join(args, " "), err)
 			continue
@@ -178,7 +224,8 @@ func TestBadInputCatalogue(t *testing.T) {
 		} else {
 			shown = "weft " + shown
 		}
-		fmt.Fprintf(&doc, "| %s | `%s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(strings.ReplaceAll(msg, dir, "DIR"), "|", "\\|"))
+		msg = tempName.ReplaceAllString(strings.ReplaceAll(msg, dir, "DIR"), "${1}*")
+		fmt.Fprintf(&doc, "| %s | `%s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(msg, "|", "\\|"))
 		for _, kv := range c.env {
 			k, _, _ := strings.Cut(kv, "=")
 			os.Unsetenv(k)
@@ -194,4 +241,23 @@ func TestBadInputCatalogue(t *testing.T) {
 	if old, err := os.ReadFile(path); err != nil || string(old) != doc.String() {
 		t.Errorf("%s is stale: run go test ./cmd/weft -run Catalogue -update", path)
 	}
+}
+
+// execLimited runs root with at most limit bytes per written file (no
+// limit if 0), restoring the process's limit after.
+func execLimited(root *cobra.Command, limit uint64) error {
+	if limit == 0 {
+		return root.Execute()
+	}
+	var old syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &old); err != nil {
+		return err
+	}
+	lim := old
+	lim.Cur = limit
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &lim); err != nil {
+		return err
+	}
+	defer syscall.Setrlimit(syscall.RLIMIT_FSIZE, &old)
+	return root.Execute()
 }

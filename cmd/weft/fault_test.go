@@ -94,7 +94,8 @@ func TestDiskFullKeepsCheckpoint(t *testing.T) {
 	}
 	// 512 KiB per file: the run starts, but its 1.4 MB checkpoint cannot be written.
 	res, err := exec.Command("bash", "-c", "ulimit -f 512; "+fmt.Sprintf(args, 4)+" --resume").CombinedOutput()
-	if err == nil || !strings.Contains(string(res), "file too large") {
+	if err == nil || !strings.Contains(string(res), "weft: checkpoint of step 3 failed, resume loads the latest complete one: ") ||
+		!strings.Contains(string(res), "file too large") {
 		t.Fatalf("a checkpoint beyond the size limit must fail the run saying so: %v\n%s", err, res)
 	}
 	m, err := exec.Command(bin, "inspect", out).CombinedOutput()
@@ -103,5 +104,53 @@ func TestDiskFullKeepsCheckpoint(t *testing.T) {
 	}
 	if res, err := exec.Command("bash", "-c", fmt.Sprintf(args, 3)+" --resume").CombinedOutput(); err != nil {
 		t.Fatalf("resuming after the failed write: %v\n%s", err, res)
+	}
+}
+
+// TestBrokenShardNamed: a checkpoint with an optimizer shard missing, or
+// with one from another run, fails a resume with one line naming the file.
+func TestBrokenShardNamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	bin := buildWeft(t)
+	train := func(out string, more ...string) *exec.Cmd {
+		return exec.Command(bin, append([]string{"train", "--model", "cnn", "--strategy", "zero1", "--devices", "2", "--batch-size", "8", "--out", out}, more...)...)
+	}
+	shard := filepath.Join("checkpoints", "step-000001", "optim-rank-001.safetensors")
+	for name, tc := range map[string]struct {
+		damage func(out string) error
+		want   string
+	}{
+		"missing": {func(out string) error { return os.Remove(filepath.Join(out, shard)) },
+			"optim-rank-001.safetensors is missing, though the manifest lists it"},
+		"another run's": {func(out string) error {
+			other := t.TempDir()
+			if res, err := train(other, "--steps", "1", "--seed", "2").CombinedOutput(); err != nil {
+				return fmt.Errorf("%v\n%s", err, res)
+			}
+			b, err := os.ReadFile(filepath.Join(other, shard))
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(out, shard), b, 0o644)
+		}, "of optim-rank-001.safetensors does not match its SHA-256 in the manifest"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := t.TempDir()
+			if res, err := train(out, "--steps", "1").CombinedOutput(); err != nil {
+				t.Fatalf("%v\n%s", err, res)
+			}
+			if err := tc.damage(out); err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			cmd := train(out, "--steps", "2", "--resume")
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if msg := stderr.String(); err == nil || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tc.want) {
+				t.Fatalf("want one line saying %q; got %v:\n%s", tc.want, err, msg)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/train"
 )
 
 func main() {
@@ -18,7 +19,10 @@ func main() {
 	// let garbage grow to 5× the live heap (peak RSS of the 25M gpt under
 	// fsdp on 4 ranks, bf16-true+nf4-dq: 335 MiB at 400, 222 MiB at 100).
 	if err := newRoot().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "weft:", err)
+		// A run stopped by a signal has reported so, once, in its summary.
+		if !errors.As(err, new(*train.StoppedError)) {
+			fmt.Fprintln(os.Stderr, "weft:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }
@@ -35,11 +39,15 @@ func newRoot() *cobra.Command {
 }
 
 // exitCode is 2 for a precision composition whose plugins genuinely
-// conflict (a usage error), 1 for anything else.
+// conflict (a usage error), 128 + the signal for a run that a signal
+// stopped (130 for SIGINT, 143 for SIGTERM), 1 for anything else.
 func exitCode(err error) int {
 	var conflict *precision.ConflictError
 	if errors.As(err, &conflict) {
 		return 2
+	}
+	if code, ok := signalCode(err); ok {
+		return code
 	}
 	return 1
 }

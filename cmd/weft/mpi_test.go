@@ -106,25 +106,31 @@ func TestKilledRankUnderMpirun(t *testing.T) {
 // waitForRank returns the pid of the process running bin as Open MPI rank
 // rank, once it has started training (its loss shows in the output soon).
 func waitForRank(t *testing.T, bin, rank string, limit time.Duration) int {
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		procs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, p := range procs {
-			exe, err := os.Readlink(filepath.Join(p, "exe"))
-			if err != nil || exe != bin {
-				continue
-			}
-			env, _ := os.ReadFile(filepath.Join(p, "environ"))
-			if strings.Contains("\x00"+string(env), "\x00OMPI_COMM_WORLD_RANK="+rank+"\x00") {
-				time.Sleep(3 * time.Second) // let it get into training
-				pid, _ := strconv.Atoi(filepath.Base(p))
-				return pid
-			}
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if pid, ok := rankPid(bin, rank); ok {
+			time.Sleep(3 * time.Second) // let it get into training
+			return pid
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("rank %s of %s never started", rank, bin)
 	return 0
+}
+
+// rankPid returns the pid of the process running bin as Open MPI rank rank.
+func rankPid(bin, rank string) (int, bool) {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		exe, err := os.Readlink(filepath.Join(p, "exe"))
+		if err != nil || exe != bin {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join(p, "environ"))
+		if strings.Contains("\x00"+string(env), "\x00OMPI_COMM_WORLD_RANK="+rank+"\x00") {
+			pid, _ := strconv.Atoi(filepath.Base(p))
+			return pid, true
+		}
+	}
+	return 0, false
 }
 
 // buildWeft builds the weft command for tests that run it as a process.

@@ -29,7 +29,13 @@ func trainCmd() *cobra.Command {
 library's source, cnn on rendered digits, hybrid reading rendered digit strings.
 It prints the resolved precision plan, shows progress, writes DIR/metrics.jsonl,
 DIR/loss.png and checkpoints under DIR/checkpoints, from which --resume continues
-exactly. A YAML --config sets any field; flags given explicitly override it.`,
+exactly. A YAML --config sets any field; flags given explicitly override it.
+
+SIGINT or SIGTERM stops the run after the step in progress, with a checkpoint,
+and weft exits 130 or 143; a second signal exits at once, without one. Under
+mpirun, which forwards SIGTERM and kills the ranks a second later
+(--mca odls_base_sigkill_timeout gives them longer), every rank stops at the
+same step.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgPath != "" {
@@ -47,9 +53,15 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 				}
 				c.Modules = append(c.Modules, m)
 			}
-			obs := newProgress(cmd.OutOrStdout(), cmd.ErrOrStderr(), c)
-			_, err := train.Run(cmd.Context(), c, resume, obs)
+			ctx, release := notifyStop(cmd.Context(), cmd.ErrOrStderr())
+			defer release()
+			out := detach(cmd.OutOrStdout())
+			obs := newProgress(out, cmd.ErrOrStderr(), c)
+			f, ok := cmd.OutOrStdout().(*os.File)
+			obs.tty = ok && term.IsTerminal(int(f.Fd()))
+			_, err := train.Run(ctx, c, resume, obs)
 			obs.finish()
+			out.close(ctx)
 			return err
 		},
 	}
@@ -63,6 +75,7 @@ exactly. A YAML --config sets any field; flags given explicitly override it.`,
 	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: single, ddp, zero1, zero2 or fsdp")
 	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
 	fs.StringVar(&c.Comm, "comm", c.Comm, "auto (mpi under mpirun, else local), local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
+	fs.DurationVar(&c.CommTimeout, "comm-timeout", c.CommTimeout, "how long a collective waits for a lost or hung peer before the run fails")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
 	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
@@ -89,7 +102,7 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"model": func() { c.Model = flagged.Model }, "precision": func() { c.Precision = flagged.Precision },
 		"loss-scale": func() { c.LossScale = flagged.LossScale }, "strategy": func() { c.Strategy = flagged.Strategy },
 		"devices": func() { c.Devices = flagged.Devices }, "steps": func() { c.Steps = flagged.Steps },
-		"comm":       func() { c.Comm = flagged.Comm },
+		"comm": func() { c.Comm = flagged.Comm }, "comm-timeout": func() { c.CommTimeout = flagged.CommTimeout },
 		"batch-size": func() { c.BatchSize = flagged.BatchSize }, "lr": func() { c.LR = flagged.LR },
 		"eval-every": func() { c.EvalEvery = flagged.EvalEvery }, "save-every": func() { c.SaveEvery = flagged.SaveEvery },
 		"out": func() { c.Out = flagged.Out }, "seed": func() { c.Seed = flagged.Seed },
@@ -125,6 +138,7 @@ type progress struct {
 	bar       *progressbar.ProgressBar
 	start     time.Time
 	first     int
+	tty       bool // out is a terminal: show a bar
 }
 
 func newProgress(out, warn io.Writer, c train.Config) *progress {
@@ -156,6 +170,10 @@ func memoryLine(procs []train.ProcessMemory) string {
 
 func (p *progress) Done(sum *train.Summary) {
 	p.finish()
+	if sum.Stopped != nil {
+		fmt.Fprintf(p.out, "%v\n", sum.Stopped)
+		return
+	}
 	fmt.Fprintf(p.out, "validation loss %.4f -> %.4f; checkpoint %s; metrics %s/metrics.jsonl; plot %s/loss.png\n",
 		sum.FirstValLoss, sum.LastValLoss, sum.Checkpoint, p.c.Out, p.c.Out)
 	fmt.Fprintln(p.out, memoryLine(sum.Memory))
@@ -171,7 +189,7 @@ func (p *progress) Step(m train.Metrics, total int) {
 		val = fmt.Sprintf(" val %.4f", float64(*m.ValLoss))
 	}
 	line := fmt.Sprintf("loss %.4f%s scale %g %.0f/s", float64(m.Loss), val, m.LossScale, m.TokensPerS)
-	if f, ok := p.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+	if p.tty {
 		if p.bar == nil {
 			p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.out), progressbar.OptionShowCount(),
 				progressbar.OptionSetPredictTime(true), progressbar.OptionSetWidth(30))

@@ -24,11 +24,11 @@ import (
 )
 
 func init() {
-	comm.Register("local", func(n int) ([]comm.Communicator, error) {
+	comm.Register("local", func(n int, timeout time.Duration) ([]comm.Communicator, error) {
 		if n < 1 {
 			return nil, fmt.Errorf("local: a group needs at least one rank, got %d", n)
 		}
-		return NewGroup(n, Options{}), nil
+		return NewGroup(n, Options{Timeout: timeout}), nil
 	})
 }
 

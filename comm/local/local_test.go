@@ -92,15 +92,23 @@ func TestTimeoutNamesMissingRanksWithinTimeout(t *testing.T) {
 }
 
 func TestRegistered(t *testing.T) {
-	comms, err := comm.Open("local", 3)
+	comms, err := comm.Open("local", 3, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(comms) != 3 || comms[2].Rank() != 2 || comms[2].Size() != 3 {
 		t.Errorf("Open(local, 3) = %d communicators", len(comms))
 	}
-	if _, err := comm.Open("local", 0); err == nil {
+	if _, err := comm.Open("local", 0, 0); err == nil {
 		t.Error("Open(local, 0) succeeded")
+	}
+	// The timeout given to Open bounds the wait for a missing peer.
+	comms, err = comm.Open("local", 2, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comms[0].Barrier(context.Background()); err == nil || !strings.HasSuffix(err.Error(), "rank 1 did not join barrier within 50ms") {
+		t.Errorf("Open(local, 2, 50ms): a barrier without rank 1 gave %v", err)
 	}
 }
 

@@ -22,32 +22,39 @@ func TestLoadMissingLibrary(t *testing.T) {
 	}
 }
 
-var watchdog = flag.Bool("mpi.watchdog", false, "run TestWatchdog, in an MPI job of its own")
+var abandon = flag.String("mpi.abandon", "", "run TestAbandon, in an MPI job of its own (it leaves MPI stuck): timeout or cancel")
 
-// TestWatchdog has rank 1 send its notice and then never make the call,
-// as if it died mid-collective. Rank 0 must fail with a PeerError and
-// then, MPI being stuck, exit non-zero: it prints the error and exits 3,
-// which ends the job. TestMPIUnderMpirun runs it and checks the output.
-func TestWatchdog(t *testing.T) {
-	if !*watchdog {
-		t.Skip("needs -mpi.watchdog, in an MPI job of its own: it leaves MPI stuck")
+// TestAbandon has rank 1 send its notice and then never make the call,
+// as if it died mid-collective. Rank 0 must give up on the collective in
+// flight: with a PeerError when the timeout (500ms) passes, or when its
+// context is canceled (after 300ms, with a timeout of a minute). MPI being
+// stuck, it then prints the error and exits 3, which ends the job.
+// TestMPIUnderMpirun runs it both ways and checks the output.
+func TestAbandon(t *testing.T) {
+	if *abandon == "" {
+		t.Skip("needs -mpi.abandon, in an MPI job of its own: it leaves MPI stuck")
 	}
-	c, err := newConn(state.lib, 500*time.Millisecond)
+	timeout := map[string]time.Duration{"timeout": 500 * time.Millisecond, "cancel": time.Minute}[*abandon]
+	c, err := newConn(state.lib, timeout)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if *abandon == "timeout" {
+		ctx = context.Background()
+	}
 	if c.rank != 0 {
 		if err := c.arrive(ctx, call.Call{Collective: comm.AllReduce, DType: dtype.F32, Op: comm.Sum, Bytes: 4}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Minute) // until mpirun ends the job
 	}
+	start := time.Now()
 	err = c.AllReduce(ctx, make([]byte, 4), dtype.F32, comm.Sum)
-	var pe *comm.PeerError
-	if !errors.As(err, &pe) || !c.stuck {
-		t.Fatalf("got %v, stuck %v; want a PeerError and stuck", err, c.stuck)
+	if err == nil || !c.stuck || !errors.Is(c.AllReduce(context.Background(), make([]byte, 4), dtype.F32, comm.Sum), err) {
+		t.Fatalf("got %v, stuck %v; want an error, stuck, and the next call failing alike", err, c.stuck)
 	}
-	fmt.Println("watchdog:", err)
+	fmt.Printf("abandoned after %.1fs: %v\n", time.Since(start).Seconds(), err)
 	os.Exit(3)
 }

@@ -32,11 +32,13 @@ type lib struct {
 	setErrhandler func(comm, errhandler uintptr) int32
 	errorString   func(code int32, s *byte, n *int32) int32
 
-	allgather  func(send []byte, scount int32, stype uintptr, recv []byte, rcount int32, rtype, comm uintptr) int32
-	allgatherv func(send uintptr, scount int32, stype uintptr, recv []byte, rcounts, displs []int32, rtype, comm uintptr) int32
-	alltoall   func(send []byte, scount int32, stype uintptr, recv []byte, rcount int32, rtype, comm uintptr) int32
-	alltoallv  func(send []byte, scounts, sdispls []int32, stype uintptr, recv []byte, rcounts, rdispls []int32, rtype, comm uintptr) int32
-	bcast      func(buf []byte, count int32, dt uintptr, root int32, comm uintptr) int32
+	// The collectives are nonblocking, so that a wait for them can end
+	// (see conn.await); each sets req, completed by test.
+	iallgather  func(send []byte, scount int32, stype uintptr, recv []byte, rcount int32, rtype, comm uintptr, req *uintptr) int32
+	iallgatherv func(send uintptr, scount int32, stype uintptr, recv []byte, rcounts, displs []int32, rtype, comm uintptr, req *uintptr) int32
+	ialltoall   func(send []byte, scount int32, stype uintptr, recv []byte, rcount int32, rtype, comm uintptr, req *uintptr) int32
+	ialltoallv  func(send []byte, scounts, sdispls []int32, stype uintptr, recv []byte, rcounts, rdispls []int32, rtype, comm uintptr, req *uintptr) int32
+	ibcast      func(buf []byte, count int32, dt uintptr, root int32, comm uintptr, req *uintptr) int32
 
 	isend       func(buf []int64, count int32, dt uintptr, dest, tag int32, comm uintptr, req *uintptr) int32
 	irecv       func(buf []int64, count int32, dt uintptr, source, tag int32, comm uintptr, req *uintptr) int32
@@ -92,11 +94,11 @@ func bind(h uintptr) (*lib, error) {
 	fn(&l.commFree, "MPI_Comm_free")
 	fn(&l.setErrhandler, "MPI_Comm_set_errhandler")
 	fn(&l.errorString, "MPI_Error_string")
-	fn(&l.allgather, "MPI_Allgather")
-	fn(&l.allgatherv, "MPI_Allgatherv")
-	fn(&l.alltoall, "MPI_Alltoall")
-	fn(&l.alltoallv, "MPI_Alltoallv")
-	fn(&l.bcast, "MPI_Bcast")
+	fn(&l.iallgather, "MPI_Iallgather")
+	fn(&l.iallgatherv, "MPI_Iallgatherv")
+	fn(&l.ialltoall, "MPI_Ialltoall")
+	fn(&l.ialltoallv, "MPI_Ialltoallv")
+	fn(&l.ibcast, "MPI_Ibcast")
 	fn(&l.isend, "MPI_Isend")
 	fn(&l.irecv, "MPI_Irecv")
 	fn(&l.test, "MPI_Test")

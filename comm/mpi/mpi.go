@@ -13,10 +13,13 @@
 // the call they are making, on a second communicator, and poll for their
 // peers' notices until the timeout. A rank that never arrives is named in a
 // comm.PeerError, and ranks making different calls are caught before any
-// data moves; a call's context bounds this wait. The collective itself then
-// runs on a goroutine under a watchdog: if it does not finish within the
-// timeout (a peer died mid-call), it fails with a PeerError for "a peer",
-// the call is left running inside MPI, and the process should exit
+// data moves. The collective itself is nonblocking (MPI_Ialltoallv,
+// MPI_Iallgather ...), polled with MPI_Test, since a blocking MPI call
+// cannot be interrupted. Both waits end when the call's context is done or
+// the timeout passes. If the collective has not finished by then (a peer
+// died or hung mid-call), the call fails, with a PeerError for "a peer" on
+// the timeout, naming the collective; the collective is left running
+// inside MPI, every later call fails, and the process should exit
 // non-zero, which makes mpirun end the job.
 package mpi
 
@@ -37,8 +40,8 @@ import (
 )
 
 func init() {
-	comm.Register("mpi", func(n int) ([]comm.Communicator, error) {
-		c, err := New(Options{})
+	comm.Register("mpi", func(n int, timeout time.Duration) ([]comm.Communicator, error) {
+		c, err := New(Options{Timeout: timeout})
 		if err != nil {
 			return nil, err
 		}
@@ -127,10 +130,11 @@ type conn struct {
 	timeout    time.Duration
 
 	seq     int64
-	notes   []int64   // this rank's notice, then peer p's at words*(p+1)
-	reqs    []uintptr // the requests receiving peer p's notice (2p) and sending it ours (2p+1)
-	pin     runtime.Pinner
-	scratch []byte // reduction staging, kept between calls
+	notes   []int64        // this rank's notice, then peer p's at words*(p+1)
+	reqs    []uintptr      // the requests receiving peer p's notice (2p) and sending it ours (2p+1)
+	pin     runtime.Pinner // the notices, until Close
+	held    runtime.Pinner // the buffers of the collective in flight
+	scratch []byte         // reduction staging, kept between calls
 
 	err     error // why an earlier call failed; every later call fails with it
 	orphans bool  // peers may never receive notices that were sent them
@@ -160,7 +164,7 @@ func (c *conn) Rank() int { return c.rank }
 func (c *conn) Size() int { return c.size }
 
 func (c *conn) AllReduce(ctx context.Context, buf []byte, dt dtype.DType, op comm.Op) error {
-	return c.run(ctx, call.Call{Collective: comm.AllReduce, DType: dt, Op: op, Bytes: len(buf)}, func() error {
+	return c.run(ctx, call.Call{Collective: comm.AllReduce, DType: dt, Op: op, Bytes: len(buf)}, func(f *flight) error {
 		counts, displs := make([]int32, c.size), make([]int32, c.size)
 		for k := range c.size {
 			lo, hi := call.Chunk(len(buf), dt, c.size, k)
@@ -173,30 +177,38 @@ func (c *conn) AllReduce(ctx context.Context, buf []byte, dt dtype.DType, op com
 		for k := range c.size {
 			mine[k], at[k] = int32(m), int32(k*m)
 		}
+		hold(&c.held, buf, from)
+		hold(&c.held, counts, displs, mine, at)
 		b := c.l.byteType
-		if err := c.l.check(c.l.alltoallv(buf, counts, displs, b, from, mine, at, b, c.data)); err != nil {
+		if err := f.await(func(req *uintptr) int32 {
+			return c.l.ialltoallv(buf, counts, displs, b, from, mine, at, b, c.data, req)
+		}); err != nil {
 			return err
 		}
 		lo := int(displs[c.rank])
 		if err := comm.Reduce(dt, op, buf[lo:lo+m], blocks(from, c.size)...); err != nil {
 			return err
 		}
-		return c.l.check(c.l.allgatherv(inPlace, 0, b, buf, counts, displs, b, c.data))
+		return f.await(func(req *uintptr) int32 {
+			return c.l.iallgatherv(inPlace, 0, b, buf, counts, displs, b, c.data, req)
+		})
 	})
 }
 
 func (c *conn) AllGather(ctx context.Context, send, recv []byte) error {
-	return c.run(ctx, call.Call{Collective: comm.AllGather, Bytes: len(send)}, func() error {
+	return c.run(ctx, call.Call{Collective: comm.AllGather, Bytes: len(send)}, func(f *flight) error {
 		n, b := int32(len(send)), c.l.byteType
-		return c.l.check(c.l.allgather(send, n, b, recv, n, b, c.data))
+		hold(&c.held, send, recv)
+		return f.await(func(req *uintptr) int32 { return c.l.iallgather(send, n, b, recv, n, b, c.data, req) })
 	})
 }
 
 func (c *conn) ReduceScatter(ctx context.Context, send, recv []byte, dt dtype.DType, op comm.Op) error {
-	return c.run(ctx, call.Call{Collective: comm.ReduceScatter, DType: dt, Op: op, Bytes: len(recv)}, func() error {
+	return c.run(ctx, call.Call{Collective: comm.ReduceScatter, DType: dt, Op: op, Bytes: len(recv)}, func(f *flight) error {
 		n, b := int32(len(recv)), c.l.byteType
 		from := c.buffer(len(send))
-		if err := c.l.check(c.l.alltoall(send, n, b, from, n, b, c.data)); err != nil {
+		hold(&c.held, send, from)
+		if err := f.await(func(req *uintptr) int32 { return c.l.ialltoall(send, n, b, from, n, b, c.data, req) }); err != nil {
 			return err
 		}
 		return comm.Reduce(dt, op, recv, blocks(from, c.size)...)
@@ -204,8 +216,11 @@ func (c *conn) ReduceScatter(ctx context.Context, send, recv []byte, dt dtype.DT
 }
 
 func (c *conn) Broadcast(ctx context.Context, buf []byte, root int) error {
-	return c.run(ctx, call.Call{Collective: comm.Broadcast, Root: root, Bytes: len(buf)}, func() error {
-		return c.l.check(c.l.bcast(buf, int32(len(buf)), c.l.byteType, int32(root), c.data))
+	return c.run(ctx, call.Call{Collective: comm.Broadcast, Root: root, Bytes: len(buf)}, func(f *flight) error {
+		hold(&c.held, buf)
+		return f.await(func(req *uintptr) int32 {
+			return c.l.ibcast(buf, int32(len(buf)), c.l.byteType, int32(root), c.data, req)
+		})
 	})
 }
 
@@ -215,15 +230,17 @@ func (c *conn) Barrier(ctx context.Context) error {
 	return c.run(ctx, call.Call{Collective: comm.Barrier}, nil)
 }
 
-// Close frees the communicator, and finalizes MPI if it is the last one.
-// It leaves MPI alone after a collective timed out, since that collective
-// is still running in it.
+// Close frees the communicator, and finalizes MPI if it is the last one
+// and no call failed. It leaves MPI alone after a collective was
+// abandoned, since that collective is still running in it.
 func (c *conn) Close() error {
-	if c.stuck {
-		return fmt.Errorf("mpi: not finalizing, a timed-out collective is still running (%w); exit the process", c.err)
-	}
 	state.Lock()
 	defer state.Unlock()
+	if c.stuck {
+		// MPI may still write the pinned buffers: keep them, and their pins, reachable.
+		state.orphaned = append(state.orphaned, c)
+		return fmt.Errorf("mpi: not finalizing, an abandoned collective is still running (%w); exit the process", c.err)
+	}
 	err := c.l.check(c.l.commFree(&c.data))
 	// A notice left unreceived stays queued at its peer, and would be
 	// delivered out of turn to the next communicator given the freed one's
@@ -236,7 +253,13 @@ func (c *conn) Close() error {
 	}
 	if state.open--; state.open == 0 {
 		state.err = errors.New("mpi: MPI was finalized when the last communicator closed, and cannot start again")
-		err = errors.Join(err, c.l.check(c.l.finalize()))
+		// MPI_Finalize waits for every process, which after a failed
+		// call may be lost or hung.
+		if c.err != nil {
+			err = errors.Join(err, fmt.Errorf("not finalizing after a failed call (%w); exit the process", c.err))
+		} else {
+			err = errors.Join(err, c.l.check(c.l.finalize()))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("mpi: close: %w", err)
@@ -245,8 +268,8 @@ func (c *conn) Close() error {
 }
 
 // run makes the call cl: it exchanges notices with the peers, then runs
-// the collective f under the watchdog. After a failure every call fails.
-func (c *conn) run(ctx context.Context, cl call.Call, f func() error) error {
+// the collective f. After a failure every call fails.
+func (c *conn) run(ctx context.Context, cl call.Call, f func(*flight) error) error {
 	if c.err != nil {
 		return c.err
 	}
@@ -255,10 +278,86 @@ func (c *conn) run(ctx context.Context, cl call.Call, f func() error) error {
 	}
 	err := c.arrive(ctx, cl)
 	if err == nil && f != nil {
-		err = c.watch(cl, f)
+		err = f(&flight{c: c, ctx: ctx, cl: cl, deadline: time.Now().Add(c.timeout)})
+		if !c.stuck {
+			c.held.Unpin()
+		}
 	}
 	c.err = err
 	return err
+}
+
+// flight is a collective whose notices every peer has sent.
+type flight struct {
+	c        *conn
+	ctx      context.Context
+	cl       call.Call
+	deadline time.Time // for all of its MPI calls together
+}
+
+// await starts a nonblocking MPI call, which sets req, and waits for it
+// until ctx is done or the deadline passes. Then the call is abandoned: MPI
+// cannot cancel a collective, so it stays in flight, with the buffers that
+// hold pinned, and the communicator is stuck.
+func (f *flight) await(start func(req *uintptr) int32) error {
+	c := f.c
+	var req uintptr
+	if err := c.l.check(start(&req)); err != nil {
+		return err
+	}
+	err := poll(f.ctx, f.deadline, func() (bool, error) {
+		var done int32
+		err := c.l.check(c.l.test(&req, &done, nil))
+		return done != 0, err
+	})
+	switch {
+	case errors.Is(err, errLate):
+		c.stuck = true
+		return &comm.PeerError{Reason: fmt.Sprintf("did not finish %s within %v", f.cl.Collective, c.timeout)}
+	case err != nil && err == f.ctx.Err():
+		c.stuck = true
+		return fmt.Errorf("mpi: rank %d: gave up on %v in flight: %w", c.rank, f.cl, err)
+	}
+	return err
+}
+
+// errLate is poll's error for a deadline that passed.
+var errLate = errors.New("deadline passed")
+
+// poll calls test until it reports done, and fails with test's error, with
+// ctx's error once ctx is done, or with errLate once deadline has passed.
+// MPI requests usually complete within microseconds, and a peer's part
+// progresses only while it tests too: poll spins, yielding to other
+// goroutines, then backs off to sleeps of at most 100µs between tests.
+func poll(ctx context.Context, deadline time.Time, test func() (bool, error)) error {
+	for spin := 0; ; spin++ {
+		done, err := test()
+		switch {
+		case err != nil:
+			return err
+		case done:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case time.Now().After(deadline):
+			return errLate
+		}
+		if spin < 1000 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(min(time.Duration(spin-1000)*time.Microsecond, 100*time.Microsecond))
+		}
+	}
+}
+
+// hold pins the slices' memory in p: MPI reads and writes a nonblocking
+// call's buffers after the call returns.
+func hold[T any](p *runtime.Pinner, slices ...[]T) {
+	for _, s := range slices {
+		if len(s) > 0 {
+			p.Pin(&s[0])
+		}
+	}
 }
 
 // arrive sends every peer a notice of call cl and waits for theirs, until
@@ -282,37 +381,32 @@ func (c *conn) arrive(ctx context.Context, cl call.Call) error {
 		}
 		pending = append(pending, 2*p, 2*p+1)
 	}
-	deadline := time.Now().Add(c.timeout)
-	for spin := 0; ; spin++ {
+	err := poll(ctx, time.Now().Add(c.timeout), func() (bool, error) {
 		var err error
 		pending = slices.DeleteFunc(pending, func(i int) bool {
 			var done int32
 			err = cmp.Or(err, c.l.check(c.l.test(&c.reqs[i], &done, nil)))
 			return done != 0
 		})
-		switch {
-		case err != nil:
-			return fmt.Errorf("mpi: notice: %w", err)
-		case len(pending) == 0:
-			return c.compare(mine, cl)
-		case ctx.Err() != nil:
-			c.abandon(pending)
-			return fmt.Errorf("mpi: rank %d: %w", c.rank, ctx.Err())
-		case time.Now().After(deadline):
-			c.abandon(pending)
-			var missing []int
-			for _, i := range pending {
-				if i%2 == 0 {
-					missing = append(missing, i/2)
-				}
+		return len(pending) == 0, err
+	})
+	switch {
+	case err == nil:
+		return c.compare(mine, cl)
+	case errors.Is(err, errLate):
+		c.abandon(pending)
+		var missing []int
+		for _, i := range pending {
+			if i%2 == 0 {
+				missing = append(missing, i/2)
 			}
-			return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v", cl.Collective, c.timeout)}
 		}
-		// Notices usually arrive within microseconds: spin, then back off.
-		if spin > 100 {
-			time.Sleep(min(time.Duration(spin-100)*10*time.Microsecond, time.Millisecond))
-		}
+		return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v", cl.Collective, c.timeout)}
+	case err == ctx.Err():
+		c.abandon(pending)
+		return fmt.Errorf("mpi: rank %d: %w", c.rank, err)
 	}
+	return fmt.Errorf("mpi: notice: %w", err)
 }
 
 // compare checks every peer's notice against this rank's.
@@ -348,21 +442,6 @@ func (c *conn) abandon(pending []int) {
 		} else {
 			c.l.requestFree(&c.reqs[i])
 		}
-	}
-}
-
-// watch runs f, giving up after the timeout, when f is left running.
-func (c *conn) watch(cl call.Call, f func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- f() }()
-	timer := time.NewTimer(c.timeout)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
-		c.stuck = true
-		return &comm.PeerError{Reason: fmt.Sprintf("did not finish %s within %v", cl.Collective, c.timeout)}
 	}
 }
 

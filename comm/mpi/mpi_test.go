@@ -61,7 +61,7 @@ func TestConformance(t *testing.T) {
 
 // TestMPIUnderMpirun runs this test binary's MPI tests as two ranks under
 // mpirun, when it was not launched that way itself: the conformance suite,
-// then the watchdog test, which must end its job with a non-zero exit.
+// then TestAbandon both ways, each of which must end its job non-zero.
 func TestMPIUnderMpirun(t *testing.T) {
 	if worldSize != 0 {
 		t.Skip("already running under mpirun")
@@ -90,15 +90,20 @@ func TestMPIUnderMpirun(t *testing.T) {
 	if n := strings.Count(out, "--- PASS: TestConformance "); err != nil || n != 2 {
 		t.Errorf("%d of 2 ranks passed: %s", n, out)
 	}
-	out, err = job("-test.run=^TestWatchdog$", "-mpi.watchdog")
-	if err == nil || !strings.Contains(out, "watchdog: a peer did not finish allreduce within 500ms") {
-		t.Errorf("want a failed job and rank 0 reporting the lost peer: %s", out)
+	for how, want := range map[string]string{
+		"timeout": "abandoned after 0.5s: a peer did not finish allreduce within 500ms",
+		"cancel":  "abandoned after 0.3s: mpi: rank 0: gave up on allreduce of 4 bytes (sum float32) in flight: context deadline exceeded",
+	} {
+		out, err = job("-test.run=^TestAbandon$", "-mpi.abandon="+how)
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("%s: want a failed job and rank 0 saying %q: %s", how, want, out)
+		}
 	}
 }
 
 func TestRegistered(t *testing.T) {
 	needMpirun(t)
-	comms, err := comm.Open("mpi", 0)
+	comms, err := comm.Open("mpi", 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

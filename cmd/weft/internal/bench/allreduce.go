@@ -20,7 +20,7 @@ type AllReduceResult struct {
 // communicators (all ranks of a local group, or this rank of an mpi job),
 // reps times after one warm-up.
 func AllReduce(backend string, ranks, nbytes, reps int) (AllReduceResult, error) {
-	comms, err := comm.Open(backend, ranks)
+	comms, err := comm.Open(backend, ranks, 0)
 	if err != nil {
 		return AllReduceResult{}, err
 	}

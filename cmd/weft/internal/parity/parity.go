@@ -131,7 +131,7 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 	if d.Devices < 0 || (d.Devices == 0 && d.Backend != "mpi") {
 		return nil, fmt.Errorf("devices %d: must be at least 1", d.Devices)
 	}
-	comms, err := comm.Open(d.Backend, d.Devices)
+	comms, err := comm.Open(d.Backend, d.Devices, 0)
 	if err != nil {
 		return nil, err
 	}
