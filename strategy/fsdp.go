@@ -14,6 +14,7 @@ import (
 // r.Scoper's: the parameters outside every unit are gathered first; a
 // failed collective ends fn (see Guard).
 func (r *Rank) Pass(ctx context.Context, fn func() (*autograd.Var, error)) (out *autograd.Var, err error) {
+	r.step = ctx
 	for i := range r.shards {
 		r.shards[i].wire = nil
 	}

@@ -39,6 +39,8 @@ type Rank struct {
 	unitOf  map[any]int // a unit's module → its index in units
 	root    unit        // the parameters outside every unit
 	gathers Gathers
+	// step is the context of the running step (see stepContext).
+	step context.Context
 	// gathered counts the parameter bytes this rank sent in all-gathers,
 	// by wire dtype; the link's goroutines add to it.
 	mu       sync.Mutex
@@ -265,6 +267,16 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 	})
 }
 
+// stepContext is the context of the running step's forward or backward
+// (Pass, SyncGrads), under which precision's agreements run: the loss
+// scaler and FP8 recipes call Any and Max with no context of their own.
+func (r *Rank) stepContext() context.Context {
+	if r.step == nil {
+		return context.Background()
+	}
+	return r.step
+}
+
 // Any reports whether any rank's found is true (a non-finite gradient),
 // so that all ranks skip a step together.
 func (r *Rank) Any(found bool) (bool, error) {
@@ -273,7 +285,7 @@ func (r *Rank) Any(found bool) (bool, error) {
 	if found {
 		flag.Fill(1)
 	}
-	err := r.link.do(context.Background(), func(ctx context.Context, c comm.Communicator) error {
+	err := r.link.do(r.stepContext(), func(ctx context.Context, c comm.Communicator) error {
 		return c.AllReduce(ctx, flag.Data(), dtype.F32, comm.Max)
 	})
 	if err != nil {
@@ -286,7 +298,7 @@ func (r *Rank) Any(found bool) (bool, error) {
 func (r *Rank) Max(v float32) (float32, error) {
 	vals := []float32{v}
 	t := tensor.FromFloat32(vals, 1)
-	err := r.link.do(context.Background(), func(ctx context.Context, c comm.Communicator) error {
+	err := r.link.do(r.stepContext(), func(ctx context.Context, c comm.Communicator) error {
 		return c.AllReduce(ctx, t.Data(), dtype.F32, comm.Max)
 	})
 	if err != nil {

@@ -81,6 +81,7 @@ func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *
 // gives each parameter, or its chunk, the mean gradient over ranks. Ranks
 // must hold equal shares of the global batch.
 func (r *Rank) SyncGrads(ctx context.Context) error {
+	r.step = ctx
 	all := make([]int, len(r.shards))
 	for i := range all {
 		all[i] = i
