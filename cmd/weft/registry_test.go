@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,10 +23,21 @@ func (f64Norm) CastInput(op autograd.Op, in dtype.DType) dtype.DType {
 	return in
 }
 
-// A name registered in the binary (here the test's) is a spec for the CLI.
-var _ = precision.Register("test-f64-norm", func() precision.Plugin { return f64Norm{} })
-
+// TestPlanRegistered: a name registered in the binary is a spec for the
+// CLI. A registration lasts as long as the process, and the catalogue
+// lists weft's own names, so the checks run in a child process.
 func TestPlanRegistered(t *testing.T) {
+	if os.Getenv("WEFT_TEST_REGISTERED") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPlanRegistered$")
+		cmd.Env = append(os.Environ(), "WEFT_TEST_REGISTERED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v:\n%s", err, out)
+		}
+		return
+	}
+	if err := precision.Register("test-f64-norm", func() precision.Plugin { return f64Norm{} }); err != nil {
+		t.Fatal(err)
+	}
 	out, code := run("plan", "--precision", "bf16-true+test-f64-norm", "--json")
 	if code != 0 || !strings.Contains(out, `"precision":"bf16-true+test-f64-norm"`) || !strings.Contains(out, `"norm":"float64"`) {
 		t.Errorf("exit %d; want the plan of bf16-true+test-f64-norm with float64 norms:\n%s", code, out)
