@@ -7,21 +7,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/precision"
 )
 
-// f64Norm runs layer_norm in float64, as a user's plugin might.
-type f64Norm struct{}
+// f64Master keeps master weights in float64, as a user's plugin might; it
+// claims storage alone, so it composes with bf16-mixed by "+".
+type f64Master struct{}
 
-func (f64Norm) Name() string { return "test-f64-norm" }
-func (f64Norm) CastInput(op autograd.Op, in dtype.DType) dtype.DType {
-	if op == autograd.OpLayerNorm {
-		return dtype.F64
-	}
-	return in
-}
+func (f64Master) Name() string              { return "test-f64-master" }
+func (f64Master) StorageDType() dtype.DType { return dtype.F64 }
 
 // TestPlanRegistered: a name registered in the binary is a spec for the
 // CLI. A registration lasts as long as the process, and the catalogue
@@ -35,23 +30,26 @@ func TestPlanRegistered(t *testing.T) {
 		}
 		return
 	}
-	if err := precision.Register("test-f64-norm", func() precision.Plugin { return f64Norm{} }); err != nil {
+	if err := precision.Register("test-f64-master", func() precision.Plugin { return f64Master{} }); err != nil {
 		t.Fatal(err)
 	}
-	out, code := run("plan", "--precision", "bf16-true+test-f64-norm", "--json")
-	if code != 0 || !strings.Contains(out, `"precision":"bf16-true+test-f64-norm"`) || !strings.Contains(out, `"norm":"float64"`) {
-		t.Errorf("exit %d; want the plan of bf16-true+test-f64-norm with float64 norms:\n%s", code, out)
+	// module, kind, plugins, converted, storage, gemm: bf16-mixed leaves
+	// float64 alone, as CUDA autocast does.
+	out, code := run("plan", "--precision", "bf16-mixed+test-f64-master")
+	if code != 0 || !strings.Contains(out, "precision bf16-mixed+test-f64-master;") ||
+		!regexp.MustCompile(`blocks\.0\.qkv +Linear +bf16-mixed\+test-f64-master +- +float64 +float64 `).MatchString(out) {
+		t.Errorf("exit %d; want blocks.0.qkv stored and computing in float64:\n%s", code, out)
 	}
-	out, code = run("plan", "--precision", "bf16-mixed", "--precision-for", "kind:LayerNorm=test-f64-norm")
-	// module, kind, plugins, converted, storage, gemm, norm
-	if code != 0 || !regexp.MustCompile(`blocks\.0\.ln1 +LayerNorm +test-f64-norm +- +float32 +float32 +float64 `).MatchString(out) {
-		t.Errorf("exit %d; want blocks.0.ln1 under test-f64-norm, norm in float64:\n%s", code, out)
+	out, code = run("plan", "--precision", "bf16-mixed", "--precision-for", "kind:LayerNorm=test-f64-master")
+	if code != 0 || !regexp.MustCompile(`blocks\.0\.ln1 +LayerNorm +test-f64-master +- +float64 `).MatchString(out) ||
+		!regexp.MustCompile(`blocks\.0\.qkv +Linear +bf16-mixed +- +float32 `).MatchString(out) {
+		t.Errorf("exit %d; want only the LayerNorms under test-f64-master:\n%s", code, out)
 	}
-	out, code = run("plan", "--precision", "bf16-mixed+test-f64-norm")
-	if code != 2 || !strings.Contains(out, "role compute (autocast) claimed by bf16-mixed and test-f64-norm") {
-		t.Errorf("exit %d; want the compute conflict of two autocasts:\n%s", code, out)
+	out, code = run("plan", "--precision", "bf16-true+test-f64-master")
+	if code != 2 || !strings.Contains(out, "role storage claimed by bf16-true (bfloat16) and test-f64-master (float64)") {
+		t.Errorf("exit %d; want the storage conflict:\n%s", code, out)
 	}
-	if out, _ := run("plan", "--precision", "fp9"); !strings.Contains(out, "test-f64-norm") {
+	if out, _ := run("plan", "--precision", "fp9"); !strings.Contains(out, "test-f64-master") {
 		t.Errorf("the unknown-spec error does not list the registered name:\n%s", out)
 	}
 }
