@@ -60,6 +60,7 @@ var specs = []spec{
 	{"int8-training", func(Options) Plugin { return quant.NewInt8(true) }},
 }
 
+// spec is a built-in spec name and its builder.
 type spec struct {
 	name  string
 	build func(Options) Plugin
@@ -161,7 +162,8 @@ func (s Spec) New() (Plugin, error) {
 	return s.build()
 }
 
-// String is the canonical name of the plugins the spec builds.
+// String is the spec's canonical spelling, which ParseSpec reads back to
+// the same Spec: the plugins' names, with the arguments given ("fp8(margin=1)").
 func (s Spec) String() string {
 	if s.build == nil {
 		return "32-true"
@@ -213,9 +215,10 @@ func Join(specs ...Spec) (Spec, error) {
 	return Spec{name: strings.Join(names, "+"), build: build}, nil
 }
 
-// ParseSpec reads a spec string: one of Specs, a jmp-style policy
-// ("params=float32,compute=bfloat16,output=float32"), or several joined
-// with "+" and composed ("bf16-mixed+fp8"). Warnings (deprecated aliases)
+// ParseSpec reads a spec string: one of Specs, with arguments where its
+// plugin takes any ("fp8(margin=1,history=16)", "nf4(block=128)"), a
+// jmp-style policy ("params=float32,compute=bfloat16,output=float32"), or
+// several joined with "+" and composed ("bf16-mixed+fp8"). Warnings (deprecated aliases)
 // go to opts.Warn here, once, not on every New.
 func ParseSpec(spec string, opts Options) (Spec, error) {
 	parts := strings.Split(spec, "+")
