@@ -2,7 +2,11 @@ package precision
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/weftml/weft/dtype"
@@ -23,10 +27,7 @@ type Options struct {
 }
 
 // specs builds each canonical spec string's plugin, in Lightning's order.
-var specs = []struct {
-	name  string
-	build func(Options) Plugin
-}{
+var specs = []spec{
 	{"64-true", func(Options) Plugin { return True{DType: dtype.F64} }},
 	{"32-true", func(Options) Plugin { return True{DType: dtype.F32} }},
 	{"16-mixed", func(o Options) Plugin {
@@ -59,6 +60,12 @@ var specs = []struct {
 	{"int8-training", func(Options) Plugin { return quant.NewInt8(true) }},
 }
 
+// spec is a built-in spec name and its builder.
+type spec struct {
+	name  string
+	build func(Options) Plugin
+}
+
 // aliases are Lightning's historical spellings; those with a notice warn.
 var aliases = map[string]struct{ target, notice string }{
 	"64":   {"64-true", ""},
@@ -84,13 +91,57 @@ func (o Options) gradScaler() *GradScaler {
 	return s
 }
 
-// Specs lists every accepted spec string: canonical names, then aliases.
+// Specs lists every accepted spec string: canonical names, aliases, then
+// the names given to Register, sorted.
 func Specs() []string {
 	out := make([]string, 0, len(specs)+len(aliases))
 	for _, s := range specs {
 		out = append(out, s.name)
 	}
-	return append(out, "64", "32", "16", "bf16")
+	out = append(out, "64", "32", "16", "bf16")
+	registry.RLock()
+	defer registry.RUnlock()
+	return append(out, slices.Sorted(maps.Keys(registry.factories))...)
+}
+
+// registry holds the plugins of one's own that Register names.
+var registry struct {
+	sync.RWMutex
+	factories map[string]func() Plugin
+}
+
+// validName is a spec name: it may not hold the spec grammar's
+// separators ("+" between plugins, "=" and "," of a policy, the
+// parentheses of arguments).
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// Register makes factory's plugin a spec name, accepted wherever a spec
+// string is (--precision, --precision-for, a config's precision:, weft
+// plan) and composable with "+". factory is called once for every model
+// (and rank) resolved with the name and must return a fresh value. A name
+// that is not a valid spec name, or is taken (built in, an alias, or
+// registered), is an error. It is safe for concurrent use.
+func Register(name string, factory func() Plugin) error {
+	if !validName.MatchString(name) {
+		return fmt.Errorf("precision: cannot register %q: a spec name is letters, digits, '.', '_' and '-', starting with a letter or digit", name)
+	}
+	if factory == nil {
+		return fmt.Errorf("precision: cannot register %q: the factory is nil", name)
+	}
+	_, alias := aliases[name]
+	if alias || slices.ContainsFunc(specs, func(s spec) bool { return s.name == name }) {
+		return fmt.Errorf("precision: cannot register %q: a built-in spec has that name", name)
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if _, ok := registry.factories[name]; ok {
+		return fmt.Errorf("precision: cannot register %q: it is registered already", name)
+	}
+	if registry.factories == nil {
+		registry.factories = map[string]func() Plugin{}
+	}
+	registry.factories[name] = factory
+	return nil
 }
 
 // Spec is a parsed precision spec: a recipe for plugins, not a plugin.
@@ -111,7 +162,8 @@ func (s Spec) New() (Plugin, error) {
 	return s.build()
 }
 
-// String is the canonical name of the plugins the spec builds.
+// String is the spec's canonical spelling, which ParseSpec reads back to
+// the same Spec: the plugins' names, with the arguments given ("fp8(margin=1)").
 func (s Spec) String() string {
 	if s.build == nil {
 		return "32-true"
@@ -153,16 +205,20 @@ func Join(specs ...Spec) (Spec, error) {
 		}
 		return Compose(ps...)
 	}
-	p, err := build()
-	if err != nil {
+	if _, err := build(); err != nil {
 		return Spec{}, err
 	}
-	return Spec{name: p.Name(), build: build}, nil
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.String()
+	}
+	return Spec{name: strings.Join(names, "+"), build: build}, nil
 }
 
-// ParseSpec reads a spec string: one of Specs, a jmp-style policy
-// ("params=float32,compute=bfloat16,output=float32"), or several joined
-// with "+" and composed ("bf16-mixed+fp8"). Warnings (deprecated aliases)
+// ParseSpec reads a spec string: one of Specs, with arguments where its
+// plugin takes any ("fp8(margin=1,history=16)", "nf4(block=128)"), a
+// jmp-style policy ("params=float32,compute=bfloat16,output=float32"), or
+// several joined with "+" and composed ("bf16-mixed+fp8"). Warnings (deprecated aliases)
 // go to opts.Warn here, once, not on every New.
 func ParseSpec(spec string, opts Options) (Spec, error) {
 	parts := strings.Split(spec, "+")
@@ -189,15 +245,45 @@ func Parse(spec string, opts Options) (Plugin, error) {
 	return s.New()
 }
 
-func parseOne(spec string, opts Options) (Spec, error) {
-	name := strings.TrimSpace(spec)
-	if strings.Contains(name, "=") {
+func parseOne(text string, opts Options) (Spec, error) {
+	text = strings.TrimSpace(text)
+	name, args, hasArgs := strings.Cut(text, "(")
+	if !hasArgs && strings.Contains(name, "=") {
 		p, err := ParseJMP(name)
 		if err != nil {
 			return Spec{}, err
 		}
 		return Spec{name: p.Name(), build: func() (Plugin, error) { return p, nil }}, nil
 	}
+	if hasArgs {
+		var closed bool
+		if args, closed = strings.CutSuffix(args, ")"); !closed {
+			return Spec{}, fmt.Errorf("precision %q: want NAME(ARG=VALUE,...) with a closing parenthesis", text)
+		}
+	}
+	canonical, base := lookup(strings.TrimSpace(name), opts)
+	if base == nil {
+		return Spec{}, fmt.Errorf("precision %q is not known; accepted: %s, a policy like params=float32,compute=bfloat16,output=float32, or several joined by +", text, strings.Join(Specs(), ", "))
+	}
+	if !hasArgs {
+		return Spec{name: canonical, build: func() (Plugin, error) { return base(), nil }}, nil
+	}
+	set, canonArgs, err := parseArgs(base(), args)
+	if err != nil {
+		return Spec{}, fmt.Errorf("precision %q: %w", text, err)
+	}
+	build := func() (Plugin, error) {
+		p := base()
+		set(p)
+		return p, nil
+	}
+	return Spec{name: strings.TrimSpace(name) + "(" + canonArgs + ")", build: build}, nil
+}
+
+// lookup returns the builder of a spec name, built in, an alias (whose
+// notice goes to opts.Warn) or registered, and the canonical name of what
+// it builds; build is nil for a name that is not known.
+func lookup(name string, opts Options) (canonical string, build func() Plugin) {
 	if a, ok := aliases[name]; ok {
 		if a.notice != "" && opts.Warn != nil {
 			opts.Warn(a.notice)
@@ -206,9 +292,14 @@ func parseOne(spec string, opts Options) (Spec, error) {
 	}
 	for _, s := range specs {
 		if s.name == name {
-			build := s.build
-			return Spec{name: build(opts).Name(), build: func() (Plugin, error) { return build(opts), nil }}, nil
+			build := func() Plugin { return s.build(opts) }
+			return build().Name(), build
 		}
 	}
-	return Spec{}, fmt.Errorf("precision %q is not known; accepted: %s, a policy like params=float32,compute=bfloat16,output=float32, or several joined by +", spec, strings.Join(Specs(), ", "))
+	registry.RLock()
+	defer registry.RUnlock()
+	if f, ok := registry.factories[name]; ok {
+		return name, f
+	}
+	return "", nil
 }

@@ -155,6 +155,23 @@ var catalogue = []badInput{
 		shardedRun(dir, "1")
 		return append(shardedArgs(dir, "2"), "--resume")
 	}, nil, 16 << 10},
+	// After the full disk: the testing package's own log (testlog.txt,
+	// buffered) must not flush during that case's file-size limit, and
+	// cases before it shift where it flushes.
+	{"an unknown spec argument", func(string) []string { return []string{"plan", "--precision", "bf16-mixed+fp8(margn=1)"} }, nil, 0},
+	{"a spec argument that is not a number", func(string) []string { return []string{"plan", "--precision", "fp8(history=long)"} }, nil, 0},
+	{"a spec argument out of range", func(string) []string { return []string{"plan", "--precision", "fp8(margin=-1)"} }, nil, 0},
+	{"a spec argument not among its values", func(string) []string { return []string{"plan", "--precision", "fp8(algo=mean)"} }, nil, 0},
+	{"a spec argument given twice", func(string) []string { return []string{"plan", "--precision", "fp8(margin=1,margin=2)"} }, nil, 0},
+	{"a spec argument without a value", func(string) []string { return []string{"plan", "--precision", "fp8(margin)"} }, nil, 0},
+	{"arguments to a spec that takes none", func(string) []string { return []string{"plan", "--precision", "bf16-mixed(margin=1)"} }, nil, 0},
+	{"a spec's arguments without the closing parenthesis", func(string) []string { return []string{"plan", "--precision", "fp8(margin=1"} }, nil, 0},
+	{"a bad spec argument in a per-module rule", func(string) []string {
+		return []string{"plan", "--precision-for", "blocks.*=nf4(block=100)"}
+	}, nil, 0},
+	{"a bad spec argument in a config", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precision: bf16-mixed+fp8(history=0)\n")), "--out", dir}
+	}, nil, 0},
 }
 
 // shardedArgs trains cnn for steps on two ranks under zero1, which writes

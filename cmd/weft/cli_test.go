@@ -40,6 +40,10 @@ func TestCLI(t *testing.T) {
 			[]string{`"warnings":["fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"]`}},
 		{[]string{"plan", "--precision", "nf4-dq+nf4"}, 2, []string{"role layer replacement claimed by nf4-dq (module blocks.0.qkv) and nf4 (module blocks.0.qkv)"}},
 		{[]string{"plan", "--precision", "fp9"}, 1, []string{`"fp9" is not known`, "bf16-mixed"}},
+		// Spec arguments reach the plugin and come back in the plan's name of it.
+		{[]string{"plan", "--precision", "bf16-mixed+fp8(history=16, margin=1)"}, 0, []string{"precision bf16-mixed+fp8(margin=1,history=16);", "fp8 GEMMs"}},
+		{[]string{"plan", "--precision-for", "blocks.*=bf16-mixed+fp8(algo=most_recent)"}, 0, []string{"blocks.*=bf16-mixed+fp8(algo=most_recent)"}},
+		{[]string{"plan", "--precision", "fp8(margin=99)"}, 1, []string{`precision "fp8(margin=99)": margin=99: want an integer from 0 to 64`}},
 		{[]string{"plan", "--model", "resnet"}, 1, []string{"unknown model", "gpt"}},
 		{[]string{"plan", "--strategy", "deepspeed"}, 1, []string{"unknown strategy", "fsdp"}},
 		{[]string{"parity", "--model", "mlp", "--precision", "bf16-mixed"}, 0, []string{"matches PyTorch's bf16-mixed run"}},
@@ -86,6 +90,7 @@ func TestCLI(t *testing.T) {
 func TestPlanAndTrainRefuseAlike(t *testing.T) {
 	for _, args := range [][]string{
 		{"--precision", "nf4-dq+nf4"},
+		{"--precision", "bf16-mixed+fp8(margin=99)"},
 		{"--model", "hybrid", "--precision", "bf16-true+int8+fp8"},
 		{"--model", "hybrid", "--precision-for", "nothere.**=16-mixed"},
 		{"--model", "cnn", "--precision-for", "head=fp8"},

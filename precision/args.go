@@ -1,0 +1,133 @@
+package precision
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/weftml/weft/precision/fp8"
+	"github.com/weftml/weft/precision/quant"
+)
+
+// arg is one argument a spec takes, as in fp8(margin=1): it sets a field
+// of the plugin member its table belongs to (see argsOf).
+type arg struct {
+	name, want string // "margin", "an integer from 0 to 64"
+	// parse reads v into a setter of the field and v's canonical
+	// spelling; ok is false when v is not accepted.
+	parse func(v string) (set func(Plugin), canon string, ok bool)
+}
+
+// argsOf returns the arguments a plugin member takes, nil for none.
+func argsOf(p Plugin) []arg {
+	switch p.(type) {
+	case *fp8.Delayed:
+		return delayedArgs
+	case *fp8.Current:
+		return currentArgs
+	case *fp8.MX:
+		return mxArgs
+	case *quant.FourBit:
+		return fourBitArgs
+	}
+	return nil
+}
+
+var (
+	delayedArgs = []arg{
+		intArg("margin", 0, 64, func(p Plugin) *int { return &p.(*fp8.Delayed).Margin }),
+		intArg("history", 1, 1<<16, func(p Plugin) *int { return &p.(*fp8.Delayed).HistoryLen }),
+		choiceArg("algo", []string{"max", "most_recent"}, []fp8.AmaxAlgo{fp8.AmaxMax, fp8.AmaxMostRecent},
+			func(p Plugin) *fp8.AmaxAlgo { return &p.(*fp8.Delayed).Algo }),
+		formatArg(func(p Plugin) *fp8.Format { return &p.(*fp8.Delayed).Format }),
+	}
+	currentArgs = []arg{formatArg(func(p Plugin) *fp8.Format { return &p.(*fp8.Current).Format })}
+	mxArgs      = []arg{formatArg(func(p Plugin) *fp8.Format { return &p.(*fp8.MX).Format })}
+	// bitsandbytes' blocksizes for 4-bit quantization.
+	fourBitArgs = []arg{
+		choiceArg("block", []string{"64", "128", "256", "512", "1024", "2048", "4096"}, []int{64, 128, 256, 512, 1024, 2048, 4096},
+			func(p Plugin) *int { return &p.(*quant.FourBit).BlockSize }),
+	}
+)
+
+// formatArg is an FP8 recipe's format, named as Transformer Engine's
+// recipe.Format members are.
+func formatArg(field func(Plugin) *fp8.Format) arg {
+	return choiceArg("format", []string{"hybrid", "e4m3", "e5m2"}, []fp8.Format{fp8.Hybrid, fp8.E4M3, fp8.E5M2}, field)
+}
+
+// intArg is an integer argument from lo to hi.
+func intArg(name string, lo, hi int, field func(Plugin) *int) arg {
+	return arg{name: name, want: fmt.Sprintf("an integer from %d to %d", lo, hi), parse: func(v string) (func(Plugin), string, bool) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return nil, "", false
+		}
+		return func(p Plugin) { *field(p) = n }, strconv.Itoa(n), true
+	}}
+}
+
+// choiceArg is an argument spelled as one of names, which set values.
+func choiceArg[T any](name string, names []string, values []T, field func(Plugin) *T) arg {
+	want := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	return arg{name: name, want: want, parse: func(v string) (func(Plugin), string, bool) {
+		for i, n := range names {
+			if strings.EqualFold(v, n) {
+				return func(p Plugin) { *field(p) = values[i] }, n, true
+			}
+		}
+		return nil, "", false
+	}}
+}
+
+// parseArgs reads the "ARG=VALUE,..." of a spec whose plugin is like
+// sample into a setter for a fresh plugin of the spec and the arguments'
+// canonical spelling, in the table's order. The arguments belong to the
+// first member of the plugin that takes any.
+func parseArgs(sample Plugin, text string) (set func(Plugin), canonical string, err error) {
+	member := -1
+	var table []arg
+	for i, m := range Members(sample) {
+		if table = argsOf(m); table != nil {
+			member = i
+			break
+		}
+	}
+	if table == nil {
+		return nil, "", fmt.Errorf("%s takes no arguments", sample.Name())
+	}
+	setters := make([]func(Plugin), len(table))
+	canon := make([]string, len(table))
+	for _, kv := range strings.Split(text, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" {
+			return nil, "", fmt.Errorf("argument %q: want ARG=VALUE", strings.TrimSpace(kv))
+		}
+		i := slices.IndexFunc(table, func(a arg) bool { return a.name == k })
+		if i < 0 {
+			names := make([]string, len(table))
+			for j, a := range table {
+				names[j] = a.name
+			}
+			return nil, "", fmt.Errorf("unknown argument %s; accepted: %s", k, strings.Join(names, ", "))
+		}
+		if setters[i] != nil {
+			return nil, "", fmt.Errorf("argument %s given twice", k)
+		}
+		if setters[i], canon[i], ok = table[i].parse(v); !ok {
+			return nil, "", fmt.Errorf("%s=%s: want %s", k, v, table[i].want)
+		}
+		canon[i] = k + "=" + canon[i]
+	}
+	set = func(p Plugin) {
+		m := Members(p)[member]
+		for _, s := range setters {
+			if s != nil {
+				s(m)
+			}
+		}
+	}
+	return set, strings.Join(slices.DeleteFunc(canon, func(c string) bool { return c == "" }), ","), nil
+}
