@@ -155,9 +155,6 @@ var catalogue = []badInput{
 		shardedRun(dir, "1")
 		return append(shardedArgs(dir, "2"), "--resume")
 	}, nil, 16 << 10},
-	// After the full disk: the testing package's own log (testlog.txt,
-	// buffered) must not flush during that case's file-size limit, and
-	// cases before it shift where it flushes.
 	{"an unknown spec argument", func(string) []string { return []string{"plan", "--precision", "bf16-mixed+fp8(margn=1)"} }, nil, 0},
 	{"a spec argument that is not a number", func(string) []string { return []string{"plan", "--precision", "fp8(history=long)"} }, nil, 0},
 	{"a spec argument out of range", func(string) []string { return []string{"plan", "--precision", "fp8(margin=-1)"} }, nil, 0},
