@@ -232,7 +232,8 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 		for i, u := range units {
 			nn.Walk(u.Module, func(_ string, mod nn.Module) {
 				for _, fz := range nn.FrozenOf(mod) {
-					sim.units[i].whole += tensor.PoolBytes((*fz.Value).DType(), int(frozenChunk(fz, p.Devices))*p.Devices/(*fz.Value).DType().StorageBytes(1))
+					codes := *fz.Value
+					sim.units[i].whole += tensor.PoolBytes(codes.DType(), strategy.Chunk(codes.Len(), fz.Block, p.Devices)*p.Devices)
 				}
 			})
 		}

@@ -169,7 +169,8 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 			mp.BytesPerRank.Frozen = int64(w.Bytes())
 			if rk.sh.Parameters { // FSDP keeps a chunk of the codes; the constants stay whole
 				for _, fz := range nn.FrozenOf(l) {
-					mp.BytesPerRank.Frozen += frozenChunk(fz, rk.n) - int64((*fz.Value).Bytes())
+					codes := *fz.Value
+					mp.BytesPerRank.Frozen += int64(codes.DType().StorageBytes(strategy.Chunk(codes.Len(), fz.Block, rk.n)) - codes.Bytes())
 				}
 			}
 		}
@@ -231,12 +232,4 @@ func computeDType(p precision.Plugin, op autograd.Op, in dtype.DType) dtype.DTyp
 		return a.CastInput(op, in)
 	}
 	return in
-}
-
-// frozenChunk is the bytes of one of n ranks' chunk of a frozen weight
-// under FSDP: whole blocks, as many as the last rank's padded share.
-func frozenChunk(fz nn.Frozen, n int) int64 {
-	v := *fz.Value
-	blocks := (v.Len() + fz.Block - 1) / fz.Block
-	return int64(v.DType().StorageBytes((blocks + n - 1) / n * fz.Block))
 }

@@ -143,8 +143,7 @@ func (s *shard) whole() bool { return !(*s.slot).IsMeta() || s.codes != nil }
 func newShard(full *autograd.Var, slot **tensor.Tensor, block, size int) shard {
 	v := *slot
 	n := v.Len()
-	blocks := (n + block - 1) / block
-	return shard{full: full, slot: slot, dt: v.DType(), shape: v.Shape(), n: n, chunk: (blocks + size - 1) / size * block}
+	return shard{full: full, slot: slot, dt: v.DType(), shape: v.Shape(), n: n, chunk: Chunk(n, block, size)}
 }
 
 // OptimizerParams are what this rank's optimizer updates: the full

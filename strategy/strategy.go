@@ -54,6 +54,14 @@ func Lookup(name string) (Info, error) {
 	return Info{}, fmt.Errorf("unknown strategy %q (accepted: %s)", name, strings.Join(Names(), ", "))
 }
 
+// Chunk is the elements each of n ranks holds of a tensor of elems
+// elements split in whole blocks of block elements (a quantized weight's;
+// 1 for a parameter), the last chunk zero-padded to the same length.
+func Chunk(elems, block, n int) int {
+	blocks := (elems + block - 1) / block
+	return (blocks + n - 1) / n * block
+}
+
 // PerRank returns the bytes one of n ranks holds of a tensor of total
 // bytes: all of it when replicated, else its ceil(1/n) shard (every shard
 // is padded to the same length, as FSDP's flat parameters are).
