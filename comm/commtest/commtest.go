@@ -88,6 +88,8 @@ var tests = []struct {
 	{"ReduceScatter", testReduceScatter},
 	{"Broadcast", testBroadcast},
 	{"Barrier", testBarrier},
+	{"Tensors", testTensors},
+	{"TensorArguments", testTensorArguments},
 	{"Stats", testStats},
 	{"BadArguments", testBadArguments},
 	{"Closed", testClosed},
