@@ -90,6 +90,8 @@ var tests = []struct {
 	{"Barrier", testBarrier},
 	{"Tensors", testTensors},
 	{"TensorArguments", testTensorArguments},
+	{"Split", testSplit},
+	{"Mesh", testMesh},
 	{"Stats", testStats},
 	{"BadArguments", testBadArguments},
 	{"Closed", testClosed},
