@@ -51,14 +51,9 @@ func (f *Fabric) AllGather(ctx context.Context, t *tensor.Tensor) (*tensor.Tenso
 		return nil, err
 	}
 	out := tensor.New(t.DType(), append([]int{f.worldSize()}, t.Shape()...)...)
-	err := f.collective(ctx, func(ctx context.Context, c comm.Communicator) error {
+	return f.fill(ctx, out, func(ctx context.Context, c comm.Communicator) error {
 		return comm.AllGatherTensor(ctx, c, t, out)
 	})
-	if err != nil {
-		tensor.Free(out)
-		return nil, fmt.Errorf("fabric: %w", err)
-	}
-	return out, nil
 }
 
 // AllReduce returns the reduction of t over ranks, element by element in
@@ -83,17 +78,13 @@ func (f *Fabric) AllReduce(ctx context.Context, t *tensor.Tensor, op Reduction) 
 		return nil, fmt.Errorf("fabric: allreduce: the mean of the %v tensor %v would not be one; use Sum and divide", t.DType(), t)
 	}
 	out := t.Clone()
-	err := f.collective(ctx, func(ctx context.Context, c comm.Communicator) error {
+	reduced, err := f.fill(ctx, out, func(ctx context.Context, c comm.Communicator) error {
 		return comm.AllReduceTensor(ctx, c, out, cop)
 	})
-	if err != nil {
-		tensor.Free(out)
-		return nil, fmt.Errorf("fabric: %w", err)
+	if err == nil && op == Mean {
+		reduced.ScaleInPlace(1 / float64(f.worldSize()))
 	}
-	if op == Mean {
-		out.ScaleInPlace(1 / float64(f.worldSize()))
-	}
-	return out, nil
+	return reduced, err
 }
 
 // Broadcast returns rank src's t on every rank.
@@ -107,14 +98,9 @@ func (f *Fabric) Broadcast(ctx context.Context, t *tensor.Tensor, src int) (*ten
 		return nil, fmt.Errorf("fabric: broadcast: src rank %d outside [0, %d)", src, n)
 	}
 	out := t.Clone()
-	err := f.collective(ctx, func(ctx context.Context, c comm.Communicator) error {
+	return f.fill(ctx, out, func(ctx context.Context, c comm.Communicator) error {
 		return comm.BroadcastTensor(ctx, c, out, src)
 	})
-	if err != nil {
-		tensor.Free(out)
-		return nil, fmt.Errorf("fabric: %w", err)
-	}
-	return out, nil
 }
 
 // Barrier returns once every rank has called it.
@@ -124,6 +110,16 @@ func (f *Fabric) Barrier(ctx context.Context) error {
 		return fmt.Errorf("fabric: %w", err)
 	}
 	return nil
+}
+
+// fill runs the collective fn, which fills out: it returns out, or frees
+// it if fn fails.
+func (f *Fabric) fill(ctx context.Context, out *tensor.Tensor, fn func(context.Context, comm.Communicator) error) (*tensor.Tensor, error) {
+	if err := f.collective(ctx, fn); err != nil {
+		tensor.Free(out)
+		return nil, fmt.Errorf("fabric: %w", err)
+	}
+	return out, nil
 }
 
 // operand reports whether t has values to communicate.
