@@ -7,7 +7,18 @@
 // Buffers are raw little-endian bytes in a dtype.DType, so a bf16 gradient
 // moves 2 bytes per element and an FP8 gather 1. Reductions are
 // deterministic (see Reduce): every rank gets the same bits, on every run and
-// on every backend.
+// on every backend. Code above comm calls the collectives on tensors
+// (AllReduceTensor ...), which take the dtype from the tensor and check
+// shapes, rather than handle a tensor's bytes itself.
+//
+// Split divides a group into sub-communicators, as MPI_Comm_split does
+// (in-process groups on local, MPI_Comm_split itself on mpi), each with
+// its own Stats, so that traffic is counted per group. NewMesh builds on it
+// the 2-D mesh of data × tensor parallelism: N ranks as N/T rows of T,
+// rank r at row r/T and column r%T as Megatron-LM orders them, so that a
+// row is a tensor-parallel group of adjacent ranks and a column the
+// data-parallel group of the ranks that hold the same tensor-parallel
+// shard.
 package comm
 
 import (
@@ -54,6 +65,13 @@ type Communicator interface {
 	Broadcast(ctx context.Context, buf []byte, root int) error
 	// Barrier returns once every rank has called it.
 	Barrier(ctx context.Context) error
+	// Split divides the group as MPI_Comm_split does: the ranks that pass
+	// one color (>= 0) form a group of their own, ranked by key and then
+	// by rank in this group, and each gets a Communicator on it, with
+	// Stats of its own. Every rank must call it. The new communicator is
+	// independent of this one: it stays open when this one closes, and
+	// must be closed itself.
+	Split(ctx context.Context, color, key int) (Communicator, error)
 	// Stats returns the traffic counted since the communicator was made.
 	Stats() Stats
 	// Close releases the communicator; later calls fail with ErrClosed.
@@ -65,7 +83,8 @@ type Communicator interface {
 // Transport is the part of a Communicator that a backend implements; New
 // adds the rest. New checks arguments first, so a Transport sees only
 // well-formed calls (len(recv) == Size()*len(send) in AllGather, say), and
-// it only ever sees Close once.
+// it only ever sees Close once. Split returns the sub-group's Transport,
+// which the caller's Communicator wraps with New.
 type Transport interface {
 	Rank() int
 	Size() int
@@ -74,6 +93,7 @@ type Transport interface {
 	ReduceScatter(ctx context.Context, send, recv []byte, dt dtype.DType, op Op) error
 	Broadcast(ctx context.Context, buf []byte, root int) error
 	Barrier(ctx context.Context) error
+	Split(ctx context.Context, color, key int) (Transport, error)
 	Close() error
 }
 
@@ -118,6 +138,7 @@ const (
 	ReduceScatter
 	Broadcast
 	Barrier
+	Split
 )
 
 var collectiveNames = [...]string{
@@ -126,6 +147,7 @@ var collectiveNames = [...]string{
 	ReduceScatter: "reducescatter",
 	Broadcast:     "broadcast",
 	Barrier:       "barrier",
+	Split:         "split",
 }
 
 func (c Collective) String() string {
@@ -141,7 +163,8 @@ func (c Collective) String() string {
 // however many peers receive it and whatever algorithm the backend uses, so
 // that every backend reports the same numbers for the same calls. That is
 // len(buf) for AllReduce, len(send) for AllGather and ReduceScatter, len(buf)
-// at the root of a Broadcast (0 elsewhere) and 0 for Barrier; a group of one
+// at the root of a Broadcast (0 elsewhere) and 0 for Barrier and Split, whose
+// sub-communicators count their own traffic; a group of one
 // rank sends nothing. AllGather and Broadcast move opaque bytes and are
 // counted under dtype.Invalid. Wire traffic is a fixed multiple of these
 // numbers for a given algorithm: 2(n-1)/n for a ring AllReduce of n ranks.

@@ -2,12 +2,15 @@ package comm_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/comm/local"
 	"github.com/weftml/weft/dtype"
 )
 
@@ -132,5 +135,18 @@ func TestPeerError(t *testing.T) {
 		if got := (&comm.PeerError{Ranks: tc.ranks, Reason: "left"}).Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
 		}
+	}
+}
+
+func TestMeshRefusesSizesThatDoNotDivide(t *testing.T) {
+	err := comm.Each(local.NewGroup(4, local.Options{}), func(_ int, c comm.Communicator) error {
+		_, err := comm.NewMesh(context.Background(), c, 3)
+		if want := "comm: mesh: tensor-parallel size 3 does not divide 4 ranks (accepted: 1, 2, 4)"; err == nil || err.Error() != want {
+			return fmt.Errorf("got %v, want %q", err, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

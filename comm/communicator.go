@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -67,6 +68,24 @@ func (c *communicator) Broadcast(ctx context.Context, buf []byte, root int) erro
 
 func (c *communicator) Barrier(ctx context.Context) error {
 	return c.do(Barrier, dtype.Invalid, 0, nil, func() error { return c.t.Barrier(ctx) })
+}
+
+func (c *communicator) Split(ctx context.Context, color, key int) (Communicator, error) {
+	var err error
+	switch {
+	case color < 0 || color > math.MaxInt32:
+		err = fmt.Errorf("color %d outside [0, 2³¹)", color)
+	case key < math.MinInt32 || key > math.MaxInt32:
+		err = fmt.Errorf("key %d outside the range of a 32-bit int", key)
+	}
+	var sub Transport
+	if err := c.do(Split, dtype.Invalid, 0, err, func() (err error) {
+		sub, err = c.t.Split(ctx, color, key)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return New(sub), nil
 }
 
 // do runs call unless the arguments were bad (err) or c is closed, and

@@ -146,12 +146,12 @@ func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, t
 	if f.dist == nil || f.dist.Comm().Size() == 1 {
 		return local.Item(), nil
 	}
-	c := f.dist.Comm()
-	full := tensor.New(logits.DType(), c.Size()*logits.Dim(0), logits.Dim(-1))
-	defer tensor.Free(full)
-	if err := f.dist.AllGather(ctx, logits.Data(), full.Data()); err != nil {
-		return 0, fmt.Errorf("fabric: gathering logits: %w", err)
+	stacked, err := f.AllGather(ctx, logits)
+	if err != nil {
+		return 0, fmt.Errorf("gathering logits: %w", err)
 	}
+	full := stacked.Reshape(-1, logits.Dim(-1)) // the ranks' rows, one batch
+	defer tensor.Discard(full)
 	l, err := tensor.CrossEntropy(full, targets)
 	if err != nil {
 		return 0, err

@@ -253,7 +253,7 @@ func (r *Rank) AfterStep(ctx context.Context) error {
 		for i := range r.shards {
 			s := &r.shards[i]
 			padded := tensor.New(s.dt, s.chunk*c.Size())
-			if err := c.AllGather(ctx, s.local.Value.Data(), padded.Data()); err != nil {
+			if err := comm.AllGatherTensor(ctx, c, s.local.Value, padded); err != nil {
 				tensor.Free(padded)
 				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
 			}
@@ -284,10 +284,7 @@ func (r *Rank) Any(found bool) (bool, error) {
 	if found {
 		flag.Fill(1)
 	}
-	err := r.link.do(r.stepContext(), func(ctx context.Context, c comm.Communicator) error {
-		return c.AllReduce(ctx, flag.Data(), dtype.F32, comm.Max)
-	})
-	if err != nil {
+	if err := r.allReduce(flag, comm.Max); err != nil {
 		return false, fmt.Errorf("strategy %s: agreeing on inf/NaN: %w", r.Info.Name, err)
 	}
 	return flag.Float32s()[0] != 0, nil
@@ -295,15 +292,18 @@ func (r *Rank) Any(found bool) (bool, error) {
 
 // Max returns the largest over ranks of v (an FP8 amax); NaN if any is.
 func (r *Rank) Max(v float32) (float32, error) {
-	vals := []float32{v}
-	t := tensor.FromFloat32(vals, 1)
-	err := r.link.do(r.stepContext(), func(ctx context.Context, c comm.Communicator) error {
-		return c.AllReduce(ctx, t.Data(), dtype.F32, comm.Max)
-	})
-	if err != nil {
+	t := tensor.FromFloat32([]float32{v}, 1)
+	if err := r.allReduce(t, comm.Max); err != nil {
 		return 0, fmt.Errorf("strategy %s: amax: %w", r.Info.Name, err)
 	}
-	return vals[0], nil
+	return t.Float32s()[0], nil
+}
+
+// allReduce reduces t over ranks in the running step's context.
+func (r *Rank) allReduce(t *tensor.Tensor, op comm.Op) error {
+	return r.link.do(r.stepContext(), func(ctx context.Context, c comm.Communicator) error {
+		return comm.AllReduceTensor(ctx, c, t, op)
+	})
 }
 
 // Sum returns the sum over ranks of v (a squared gradient norm of chunks).
@@ -319,18 +319,19 @@ func (r *Rank) Sum(ctx context.Context, v float64) (float64, error) {
 	return s, nil
 }
 
-// AllGather gathers every rank's send into recv in rank order, in turn
-// with the strategy's own collectives.
-func (r *Rank) AllGather(ctx context.Context, send, recv []byte) error {
-	return r.link.do(ctx, func(ctx context.Context, c comm.Communicator) error {
-		return c.AllGather(ctx, send, recv)
-	})
+// Collective runs fn on the rank's communicator once every collective
+// issued before it is done (the strategy's own run in the background: a
+// prefetched gather, a gradient reduction), so that every rank makes its
+// calls in one order: how the rank's user (the fabric's AllGather,
+// AllReduce ...) communicates while a strategy is set up.
+func (r *Rank) Collective(ctx context.Context, fn func(context.Context, comm.Communicator) error) error {
+	return r.link.do(ctx, fn)
 }
 
 // gatherAs all-gathers chunk as it is stored into a padded whole.
 func (r *Rank) gatherAs(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor) (*tensor.Tensor, error) {
 	all := tensor.New(chunk.DType(), chunk.Len()*c.Size())
-	if err := c.AllGather(ctx, chunk.Data(), all.Data()); err != nil {
+	if err := comm.AllGatherTensor(ctx, c, chunk, all); err != nil {
 		tensor.Free(all)
 		return nil, err
 	}
@@ -340,7 +341,7 @@ func (r *Rank) gatherAs(ctx context.Context, c comm.Communicator, chunk *tensor.
 
 func (r *Rank) count(dt dtype.DType, sent *tensor.Tensor) {
 	r.mu.Lock()
-	r.gathered[dt] += int64(len(sent.Data()))
+	r.gathered[dt] += int64(sent.Bytes())
 	r.mu.Unlock()
 }
 
@@ -397,9 +398,11 @@ func view(padded *tensor.Tensor, n int, shape []int) *tensor.Tensor {
 // zero-padded past t's end.
 func slice(t *tensor.Tensor, start, n int) *tensor.Tensor {
 	out := tensor.New(t.DType(), n)
-	size := t.DType().Bits() / 8
-	if start < t.Len() {
-		copy(out.Data(), t.Data()[start*size:min(t.Len(), start+n)*size])
+	if m := min(t.Len(), start+n) - start; m > 0 {
+		src, dst := t.Flat(start, m), out.Flat(0, m)
+		dst.CopyFrom(src) // one dtype: the bytes as they are
+		tensor.FreeView(src)
+		tensor.FreeView(dst)
 	}
 	return out
 }

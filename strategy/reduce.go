@@ -49,7 +49,7 @@ func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *
 		padded := pad(g, s.chunk*c.Size())
 		tensor.Free(g)
 		out = tensor.New(dt, s.chunk)
-		err := c.ReduceScatter(ctx, padded.Data(), out.Data(), dt, comm.Sum)
+		err := comm.ReduceScatterTensor(ctx, c, padded, out, comm.Sum)
 		tensor.Free(padded)
 		if err != nil {
 			tensor.Free(out)
@@ -61,7 +61,7 @@ func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *
 			out = pad(g, s.chunk*c.Size())
 			tensor.Free(g)
 		}
-		if err := c.AllReduce(ctx, out.Data(), dt, comm.Sum); err != nil {
+		if err := comm.AllReduceTensor(ctx, c, out, comm.Sum); err != nil {
 			tensor.Free(out)
 			return fmt.Errorf("all-reduce: %w", err)
 		}

@@ -69,6 +69,18 @@ func (a *awkward) Barrier(ctx context.Context) error {
 	return a.pieces(ctx, 0, 1, func(int, int) error { return a.c.Barrier(ctx) })
 }
 
+// Split splits c: the subgroup's calls are as awkward as this group's.
+func (a *awkward) Split(ctx context.Context, color, key int) (comm.Transport, error) {
+	if err := sleep(ctx, a.delay); err != nil {
+		return nil, err
+	}
+	sub, err := a.c.Split(ctx, color, key)
+	if err != nil {
+		return nil, err
+	}
+	return &awkward{c: sub, delay: a.delay}, nil
+}
+
 // pieces calls f on the pieces [lo, hi) of an n-byte buffer, cut at whole
 // units, after this rank's delay; an empty buffer is one empty piece.
 func (a *awkward) pieces(ctx context.Context, n, unit int, f func(lo, hi int) error) error {

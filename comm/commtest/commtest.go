@@ -30,8 +30,11 @@ import (
 // reference computed here bit for bit, so all ranks agree; Stats must count
 // exactly what comm.Stats documents; bad arguments must fail without
 // breaking the group; and a canceled context or a peer that never calls
-// must fail a call, naming the peer, rather than hang it. Run does all this
-// twice: on the communicators as they are, and wrapped by Awkward.
+// must fail a call, naming the peer, rather than hang it. The collectives
+// on tensors must give the same bits and refuse shapes that do not split;
+// Split's subgroups and NewMesh's rows and columns must span exactly their
+// ranks, in order, each counting its own Stats. Run does all this twice: on
+// the communicators as they are, and wrapped by Awkward.
 //
 // newGroup(n) returns the communicators that this process hosts in a new
 // group of n ranks: all n for in-process ranks; for a backend with a
@@ -88,6 +91,10 @@ var tests = []struct {
 	{"ReduceScatter", testReduceScatter},
 	{"Broadcast", testBroadcast},
 	{"Barrier", testBarrier},
+	{"Tensors", testTensors},
+	{"TensorArguments", testTensorArguments},
+	{"Split", testSplit},
+	{"Mesh", testMesh},
 	{"Stats", testStats},
 	{"BadArguments", testBadArguments},
 	{"Closed", testClosed},

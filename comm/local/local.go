@@ -8,13 +8,17 @@
 // A rank that waits longer than the group's timeout for a peer, or whose
 // context is done, fails the call and breaks the group: every rank's pending
 // and later calls fail with the same comm.PeerError, naming the rank that
-// did not arrive, gave up or closed its communicator.
+// did not arrive, gave up or closed its communicator. Split makes groups of
+// the same goroutines, independent of the group they were split from:
+// breaking one leaves the others working.
 package local
 
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,12 +49,7 @@ func NewGroup(n int, opts Options) []comm.Communicator {
 	if n < 1 {
 		panic(fmt.Sprintf("local: NewGroup(%d)", n))
 	}
-	g := &group{
-		size:    n,
-		timeout: cmp.Or(opts.Timeout, comm.DefaultTimeout),
-		rounds:  map[uint64]*round{},
-		broken:  make(chan struct{}),
-	}
+	g := newGroup(n, cmp.Or(opts.Timeout, comm.DefaultTimeout))
 	comms := make([]comm.Communicator, n)
 	for i := range comms {
 		comms[i] = comm.New(&rank{g: g, id: i})
@@ -69,12 +68,19 @@ type group struct {
 	broken chan struct{}     // closed when err is set
 }
 
+func newGroup(n int, timeout time.Duration) *group {
+	return &group{size: n, timeout: timeout, rounds: map[uint64]*round{}, broken: make(chan struct{})}
+}
+
 // round is one collective call, shared by the ranks that make it.
 type round struct {
 	call  call.Call
 	first int      // the rank whose call the others must match
 	in    [][]byte // each rank's input buffer
 	steps []step
+	// subgroups are a Split's groups by color, made by the first of
+	// their ranks to get there; guarded by the group's mu.
+	subgroups map[int]*group
 }
 
 // step is a point in a call that no rank passes until all reach it.
@@ -173,6 +179,40 @@ func (r *rank) Broadcast(ctx context.Context, buf []byte, root int) error {
 func (r *rank) Barrier(ctx context.Context) error {
 	_, err := r.join(ctx, call.Call{Collective: comm.Barrier}, nil, 1)
 	return err
+}
+
+// Split publishes this rank's color and key; once every rank has, each
+// finds its subgroup's members in them, and the first of a color to get
+// there makes the group that the others join.
+func (r *rank) Split(ctx context.Context, color, key int) (comm.Transport, error) {
+	mine := make([]byte, 16)
+	binary.LittleEndian.PutUint64(mine, uint64(color))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(key))
+	s, err := r.join(ctx, call.Call{Collective: comm.Split, Bytes: len(mine)}, mine, 1)
+	if err != nil {
+		return nil, err
+	}
+	type member struct{ rank, key int }
+	var members []member
+	for k, in := range s.round.in {
+		if int(binary.LittleEndian.Uint64(in)) == color {
+			members = append(members, member{k, int(binary.LittleEndian.Uint64(in[8:]))})
+		}
+	}
+	slices.SortStableFunc(members, func(a, b member) int { return cmp.Compare(a.key, b.key) })
+	id := slices.IndexFunc(members, func(m member) bool { return m.rank == r.id })
+	g := r.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s.round.subgroups == nil {
+		s.round.subgroups = map[int]*group{}
+	}
+	sub := s.round.subgroups[color]
+	if sub == nil {
+		sub = newGroup(len(members), g.timeout)
+		s.round.subgroups[color] = sub
+	}
+	return &rank{g: sub, id: id}, nil
 }
 
 // Close breaks the group: peers waiting for this rank would otherwise wait

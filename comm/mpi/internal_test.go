@@ -35,7 +35,7 @@ func TestAbandon(t *testing.T) {
 		t.Skip("needs -mpi.abandon, in an MPI job of its own: it leaves MPI stuck")
 	}
 	timeout := map[string]time.Duration{"timeout": 500 * time.Millisecond, "cancel": time.Minute}[*abandon]
-	c, err := newConn(state.lib, timeout)
+	c, err := worldConn(state.lib, timeout)
 	if err != nil {
 		t.Fatal(err)
 	}

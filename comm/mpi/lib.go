@@ -28,6 +28,7 @@ type lib struct {
 	commRank      func(comm uintptr, rank *int32) int32
 	commSize      func(comm uintptr, size *int32) int32
 	commDup       func(comm uintptr, dup *uintptr) int32
+	commSplit     func(comm uintptr, color, key int32, sub *uintptr) int32
 	commFree      func(comm *uintptr) int32
 	setErrhandler func(comm, errhandler uintptr) int32
 	errorString   func(code int32, s *byte, n *int32) int32
@@ -91,6 +92,7 @@ func bind(h uintptr) (*lib, error) {
 	fn(&l.commRank, "MPI_Comm_rank")
 	fn(&l.commSize, "MPI_Comm_size")
 	fn(&l.commDup, "MPI_Comm_dup")
+	fn(&l.commSplit, "MPI_Comm_split")
 	fn(&l.commFree, "MPI_Comm_free")
 	fn(&l.setErrhandler, "MPI_Comm_set_errhandler")
 	fn(&l.errorString, "MPI_Error_string")

@@ -21,6 +21,10 @@
 // the timeout, naming the collective; the collective is left running
 // inside MPI, every later call fails, and the process should exit
 // non-zero, which makes mpirun end the job.
+//
+// Split is MPI_Comm_split, entered once every peer's notice has arrived;
+// each sub-communicator is an MPI communicator of its own, and MPI is
+// finalized when the last communicator, split or not, closes.
 package mpi
 
 import (
@@ -95,12 +99,21 @@ func New(opts Options) (comm.Communicator, error) {
 		}
 		state.lib = l
 	}
-	c, err := newConn(state.lib, cmp.Or(opts.Timeout, comm.DefaultTimeout))
+	c, err := worldConn(state.lib, cmp.Or(opts.Timeout, comm.DefaultTimeout))
 	if err != nil {
 		return nil, err
 	}
 	state.open++
 	return comm.New(c), nil
+}
+
+// worldConn returns a conn on a duplicate of MPI_COMM_WORLD.
+func worldConn(l *lib, timeout time.Duration) (*conn, error) {
+	var data uintptr
+	if err := l.check(l.commDup(l.world, &data)); err != nil {
+		return nil, fmt.Errorf("mpi: duplicate MPI_COMM_WORLD: %w", err)
+	}
+	return newConn(l, data, timeout)
 }
 
 // start initializes MPI for calls from any goroutine (so from any
@@ -141,12 +154,12 @@ type conn struct {
 	stuck   bool  // a timed-out collective is still running inside MPI
 }
 
-func newConn(l *lib, timeout time.Duration) (*conn, error) {
-	c := &conn{l: l, timeout: timeout}
-	for _, dup := range []*uintptr{&c.data, &c.ctrl} {
-		if err := l.check(l.commDup(l.world, dup)); err != nil {
-			return nil, fmt.Errorf("mpi: duplicate MPI_COMM_WORLD: %w", err)
-		}
+// newConn returns a conn whose collectives run on data, which it then
+// owns.
+func newConn(l *lib, data uintptr, timeout time.Duration) (*conn, error) {
+	c := &conn{l: l, data: data, timeout: timeout}
+	if err := l.check(l.commDup(data, &c.ctrl)); err != nil {
+		return nil, errors.Join(fmt.Errorf("mpi: duplicate a communicator: %w", err), l.check(l.commFree(&c.data)))
 	}
 	var rank, size int32
 	if err := errors.Join(l.check(l.commRank(c.data, &rank)), l.check(l.commSize(c.data, &size))); err != nil {
@@ -228,6 +241,30 @@ func (c *conn) Broadcast(ctx context.Context, buf []byte, root int) error {
 // every peer has arrived.
 func (c *conn) Barrier(ctx context.Context) error {
 	return c.run(ctx, call.Call{Collective: comm.Barrier}, nil)
+}
+
+// Split is MPI_Comm_split, which cannot be abandoned like the nonblocking
+// collectives: ranks enter it only once every peer's notice of the split
+// has arrived, so that a peer that is missing or making another call fails
+// it with the timeout instead of hanging it.
+func (c *conn) Split(ctx context.Context, color, key int) (comm.Transport, error) {
+	var sub *conn
+	err := c.run(ctx, call.Call{Collective: comm.Split}, func(*flight) error {
+		var data uintptr
+		if err := c.l.check(c.l.commSplit(c.data, int32(color), int32(key), &data)); err != nil {
+			return fmt.Errorf("mpi: MPI_Comm_split: %w", err)
+		}
+		var err error
+		sub, err = newConn(c.l, data, c.timeout)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	state.Lock()
+	state.open++
+	state.Unlock()
+	return sub, nil
 }
 
 // Close frees the communicator, and finalizes MPI if it is the last one

@@ -61,7 +61,8 @@ func TestConformance(t *testing.T) {
 
 // TestMPIUnderMpirun runs this test binary's MPI tests as two ranks under
 // mpirun, when it was not launched that way itself: the conformance suite,
-// then TestAbandon both ways, each of which must end its job non-zero.
+// its sub-communicator tests again on four ranks (a 2×2 mesh), then
+// TestAbandon both ways, each of which must end its job non-zero.
 func TestMPIUnderMpirun(t *testing.T) {
 	if worldSize != 0 {
 		t.Skip("already running under mpirun")
@@ -77,8 +78,8 @@ func TestMPIUnderMpirun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := func(args ...string) (string, error) {
-		args = append([]string{"--oversubscribe", "-np", "2", self}, args...)
+	job := func(np int, args ...string) (string, error) {
+		args = append([]string{"--oversubscribe", "-np", strconv.Itoa(np), self}, args...)
 		if os.Geteuid() == 0 {
 			args = append([]string{"--allow-run-as-root"}, args...)
 		}
@@ -86,15 +87,19 @@ func TestMPIUnderMpirun(t *testing.T) {
 		return fmt.Sprintf("mpirun %s: %v\n%s", strings.Join(args, " "), err, out), err
 	}
 
-	out, err := job("-test.run=^TestConformance$", "-test.v")
+	out, err := job(2, "-test.run=^TestConformance$", "-test.v")
 	if n := strings.Count(out, "--- PASS: TestConformance "); err != nil || n != 2 {
 		t.Errorf("%d of 2 ranks passed: %s", n, out)
+	}
+	out, err = job(4, "-test.run=^TestConformance$/^plain$/^ranks=4$/^(Split|Mesh)$", "-test.v")
+	if n := strings.Count(out, "--- PASS: TestConformance/plain/ranks=4/Mesh "); err != nil || n != 4 {
+		t.Errorf("%d of 4 ranks passed the mesh tests: %s", n, out)
 	}
 	for how, want := range map[string]string{
 		"timeout": "abandoned after 0.5s: a peer did not finish allreduce within 500ms",
 		"cancel":  "abandoned after 0.3s: mpi: rank 0: gave up on allreduce of 4 bytes (sum float32) in flight: context deadline exceeded",
 	} {
-		out, err = job("-test.run=^TestAbandon$", "-mpi.abandon="+how)
+		out, err = job(2, "-test.run=^TestAbandon$", "-mpi.abandon="+how)
 		if err == nil || !strings.Contains(out, want) {
 			t.Errorf("%s: want a failed job and rank 0 saying %q: %s", how, want, out)
 		}

@@ -1,0 +1,62 @@
+package comm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Mesh is one rank's place in a 2-D mesh of N ranks: DP rows (data
+// parallelism) of TP columns (tensor parallelism), rank r at row r/TP and
+// column r%TP, as Megatron-LM orders them, so that the ranks of a
+// tensor-parallel group are adjacent (on one machine, when a machine's
+// GPUs fill a row).
+type Mesh struct {
+	DP, TP   int // rows and columns: N/TP and TP, e.g. 2 and 4 for 8 ranks with --tp 4
+	Row, Col int // this rank's coordinates
+	// Tensor is this rank's row: the TP ranks that split one replica's
+	// tensors, ranked by column.
+	Tensor Communicator
+	// Data is this rank's column: the DP ranks that hold the same
+	// tensor-parallel shard, ranked by row, over which gradients are
+	// reduced.
+	Data Communicator
+}
+
+// NewMesh arranges world's ranks as a mesh of tp columns, splitting it
+// into its rows and columns; every rank of world must call it. world stays
+// as it was; the mesh's communicators are its own, closed by Close.
+func NewMesh(ctx context.Context, world Communicator, tp int) (*Mesh, error) {
+	n := world.Size()
+	if tp < 1 || n%tp != 0 {
+		return nil, fmt.Errorf("comm: mesh: tensor-parallel size %d does not divide %d ranks (accepted: %s)", tp, n, divisors(n))
+	}
+	r := world.Rank()
+	m := &Mesh{DP: n / tp, TP: tp, Row: r / tp, Col: r % tp}
+	var err error
+	if m.Tensor, err = world.Split(ctx, m.Row, m.Col); err != nil {
+		return nil, fmt.Errorf("comm: mesh: the tensor-parallel groups: %w", err)
+	}
+	if m.Data, err = world.Split(ctx, m.Col, m.Row); err != nil {
+		return nil, errors.Join(fmt.Errorf("comm: mesh: the data-parallel groups: %w", err), m.Tensor.Close())
+	}
+	return m, nil
+}
+
+// Close closes the mesh's communicators.
+func (m *Mesh) Close() error {
+	return errors.Join(m.Tensor.Close(), m.Data.Close())
+}
+
+// divisors lists the divisors of n, "1, 2, 4".
+func divisors(n int) string {
+	var ds []string
+	for d := 1; d <= n; d++ {
+		if n%d == 0 {
+			ds = append(ds, strconv.Itoa(d))
+		}
+	}
+	return strings.Join(ds, ", ")
+}
