@@ -51,6 +51,9 @@ type Fabric struct {
 	ActivationCheckpointing []string
 	// Accumulation splits TrainStep's batch into micro-batches.
 	Accumulation Accumulation
+	// ClipValue, if positive, is the bound TrainStep clamps every
+	// gradient element to before the step (see ClipGradValue).
+	ClipValue float64
 	// Loggers receive LogDict's records; Callbacks hear of the loop's
 	// events whose hook interfaces they implement (see StepEndHook).
 	Loggers   []Logger

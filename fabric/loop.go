@@ -50,8 +50,9 @@ type StepResult struct {
 // its share of the global batch, casts the input, runs the forward pass in
 // the precision's scope, computes the cross-entropy of the logits outside
 // it, runs backward through the loss scaler (syncing gradients across
-// ranks) and steps the optimizer; with Accumulation, it does all but the
-// step once per micro-batch. Every rank must call it with the same global
+// ranks), clips the gradients to ClipValue, if set, and steps the
+// optimizer; with Accumulation, it does all before the clipping once per
+// micro-batch. Every rank must call it with the same global
 // batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
 	if f.model == nil {
@@ -81,6 +82,11 @@ func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (Ste
 				return res, f.dropGrads(ctx)
 			}
 			return res, nil
+		}
+	}
+	if f.ClipValue > 0 {
+		if err := f.ClipGradValue(f.ClipValue); err != nil {
+			return StepResult{}, err
 		}
 	}
 	res.ParamBytes, res.GradBytes = f.RankBytes()
