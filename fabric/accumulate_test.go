@@ -302,3 +302,58 @@ func TestClipGradValue(t *testing.T) {
 		t.Errorf("%d elements clipped, %d kept: the test needs both", clipped, kept)
 	}
 }
+
+// TestSkipMidAccumulation: a micro-batch whose loss is NaN skips the
+// step (SkipNonFinite) and drops what the earlier micro-batches
+// accumulated, so the next step trains as if the skipped one never ran.
+func TestSkipMidAccumulation(t *testing.T) {
+	good := f64Batches(1, 8)[0]
+	bad := f64Batches(1, 8)[0]
+	vals := bad.X.Float64s()
+	vals[len(vals)-1] = math.NaN() // in the last micro-batch
+	bad.X = tensor.FromFloat64(vals, 8, 32)
+	want := trainAccumulating(t, "single", 1, fabric.Accumulation{}, []data.Batch{good})
+	for _, st := range []string{"single", "ddp", "fsdp"} {
+		n := 2
+		if st == "single" {
+			n = 1
+		}
+		params := make([]map[string][]float64, n)
+		rank := func(i int, c comm.Communicator) error {
+			m := models.NewMLP(nn.NewInit(1))
+			f, err := pureF64(m, st, c)
+			if err != nil {
+				return err
+			}
+			f.Accumulation.MicroBatches, f.OnNonFinite = 2, fabric.SkipNonFinite
+			if res, err := f.TrainStep(context.Background(), m, bad); err != nil || !res.Skipped {
+				return fmt.Errorf("the NaN batch: %+v, %v; want it skipped", res, err)
+			}
+			if _, err := f.TrainStep(context.Background(), m, good); err != nil {
+				return err
+			}
+			if err := f.Gather(); err != nil {
+				return err
+			}
+			params[i] = map[string][]float64{}
+			for _, p := range nn.Parameters(m) {
+				params[i][p.Path] = p.Var.Value.Float64s()
+			}
+			return nil
+		}
+		var err error
+		if c := local.NewGroup(n, local.Options{}); st == "single" {
+			err = rank(0, nil)
+		} else {
+			err = comm.Each(c, rank)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+		for i := range n {
+			if d := relDiff(t, params[i], want.params); d > 1e-9 {
+				t.Errorf("%s rank %d: weights after a skipped and a good step differ from one good step's by %g", st, i, d)
+			}
+		}
+	}
+}

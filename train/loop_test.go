@@ -55,21 +55,10 @@ func TestLRScheduleThroughRun(t *testing.T) {
 	sched := optim.ScheduleConfig{Name: "cosine", Warmup: 3, Decay: 8, MinLR: 1e-4}
 	straight := tinyConfig(t, "32-true")
 	straight.Steps, straight.LRSchedule, straight.SaveEvery = 10, sched, 5
-	if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
-		t.Fatal(err)
-	}
-	split := straight
-	split.Out, split.Steps = t.TempDir(), 5
-	if _, err := Run(context.Background(), split, false, quiet{}); err != nil {
-		t.Fatal(err)
-	}
-	split.Steps = 10
-	if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
-		t.Fatal(err)
-	}
-	sameLosses(t, straight.Out, split.Out)
+	split := straightAndResumed(t, straight, 5)
+	sameLosses(t, straight.Out, split)
 	want := optim.Cosine{Max: straight.LR, Min: 1e-4, Warmup: 3, Decay: 8}
-	for _, out := range []string{straight.Out, split.Out} {
+	for _, out := range []string{straight.Out, split} {
 		ms, err := readMetrics(filepath.Join(out, "metrics.jsonl"))
 		if err != nil {
 			t.Fatal(err)
