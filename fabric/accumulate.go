@@ -89,26 +89,23 @@ func (f *Fabric) skipsSync(k, n int) bool {
 	return !f.dist.Info.Sharding.Gradients
 }
 
-// microBatches splits the global batch into the step's micro-batches,
-// whole batches of consecutive rows each.
-func (a Accumulation) microBatches(global data.Batch) ([]data.Batch, error) {
+// microBatch is micro-batch k of the global batch: its k-th share of
+// consecutive rows, the batch itself without accumulation.
+func (a Accumulation) microBatch(global data.Batch, k int) (data.Batch, error) {
 	n := max(a.MicroBatches, 1)
 	if n == 1 {
-		return []data.Batch{global}, nil
+		return global, nil
 	}
 	rows := len(global.Targets)
 	if global.Shape != nil {
 		rows = global.Shape[0]
 	}
 	if rows%n != 0 {
-		return nil, fmt.Errorf("fabric: a batch of %d rows does not split into %d equal micro-batches", rows, n)
+		return data.Batch{}, fmt.Errorf("fabric: a batch of %d rows does not split into %d equal micro-batches", rows, n)
 	}
-	out := make([]data.Batch, n)
-	for k := range out {
-		var err error
-		if out[k], err = global.Share(k, n); err != nil {
-			return nil, fmt.Errorf("fabric: micro-batch %d: %w", k, err)
-		}
+	b, err := global.Share(k, n)
+	if err != nil {
+		return data.Batch{}, fmt.Errorf("fabric: micro-batch %d: %w", k, err)
 	}
-	return out, nil
+	return b, nil
 }

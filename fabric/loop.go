@@ -52,30 +52,26 @@ type StepResult struct {
 // it, runs backward through the loss scaler (syncing gradients across
 // ranks), clips the gradients to ClipValue, if set, and steps the
 // optimizer; with Accumulation, it does all before the clipping once per
-// micro-batch. Every rank must call it with the same global
-// batch.
+// micro-batch. Every rank must call it with the same global batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
 	if f.model == nil {
 		return StepResult{}, fmt.Errorf("fabric: TrainStep before Setup")
 	}
-	micro, err := f.Accumulation.microBatches(global)
-	if err != nil {
-		return StepResult{}, err
-	}
-	if len(micro) > 1 {
-		defer func() {
-			for _, b := range micro {
-				tensor.Free(b.X)
-			}
-		}()
-	}
+	n := max(f.Accumulation.MicroBatches, 1)
 	res := StepResult{}
-	for k, b := range micro {
-		loss, skip, err := f.microStep(ctx, m, b, k, len(micro))
+	for k := range n {
+		b, err := f.Accumulation.microBatch(global, k)
 		if err != nil {
 			return StepResult{}, err
 		}
-		res.Loss += loss / float64(len(micro))
+		loss, skip, err := f.microStep(ctx, m, b, k, n)
+		if n > 1 {
+			tensor.Free(b.X)
+		}
+		if err != nil {
+			return StepResult{}, err
+		}
+		res.Loss += loss / float64(n)
 		if skip {
 			res.Loss, res.Skipped = loss, true
 			if k > 0 { // the earlier micro-batches' gradients
@@ -90,9 +86,11 @@ func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (Ste
 		}
 	}
 	res.ParamBytes, res.GradBytes = f.RankBytes()
-	if res.Skipped, err = f.step(ctx); err != nil {
+	skipped, err := f.step(ctx)
+	if err != nil {
 		return StepResult{}, err
 	}
+	res.Skipped = skipped
 	return res, nil
 }
 

@@ -62,7 +62,9 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 // Observer is the one reporting path of a run: everything printed once per
 // job goes through it, and only rank 0's is called. Warn comes first (the
 // precision's notices), Plan once before the first step, Step after every
-// step, Done when the run ends well or stops early (Summary.Stopped).
+// step, Done when the run ends well or stops early (Summary.Stopped). An
+// Observer that implements fabric's callback hooks (fabric.StepEndHook,
+// ValidationEndHook, CheckpointHook) hears those events too.
 type Observer interface {
 	Warn(msg string)
 	Plan(p *fabric.Plan, startStep int)
