@@ -2,6 +2,7 @@ package fabric_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -158,11 +159,13 @@ func TestGradAccumulationIsExact(t *testing.T) {
 
 // TestGradAccumulationScaled: under a loss scaler every micro-batch's
 // loss is scaled alike and the accumulated gradients are unscaled once, at
-// the step: the weights are those of unscaled whole batches.
+// the step: the weights are those of unscaled whole batches, and the
+// scaler counts steps, not micro-batches (growing once in 2 steps of 4
+// micro-batches with a growth interval of 2).
 func TestGradAccumulationScaled(t *testing.T) {
 	bs := f64Batches(2, 8)
 	m, ref := models.NewMLP(nn.NewInit(1)), models.NewMLP(nn.NewInit(1))
-	train := func(m *models.MLP, p precision.Plugin, k int) {
+	train := func(m *models.MLP, p precision.Plugin, k int) *fabric.Fabric {
 		f := fabric.New(p)
 		f.Accumulation.MicroBatches = k
 		opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
@@ -178,9 +181,14 @@ func TestGradAccumulationScaled(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		return f
 	}
 	train(ref, &noRoles{}, 1)
-	train(m, newScaleOnly(1024), 4)
+	scaled := newScaleOnly(1024)
+	scaled.s.GrowthInterval = 2
+	if got := train(m, scaled, 4).LossScale(); got != 2048 {
+		t.Errorf("loss scale %v after 2 steps of 4 micro-batches, want 2048 (grown once)", got)
+	}
 	a, b := map[string][]float64{}, map[string][]float64{}
 	for _, p := range nn.Parameters(m) {
 		a[p.Path] = p.Var.Value.Float64s()
@@ -354,6 +362,62 @@ func TestSkipMidAccumulation(t *testing.T) {
 			if d := relDiff(t, params[i], want.params); d > 1e-9 {
 				t.Errorf("%s rank %d: weights after a skipped and a good step differ from one good step's by %g", st, i, d)
 			}
+		}
+	}
+}
+
+// TestGradAccumulationFP8: delayed scaling records one amax per forward
+// and per backward, so every micro-batch enters the histories, as
+// Transformer Engine's recipe does per forward.
+func TestGradAccumulationFP8(t *testing.T) {
+	const width, depth, steps = 32, 2, 3
+	x := tensor.New(dtype.F32, 8, width)
+	for i := range x.Len() {
+		x.Flat(i, 1).Fill(float64(i%7) - 3)
+	}
+	b := data.Batch{X: x, Targets: []int{1, 2, 3, 4, 5, 6, 7, 8}}
+	for _, k := range []int{1, 2, 4} {
+		s := &stack{}
+		for range depth {
+			s.Layers = append(s.Layers, &probed{FC: nn.NewLinear(nn.NewInit(4), width, width, true), s: s})
+		}
+		f := fabric.New(mustParse(t, "transformer-engine"))
+		opt, err := optim.NewAdamW(nn.Parameters(s), adamW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Setup(s, opt); err != nil {
+			t.Fatal(err)
+		}
+		f.Accumulation.MicroBatches = k
+		for range steps {
+			if _, err := f.TrainStep(context.Background(), s, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		histories := 0
+		for name, st := range f.States() {
+			raw, err := st.MarshalState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var layers map[string]map[string]struct {
+				History []uint32 `json:"amax_history"`
+			}
+			if json.Unmarshal(raw, &layers) != nil {
+				continue // not an FP8 recipe's state
+			}
+			for path, roles := range layers {
+				for role, saved := range roles {
+					histories++
+					if len(saved.History) != steps*k {
+						t.Errorf("k=%d %s %s %s: %d amaxes in the history, want one per micro-batch: %d", k, name, path, role, len(saved.History), steps*k)
+					}
+				}
+			}
+		}
+		if histories != depth*3 { // x, w and dy of every layer
+			t.Errorf("k=%d: %d amax histories, want %d", k, histories, depth*3)
 		}
 	}
 }
