@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/comm/local"
 	"github.com/weftml/weft/data"
@@ -418,6 +419,69 @@ func TestGradAccumulationFP8(t *testing.T) {
 		}
 		if histories != depth*3 { // x, w and dy of every layer
 			t.Errorf("k=%d: %d amax histories, want %d", k, histories, depth*3)
+		}
+	}
+}
+
+// TestManualAccumulation: a Lightning-style loop of one's own, each
+// micro-batch's loss weighted 1/K and all but the last backward inside
+// NoBackwardSync, trains on 2 ddp or fsdp ranks the weights of whole
+// batches on one device.
+func TestManualAccumulation(t *testing.T) {
+	const k = 4
+	bs := f64Batches(2, 8)
+	want := trainAccumulating(t, "single", 1, fabric.Accumulation{}, bs)
+	for _, st := range []string{"ddp", "fsdp"} {
+		var got map[string][]float64
+		err := comm.Each(local.NewGroup(2, local.Options{}), func(i int, c comm.Communicator) error {
+			m := models.NewMLP(nn.NewInit(1))
+			f, err := pureF64(m, st, c)
+			if err != nil {
+				return err
+			}
+			for _, b := range bs {
+				for j := range k {
+					micro, err := b.Share(j, k)
+					if err != nil {
+						return err
+					}
+					mine, err := micro.Share(i, 2)
+					if err != nil {
+						return err
+					}
+					err = f.NoBackwardSync(j < k-1, func() error {
+						logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, mine) })
+						if err != nil {
+							return err
+						}
+						loss, err := f.Tape().CrossEntropy(logits, mine.Targets)
+						if err != nil {
+							return err
+						}
+						return f.Backward(f.Tape().Scale(loss, 1.0/k))
+					})
+					if err != nil {
+						return err
+					}
+				}
+				if _, err := f.Step(); err != nil {
+					return err
+				}
+			}
+			if err := f.Gather(); err != nil || i != 0 {
+				return err
+			}
+			got = map[string][]float64{}
+			for _, p := range nn.Parameters(m) {
+				got[p.Path] = p.Var.Value.Float64s()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := relDiff(t, got, want.params); d > 1e-9 {
+			t.Errorf("%s: weights differ from whole batches' by %g relative", st, d)
 		}
 	}
 }
