@@ -49,6 +49,15 @@ type Fabric struct {
 	// instead of keeping their activations (see autograd.Tape.Checkpoint);
 	// set it before Setup.
 	ActivationCheckpointing []string
+	// Accumulation splits TrainStep's batch into micro-batches.
+	Accumulation Accumulation
+	// ClipValue, if positive, is the bound TrainStep clamps every
+	// gradient element to before the step (see ClipGradValue).
+	ClipValue float64
+	// Loggers receive LogDict's records; Callbacks hear of the loop's
+	// events whose hook interfaces they implement (see StepEndHook).
+	Loggers   []Logger
+	Callbacks []any
 }
 
 // New returns a Fabric that trains the whole model with the precision
@@ -232,7 +241,9 @@ func (f *Fabric) scoped(ctx context.Context, fn func(tp *autograd.Tape) (*autogr
 	return fn(&f.tape)
 }
 
-// Backward computes gradients of the loss, scaled by the loss scaler.
+// Backward computes gradients of the loss, scaled by the loss scaler, and
+// adds them to those of earlier backwards since the last Step (gradient
+// accumulation: weight each micro-batch's loss, see NoBackwardSync).
 func (f *Fabric) Backward(loss *autograd.Var) error { return f.backward(context.Background(), loss) }
 
 func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
@@ -245,6 +256,7 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 	if f.dist == nil {
 		return run()
 	}
+	f.dist.BeginBackward()
 	if err := f.dist.Guard(run); err != nil {
 		return err
 	}
@@ -255,8 +267,8 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 // that their global L2 norm is at most maxNorm; it returns the norm before
 // clipping, as torch.nn.utils.clip_grad_norm_ does.
 func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
-	params := f.opt.Params()
-	if err := f.scaler.Unscale(params); err != nil && !errors.Is(err, precision.ErrUnscaledTwice) {
+	params, err := f.unscaled()
+	if err != nil {
 		return 0, err
 	}
 	var sq float64
@@ -267,7 +279,6 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 		}
 	}
 	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
-		var err error
 		if sq, err = f.dist.Sum(context.Background(), sq); err != nil {
 			return 0, err
 		}

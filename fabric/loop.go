@@ -50,46 +50,92 @@ type StepResult struct {
 // its share of the global batch, casts the input, runs the forward pass in
 // the precision's scope, computes the cross-entropy of the logits outside
 // it, runs backward through the loss scaler (syncing gradients across
-// ranks) and steps the optimizer. Every rank must call it with the same
-// global batch.
+// ranks), clips the gradients to ClipValue, if set, and steps the
+// optimizer; with Accumulation, it does all before the clipping once per
+// micro-batch. Every rank must call it with the same global batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
 	if f.model == nil {
 		return StepResult{}, fmt.Errorf("fabric: TrainStep before Setup")
 	}
-	b, made, err := f.share(global)
+	n := max(f.Accumulation.MicroBatches, 1)
+	res := StepResult{}
+	for k := range n {
+		b, err := f.Accumulation.microBatch(global, k)
+		if err != nil {
+			return StepResult{}, err
+		}
+		loss, skip, err := f.microStep(ctx, m, b, k, n)
+		if n > 1 {
+			tensor.Free(b.X)
+		}
+		if err != nil {
+			return StepResult{}, err
+		}
+		res.Loss += loss / float64(n)
+		if skip {
+			res.Loss, res.Skipped = loss, true
+			if k > 0 { // the earlier micro-batches' gradients
+				return res, f.dropGrads(ctx)
+			}
+			return res, nil
+		}
+	}
+	if f.ClipValue > 0 {
+		if err := f.ClipGradValue(f.ClipValue); err != nil {
+			return StepResult{}, err
+		}
+	}
+	res.ParamBytes, res.GradBytes = f.RankBytes()
+	skipped, err := f.step(ctx)
 	if err != nil {
 		return StepResult{}, err
+	}
+	res.Skipped = skipped
+	return res, nil
+}
+
+// microStep runs forward and backward on micro-batch k of n, the whole
+// global batch when n is 1, and returns its global loss; skip reports a
+// non-finite loss that SkipNonFinite skips, before backward.
+func (f *Fabric) microStep(ctx context.Context, m Model, global data.Batch, k, n int) (loss float64, skip bool, err error) {
+	b, made, err := f.share(global)
+	if err != nil {
+		return 0, false, err
 	}
 	defer freeAll(made)
 	forward := func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) }
 	logits, err := f.forward(ctx, forward)
 	if err != nil {
-		return StepResult{}, err
+		return 0, false, err
 	}
-	loss, err := f.tape.CrossEntropy(logits, b.Targets)
+	local, err := f.tape.CrossEntropy(logits, b.Targets)
 	if err != nil {
-		return StepResult{}, err
+		return 0, false, err
 	}
-	res := StepResult{}
-	if res.Loss, err = f.globalLoss(ctx, logits.Value, loss.Value, global.Targets); err != nil {
-		return StepResult{}, err
+	if loss, err = f.globalLoss(ctx, logits.Value, local.Value, global.Targets); err != nil {
+		return 0, false, err
 	}
-	if !isFinite(res.Loss) && !f.plan.ScalesLoss() && f.OnNonFinite != TrainOnNonFinite {
+	if !isFinite(loss) && !f.plan.ScalesLoss() && f.OnNonFinite != TrainOnNonFinite {
 		f.tape.Reset()
 		if f.OnNonFinite == SkipNonFinite {
-			res.Skipped = true
-			return res, nil
+			return loss, true, nil
 		}
-		return res, f.explainNonFinite(ctx, forward, res.Loss)
+		return loss, false, f.explainNonFinite(ctx, forward, loss)
 	}
-	if err := f.backward(ctx, loss); err != nil {
-		return StepResult{}, err
+	if n > 1 {
+		local = f.tape.Scale(local, 1/float64(n))
 	}
-	res.ParamBytes, res.GradBytes = f.RankBytes()
-	if res.Skipped, err = f.step(ctx); err != nil {
-		return StepResult{}, err
+	return loss, false, f.NoBackwardSync(f.skipsSync(k, n), func() error { return f.backward(ctx, local) })
+}
+
+// dropGrads drops the gradients a skipped step accumulated, as a step
+// does after updating.
+func (f *Fabric) dropGrads(ctx context.Context) error {
+	f.opt.ZeroGrad()
+	if f.dist == nil {
+		return nil
 	}
-	return res, nil
+	return f.dist.AfterStep(ctx)
 }
 
 // EvalLoss is the cross-entropy of the model over the global batch, as

@@ -41,6 +41,8 @@ type Rank struct {
 	gathers Gathers
 	// step is the context of the running step (see stepContext).
 	step context.Context
+	// noSync leaves gradients unreduced (see SetGradientSync).
+	noSync bool
 	// gathered counts the parameter bytes this rank sent in all-gathers,
 	// by wire dtype; the link's goroutines add to it.
 	mu       sync.Mutex
@@ -93,6 +95,10 @@ type shard struct {
 	// full mean, or this rank's chunk of it), written by the link's
 	// goroutine and installed by SyncGrads once every reduction is done.
 	reduced *tensor.Tensor
+	// held is the reduced gradient SyncGrads installed (the storage the
+	// parameter's or chunk's gradient shows), acc the one BeginBackward
+	// set aside, which the next SyncGrads adds to its reduction's.
+	held, acc *tensor.Tensor
 }
 
 // NewRank prepares rank c.Rank() of strategy info over m's parameters,
@@ -233,6 +239,7 @@ func (r *Rank) Gathered() map[dtype.DType]int64 {
 // an all-gather (ZeRO-1, ZeRO-2); FSDP instead frees the whole parameters
 // until the next forward gathers them.
 func (r *Rank) AfterStep(ctx context.Context) error {
+	r.forgetAccumulated()
 	if !r.Info.Sharding.OptimizerState {
 		return nil
 	}
@@ -357,6 +364,9 @@ func (r *Rank) Bytes() (params, grads int64) {
 		}
 		if s.codes != nil {
 			params += int64(s.codes.Bytes())
+		}
+		if s.acc != nil {
+			grads += int64(s.acc.Bytes())
 		}
 		switch {
 		case s.full.Grad != nil: // a chunk's gradient, if any, is a view of it

@@ -13,7 +13,7 @@ import (
 // so that each rank keeps only its chunk's (ZeRO-2, FSDP). The gradients
 // leave the parameters; SyncGrads puts the results in place.
 func (r *Rank) reduce(ctx context.Context, params []int) {
-	if r.comm.Size() == 1 && !r.Info.Sharding.OptimizerState {
+	if r.noSync || r.comm.Size() == 1 && !r.Info.Sharding.OptimizerState {
 		return
 	}
 	var grads []*tensor.Tensor
@@ -78,8 +78,10 @@ func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *
 
 // SyncGrads finishes the reductions of a backward pass: it reduces the
 // gradients no unit has (the root's), waits for every reduction and
-// gives each parameter, or its chunk, the mean gradient over ranks. Ranks
-// must hold equal shares of the global batch.
+// gives each parameter, or its chunk, the mean gradient over ranks plus
+// what the step's earlier backwards reduced (see BeginBackward); with
+// gradient sync off it reduces nothing. Ranks must hold equal shares of
+// the global batch.
 func (r *Rank) SyncGrads(ctx context.Context) error {
 	r.step = ctx
 	all := make([]int, len(r.shards))
@@ -87,16 +89,16 @@ func (r *Rank) SyncGrads(ctx context.Context) error {
 		all[i] = i
 	}
 	r.reduce(ctx, all)
-	if err := r.link.drain(); err != nil {
+	if err := r.link.drain(); err != nil || r.noSync {
 		return err
 	}
 	for i := range r.shards {
 		s := &r.shards[i]
-		g := s.reduced
+		g := s.accumulated()
 		if g == nil {
 			continue
 		}
-		s.reduced = nil
+		s.held = g
 		switch {
 		case r.Info.Sharding.Gradients:
 			s.local.Grad = g

@@ -160,6 +160,24 @@ func addInPlace[T float](t, u *Tensor) {
 	drop(u, us)
 }
 
+// ClampInPlace limits every element of t to [lo, hi] (torch.clamp_, as
+// clip_grad_value_ applies it); NaN stays NaN.
+func (t *Tensor) ClampInPlace(lo, hi float64) {
+	if t.dtype == dtype.F64 {
+		clampInPlace(t.f64(), lo, hi)
+		return
+	}
+	vals := get[float32](t)
+	clampInPlace(vals, float32(lo), float32(hi))
+	put(t, vals)
+}
+
+func clampInPlace[T float](vals []T, lo, hi T) {
+	for i, v := range vals {
+		vals[i] = max(lo, min(hi, v))
+	}
+}
+
 // AbsMax returns the largest |v| among t's elements in float32, NaN if one
 // is NaN (torch.amax of t.abs(): an FP8 scale's amax).
 func (t *Tensor) AbsMax() float32 {

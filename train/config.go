@@ -18,6 +18,7 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/optim"
 )
 
 // Config is one training run. Every field has a YAML key; a config file may
@@ -59,6 +60,16 @@ type Config struct {
 	// its forward and gathers them again for its backward (FSDP2's
 	// reshard_after_forward); false keeps them: less traffic, more memory.
 	ReshardAfterForward bool `yaml:"reshard_after_forward"`
+	// GradAccum splits each step's batch into this many micro-batches
+	// whose gradients add up before the step (1: none); GradSync is when
+	// they are reduced across ranks: auto, every or last (fabric.GradSync).
+	GradAccum int    `yaml:"grad_accum"`
+	GradSync  string `yaml:"grad_sync"`
+	// ClipValue clamps every gradient element to ±ClipValue before the
+	// step (0: no clipping).
+	ClipValue  float64              `yaml:"clip_value"`
+	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
+	Loggers    []string             `yaml:"loggers"`     // jsonl (metrics.jsonl, always) and csv (metrics.csv)
 }
 
 // GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').
@@ -98,6 +109,7 @@ func Defaults() Config {
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
 		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
+		GradAccum: 1, GradSync: "auto", LRSchedule: optim.ScheduleConfig{Name: "constant"}, Loggers: []string{"jsonl"},
 	}
 }
 
@@ -224,6 +236,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
 	case c.CommTimeout < time.Millisecond:
 		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
+	}
+	if err := c.validateLoop(); err != nil {
+		return err
 	}
 	for _, name := range models.Names() {
 		if name == c.Model {

@@ -38,6 +38,7 @@ type Metrics struct {
 	// evaluation (tensor.Memory's Peak), process-wide: with local ranks,
 	// all of them together.
 	PeakAllocMiB float64 `json:"peak_alloc_mib"`
+	LR           float64 `json:"lr"` // the step's learning rate
 }
 
 // Float is a float64 that JSON carries as null when it is inf or NaN.
@@ -61,7 +62,9 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 // Observer is the one reporting path of a run: everything printed once per
 // job goes through it, and only rank 0's is called. Warn comes first (the
 // precision's notices), Plan once before the first step, Step after every
-// step, Done when the run ends well or stops early (Summary.Stopped).
+// step, Done when the run ends well or stops early (Summary.Stopped). An
+// Observer that implements fabric's callback hooks (fabric.StepEndHook,
+// ValidationEndHook, CheckpointHook) hears those events too.
 type Observer interface {
 	Warn(msg string)
 	Plan(p *fabric.Plan, startStep int)
@@ -216,6 +219,10 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if err := r.f.Setup(r.model, opt); err != nil {
 		return nil, err
 	}
+	schedule, err := r.setUpLoop()
+	if err != nil {
+		return nil, err
+	}
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
@@ -231,14 +238,13 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	}
 	sum := &Summary{FirstValLoss: math.NaN()}
 	sum.QuantizedBytes, sum.BF16Bytes = quantizedBytes(r.model)
-	var enc *json.Encoder
 	if lead {
-		metrics, kept, err := openMetrics(filepath.Join(c.Out, "metrics.jsonl"), start)
+		loggers, kept, closeLoggers, err := openLoggers(c, start)
 		if err != nil {
 			return nil, err
 		}
-		defer metrics.Close()
-		enc = json.NewEncoder(metrics)
+		defer closeLoggers()
+		r.f.Loggers = loggers
 		if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
 			sum.FirstValLoss = float64(*kept[0].ValLoss)
 		}
@@ -253,11 +259,12 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		if r.counts {
 			tensor.ResetPeak()
 		}
+		opt.LR = schedule.LR(step)
 		res, err := r.f.TrainStep(ctx, r.model, r.t.batch(uint64(step)))
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
-		m := Metrics{Step: step, Loss: Float(res.Loss), Skipped: res.Skipped, LossScale: r.f.LossScale()}
+		m := Metrics{Step: step, Loss: Float(res.Loss), Skipped: res.Skipped, LossScale: r.f.LossScale(), LR: opt.LR}
 		m.TokensPerS = float64(r.t.units) / time.Since(began).Seconds()
 		if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
 			v, err := r.evaluate(ctx)
@@ -270,19 +277,23 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 				sum.FirstValLoss = v
 			}
 			sum.LastValLoss = v
+			if err := r.f.ValidationEnded(step, v); err != nil {
+				return nil, err
+			}
 		}
 		peak := tensor.Memory().Peak
 		m.PeakAllocMiB = float64(peak) / (1 << 20)
 		sum.PeakAllocBytes = max(sum.PeakAllocBytes, peak)
-		if enc != nil {
-			if err := enc.Encode(m); err != nil {
-				return nil, fmt.Errorf("metrics: %w", err)
-			}
+		if err := r.f.LogDict(step, m.fields()...); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
 		}
 		r.obs.Step(m, c.Steps)
+		if err := r.f.StepEnded(step, res); err != nil {
+			return nil, err
+		}
 		saved := (step+1)%c.SaveEvery == 0 || step+1 == c.Steps
 		if saved {
-			if sum.Checkpoint, err = ckpt.save(ctx, c, step+1); err != nil {
+			if sum.Checkpoint, err = r.save(ctx, ckpt, step+1); err != nil {
 				return nil, err
 			}
 		}
@@ -298,7 +309,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 			continue
 		}
 		if !saved {
-			if sum.Checkpoint, err = ckpt.save(ctx, c, step+1); err != nil {
+			if sum.Checkpoint, err = r.save(ctx, ckpt, step+1); err != nil {
 				return nil, err
 			}
 		}

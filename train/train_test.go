@@ -50,6 +50,25 @@ func sameLosses(t *testing.T, straight, split string) {
 	}
 }
 
+// straightAndResumed runs c straight, then again in a fresh folder,
+// stopped after half steps and resumed, and returns that folder.
+func straightAndResumed(t *testing.T, c Config, half int) string {
+	t.Helper()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	split := c
+	split.Out, split.Steps = t.TempDir(), half
+	if _, err := Run(context.Background(), split, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	split.Steps = c.Steps
+	if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	return split.Out
+}
+
 // TestResumeIsExact: 20 steps straight and 10 + resume 10 give bit-identical
 // losses, loss scales included (scaler state), in bf16 (AdamW state) and
 // with FP8 delayed scaling (amax histories).
@@ -57,19 +76,7 @@ func TestResumeIsExact(t *testing.T) {
 	for _, spec := range []string{"32-true", "16-mixed", "bf16-true", "bf16-mixed+fp8"} {
 		t.Run(spec, func(t *testing.T) {
 			straight := tinyConfig(t, spec)
-			if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
-				t.Fatal(err)
-			}
-			split := tinyConfig(t, spec)
-			split.Steps = 10
-			if _, err := Run(context.Background(), split, false, quiet{}); err != nil {
-				t.Fatal(err)
-			}
-			split.Steps = 20
-			if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
-				t.Fatal(err)
-			}
-			sameLosses(t, straight.Out, split.Out)
+			sameLosses(t, straight.Out, straightAndResumed(t, straight, 10))
 		})
 	}
 }

@@ -137,6 +137,18 @@ var catalogue = []badInput{
 	{"a comm timeout of zero", func(dir string) []string {
 		return []string{"train", "--comm-timeout", "0s", "--out", dir}
 	}, nil, 0},
+	{"micro-batches that do not split the batch", func(dir string) []string {
+		return []string{"train", "--batch-size", "16", "--grad-accum", "3", "--out", dir}
+	}, nil, 0},
+	{"an unknown learning-rate schedule", func(dir string) []string { return []string{"train", "--lr-schedule", "linear", "--out", dir} }, nil, 0},
+	{"a cosine warmup as long as its decay", func(dir string) []string {
+		return []string{"train", "--lr-schedule", "cosine", "--warmup-steps", "300", "--out", dir}
+	}, nil, 0},
+	{"a step schedule without a period", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("lr_schedule:\n  name: step\n  gamma: 0.5\n")), "--out", dir}
+	}, nil, 0},
+	{"a negative clip value", func(dir string) []string { return []string{"train", "--clip-value", "-1", "--out", dir} }, nil, 0},
+	{"loggers without metrics.jsonl", func(dir string) []string { return []string{"train", "--logger", "csv", "--out", dir} }, nil, 0},
 	{"a checkpoint with an optimizer shard missing", func(dir string) []string {
 		shardedRun(dir, "1")
 		os.Remove(filepath.Join(dir, "checkpoints", "step-000001", "optim-rank-001.safetensors"))

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -92,6 +93,7 @@ same step.`,
 	fs.StringSliceVar(&c.ShardUnits, "shard-units", nil, "modules that are sharding units of their own, e.g. 'blocks.*,head' (default: every transformer block, each top-level child otherwise)")
 	fs.BoolVar(&c.ReshardAfterForward, "reshard-after-forward", c.ReshardAfterForward, "fsdp: free a unit's gathered parameters after its forward and gather them again for its backward")
 	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
+	registerLoopFlags(fs, &c)
 	return cmd
 }
 
@@ -113,6 +115,7 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"shard-units":              func() { c.ShardUnits = flagged.ShardUnits },
 		"reshard-after-forward":    func() { c.ReshardAfterForward = flagged.ReshardAfterForward },
 	}
+	maps.Copy(set, loopOverrides(c, flagged))
 	for name, apply := range set {
 		if cmd.Flags().Changed(name) {
 			apply()
