@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -99,5 +101,54 @@ func TestTrainOnOwnText(t *testing.T) {
 				t.Errorf("12 byte tokens after the prompt, got %q", got[len(prompt):])
 			}
 		})
+	}
+}
+
+// metricsOf reads the metrics.jsonl of the run in out.
+func metricsOf(t *testing.T, out string) []train.Metrics {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms []train.Metrics
+	for line := range strings.Lines(string(b)) {
+		var m train.Metrics
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		ms = append(ms, m)
+	}
+	return ms
+}
+
+// TestOwnTextDistributedMatchesOneDevice: on --data text, two ddp ranks
+// each taking their share of the global batch train the losses one
+// device does (in float64, to rounding), validation included.
+func TestOwnTextDistributedMatchesOneDevice(t *testing.T) {
+	text := ownText(t)
+	cfg := filepath.Join(t.TempDir(), "run.yaml")
+	yaml := "gpt: {layers: 1, width: 16, heads: 2, context: 8}\nbatch_size: 4\neval_batches: 2\neval_every: 4\nsteps: 8\nprecision: 64-true\ndata: " + text + "\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	one, two := t.TempDir(), t.TempDir()
+	for _, args := range [][]string{{"--out", one}, {"--out", two, "--strategy", "ddp", "--devices", "2"}} {
+		if got, code := run(append([]string{"train", "--config", cfg}, args...)...); code != 0 {
+			t.Fatalf("weft train %v: exit %d\n%s", args, code, got)
+		}
+	}
+	a, b := metricsOf(t, one), metricsOf(t, two)
+	if len(a) != 8 || len(b) != 8 {
+		t.Fatalf("%d steps on one device, %d on two", len(a), len(b))
+	}
+	close := func(x, y train.Float) bool { return math.Abs(float64(x-y)) <= 1e-12*math.Abs(float64(x)) }
+	for i := range a {
+		if !close(a[i].Loss, b[i].Loss) || (a[i].ValLoss == nil) != (b[i].ValLoss == nil) || a[i].ValLoss != nil && !close(*a[i].ValLoss, *b[i].ValLoss) {
+			t.Fatalf("step %d: one device loss %v val %v, two ranks %v val %v", i, a[i].Loss, a[i].ValLoss, b[i].Loss, b[i].ValLoss)
+		}
+	}
+	if a[0].Loss == a[len(a)-1].Loss {
+		t.Error("the loss did not move")
 	}
 }
