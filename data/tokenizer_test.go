@@ -78,7 +78,7 @@ func TestGPT2Pieces(t *testing.T) {
 
 // tinyGPT2 writes a tokenizer with the 256 byte symbols and merges
 // a+a, aa+a and h+i to dir, in GPT-2's file names.
-func tinyGPT2(t *testing.T, dir string) {
+func tinyGPT2(t testing.TB, dir string) {
 	t.Helper()
 	vocab := map[string]int{}
 	for b, sym := range byteSymbols().symbol {
@@ -221,4 +221,32 @@ process.stdout.write(JSON.stringify(e.encode(fs.readFileSync(process.argv[2], "u
 		t.Fatal("decode does not invert encode")
 	}
 	t.Logf("%d bytes, %d tokens, all equal to gpt-3-encoder's", len(text), len(got))
+}
+
+// FuzzGPT2RoundTrip: for any bytes, the pieces join to the text, and the
+// ids (of the tiny tokenizer's merges) decode to it exactly.
+func FuzzGPT2RoundTrip(f *testing.F) {
+	for _, s := range []string{"", "aaa hi", "I'm  \n\t x", "é🙂٣ '' 'll", "\xff\xfe\x00a  "} {
+		f.Add(s)
+	}
+	dir := f.TempDir()
+	tinyGPT2(f, dir)
+	g, err := LoadGPT2(dir)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, text string) {
+		if got := strings.Join(slices.Collect(gpt2Pieces(text)), ""); got != text {
+			t.Fatalf("pieces join to %q", got)
+		}
+		ids := g.Encode(text)
+		for _, id := range ids {
+			if id < 0 || id >= g.VocabSize() {
+				t.Fatalf("id %d outside the vocabulary", id)
+			}
+		}
+		if got := g.Decode(ids); got != text {
+			t.Fatalf("decodes to %q", got)
+		}
+	})
 }

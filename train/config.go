@@ -264,6 +264,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("data %s: only gpt trains on text; %s trains on its bundled data", c.Data, c.Model)
 	case c.Data == "" && (c.Tokenizer != "" || c.TokenizerDir != ""):
 		return fmt.Errorf("tokenizer %q: a tokenizer reads --data text; the bundled Go corpus has its own vocabulary", cmp.Or(c.Tokenizer, c.TokenizerDir))
+	case c.Data != "" && c.CorpusPart != "":
+		return fmt.Errorf("corpus_part %q picks Go corpus files, but data %s replaces the corpus: give one of them", c.CorpusPart, c.Data)
 	case c.Data != "" && !(c.ValFraction > 0 && c.ValFraction < 1):
 		return fmt.Errorf("val_fraction %g: want a fraction between 0 and 1, such as 0.1", c.ValFraction)
 	case c.CommTimeout < time.Millisecond:

@@ -120,6 +120,9 @@ var catalogue = []badInput{
 	{"text too short for the context", func(dir string) []string {
 		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("a few words")), "--out", dir}
 	}, nil, 0},
+	{"text and a part of the Go corpus", func(dir string) []string {
+		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("text")), "--corpus-part", "net/", "--out", dir}
+	}, nil, 0},
 	{"a tokenizer without --data", func(string) []string { return []string{"train", "--tokenizer", "gpt2"} }, nil, 0},
 	{"an unknown tokenizer", func(dir string) []string {
 		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("text")), "--tokenizer", "sentencepiece", "--out", dir}
