@@ -88,6 +88,11 @@ func textFiles(path string) ([]string, error) {
 	}
 	var files []string
 	for _, root := range roots {
+		// A trailing separator makes WalkDir follow a root that is a
+		// symbolic link to a folder; below it, links to files are followed.
+		if st, err := os.Stat(root); err == nil && st.IsDir() {
+			root = strings.TrimSuffix(root, string(filepath.Separator)) + string(filepath.Separator)
+		}
 		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -95,6 +100,12 @@ func textFiles(path string) ([]string, error) {
 			if p != root && strings.HasPrefix(d.Name(), ".") {
 				if d.IsDir() {
 					return fs.SkipDir
+				}
+				return nil
+			}
+			if d.Type()&fs.ModeSymlink != 0 {
+				if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+					files = append(files, p)
 				}
 				return nil
 			}

@@ -87,3 +87,27 @@ func TestLoadTextBadInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadTextFollowsLinks: a root that links to a folder is read, and
+// links to files inside it are followed.
+func TestLoadTextFollowsLinks(t *testing.T) {
+	target := textFolder(t, map[string]string{"a.txt": "first text"})
+	other := textFolder(t, map[string]string{"b.txt": "second text"})
+	if err := os.Symlink(filepath.Join(other, "b.txt"), filepath.Join(target, "b.txt")); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	link := filepath.Join(t.TempDir(), "notes")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadText(TextConfig{Path: link, Tokenizer: Bytes{}, ValFraction: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{filepath.Join(link, "a.txt"), filepath.Join(link, "b.txt")}; !slices.Equal(got.Files, want) {
+		t.Errorf("files %q, want %q", got.Files, want)
+	}
+	if text := (Bytes{}).Decode(append(got.Train, got.Val...)); len(text) != len("first text")+len("second text") {
+		t.Errorf("read %q", text)
+	}
+}
