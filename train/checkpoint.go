@@ -218,6 +218,9 @@ func (k *checkpointer) load(c Config) (int, error) {
 	if m.Config.Model != c.Model || m.Config.GPT != c.GPT {
 		return 0, fmt.Errorf("checkpoint %s holds model %s %+v, this run is %s %+v", dir, m.Config.Model, m.Config.GPT, c.Model, c.GPT)
 	}
+	if was, is := m.Config.textSource(), c.textSource(); was != is {
+		return 0, fmt.Errorf("checkpoint %s trained on %s, this run on %s", dir, was, is)
+	}
 	// get reads a tensor that must have like's dtype and shape.
 	get := func(name string, like *tensor.Tensor, read func(string, []int) (*tensor.Tensor, error)) (*tensor.Tensor, error) {
 		t, err := read(name, like.Shape())

@@ -5,10 +5,12 @@ package train
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"time"
@@ -70,9 +72,16 @@ type Config struct {
 	ClipValue  float64              `yaml:"clip_value"`
 	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
 	Loggers    []string             `yaml:"loggers"`     // jsonl (metrics.jsonl, always) and csv (metrics.csv)
+
+	// Data is the user's own text that gpt trains on instead of the Go
+	// corpus: a file, a folder of text files (recursively) or a glob.
+	Data         string  `yaml:"data"`
+	Tokenizer    string  `yaml:"tokenizer"`     // with data: bytes (the default) or gpt2
+	TokenizerDir string  `yaml:"tokenizer_dir"` // gpt2: folder of vocab.json + merges.txt (or encoder.json + vocab.bpe)
+	ValFraction  float64 `yaml:"val_fraction"`  // with data: the end of each file held out for validation (0.1)
 }
 
-// GPTSize sizes the gpt trained on Go source (its vocabulary is the corpus').
+// GPTSize sizes the gpt (its vocabulary is the tokenizer's).
 type GPTSize struct {
 	Layers  int `yaml:"layers"`  // 4
 	Width   int `yaml:"width"`   // 128
@@ -88,9 +97,38 @@ type LoRA struct {
 	Alpha   float64  `yaml:"alpha"`   // 16
 }
 
-// gptConfig is the gpt this run trains on the Go corpus's vocabulary.
-func (c Config) gptConfig() models.GPTConfig {
-	return models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
+// gptConfig is the gpt this run trains on a vocabulary of vocab ids.
+func (c Config) gptConfig(vocab int) models.GPTConfig {
+	return models.GPTConfig{Vocab: vocab, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
+}
+
+// tokenizer is the vocabulary gpt reads: the Go corpus's, or with Data the
+// named tokenizer (bytes unless told).
+func (c Config) tokenizer() (data.Tokenizer, error) {
+	if c.Data == "" {
+		return data.CorpusVocab{}, nil
+	}
+	return data.LoadTokenizer(cmp.Or(c.Tokenizer, data.TokenizerBytes), c.TokenizerDir)
+}
+
+// resolveData names the tokenizer and makes the data's paths absolute, so
+// that the manifest lets --resume and weft sample find them from anywhere.
+func (c *Config) resolveData() error {
+	if c.Data == "" {
+		return nil
+	}
+	c.Tokenizer = cmp.Or(c.Tokenizer, data.TokenizerBytes)
+	for _, p := range []*string{&c.Data, &c.TokenizerDir} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("data: %w", err)
+		}
+		*p = abs
+	}
+	return nil
 }
 
 // ModuleFor gives the modules matching Match their own precision, as
@@ -107,7 +145,7 @@ func Defaults() Config {
 		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
 		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto", CommTimeout: comm.DefaultTimeout,
 		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
-		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, OnNaN: "stop",
+		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, ValFraction: 0.1, OnNaN: "stop",
 		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
 		GradAccum: 1, GradSync: "auto", LRSchedule: optim.ScheduleConfig{Name: "constant"}, Loggers: []string{"jsonl"},
 	}
@@ -234,6 +272,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("lora: rank %d on %d devices: want rank ≥ 1 on one device", c.LoRA.Rank, c.Devices)
 	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
 		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
+	case c.Data != "" && c.Model != "gpt":
+		return fmt.Errorf("data %s: only gpt trains on text; %s trains on its bundled data", c.Data, c.Model)
+	case c.Data == "" && (c.Tokenizer != "" || c.TokenizerDir != ""):
+		return fmt.Errorf("tokenizer %q: a tokenizer reads --data text; the bundled Go corpus has its own vocabulary", cmp.Or(c.Tokenizer, c.TokenizerDir))
+	case c.Data != "" && c.CorpusPart != "":
+		return fmt.Errorf("corpus_part %q picks Go corpus files, but data %s replaces the corpus: give one of them", c.CorpusPart, c.Data)
+	case c.Data != "" && !(c.ValFraction > 0 && c.ValFraction < 1):
+		return fmt.Errorf("val_fraction %g: want a fraction between 0 and 1, such as 0.1", c.ValFraction)
 	case c.CommTimeout < time.Millisecond:
 		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
 	}
@@ -246,4 +292,17 @@ func (c Config) validate() error {
 		}
 	}
 	return fmt.Errorf("unknown model %q (accepted: %v)", c.Model, models.Names())
+}
+
+// textSource says what text gpt trains on, for comparing a checkpoint's
+// with a resumed run's.
+func (c Config) textSource() string {
+	if c.Data == "" {
+		return "the bundled Go corpus"
+	}
+	s := fmt.Sprintf("data %s (tokenizer %s", c.Data, c.Tokenizer)
+	if c.TokenizerDir != "" {
+		s += " from " + c.TokenizerDir
+	}
+	return s + fmt.Sprintf(", val fraction %g)", c.ValFraction)
 }

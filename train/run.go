@@ -102,6 +102,9 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if err := c.resolveData(); err != nil {
+		return nil, err
+	}
 	var warnings []string
 	pol, scaling, err := c.policy(func(msg string) { warnings = append(warnings, msg) })
 	if err != nil {
@@ -118,6 +121,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err != nil {
 		return nil, err
 	}
+	warnings = append(warnings, t.notes...)
 	comms, err := comm.Open(c.backend(), c.Devices, c.CommTimeout)
 	if err != nil {
 		return nil, err

@@ -14,20 +14,16 @@ import (
 	"github.com/weftml/weft/optim"
 )
 
-// Sample continues prompt by n characters with the gpt of the run folder
-// run (its latest checkpoint), drawing each from the softmax of the logits
-// divided by temperature (0: always the most likely).
+// Sample continues prompt by n tokens (characters with the Go corpus's
+// vocabulary) with the gpt of the run folder run (its latest checkpoint),
+// drawing each from the softmax of the logits divided by temperature (0:
+// always the most likely), in the run's tokenizer.
 func Sample(run, prompt string, n int, temperature float64, seed uint64) (string, error) {
 	switch {
 	case n < 1:
-		return "", fmt.Errorf("sample: n %d: want at least 1 character", n)
+		return "", fmt.Errorf("sample: n %d: want at least 1 token", n)
 	case !(temperature >= 0) || math.IsInf(temperature, 1):
 		return "", fmt.Errorf("sample: temperature %v: want 0 (greedy) or a positive number", temperature)
-	}
-	for i, r := range prompt {
-		if r >= 0x80 || data.EncodeText(string(r))[0] == data.Unknown {
-			return "", fmt.Errorf("sample: the prompt's character %q at byte %d is outside the model's vocabulary (tab, newline and printable ASCII)", r, i)
-		}
 	}
 	dir := filepath.Join(run, "checkpoints")
 	m, _, err := ReadManifest(dir)
@@ -38,11 +34,20 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if c.Model != "gpt" {
 		return "", fmt.Errorf("sample: the run trained %s; only gpt generates text", c.Model)
 	}
+	tok, err := c.tokenizer()
+	if err != nil {
+		return "", fmt.Errorf("sample: the run's tokenizer: %w", err)
+	}
+	for i, r := range prompt {
+		if s := string(r); tok.Decode(tok.Encode(s)) != s {
+			return "", fmt.Errorf("sample: the prompt's character %q at byte %d is outside the model's vocabulary", r, i)
+		}
+	}
 	pol, scaling, err := c.policy(nil)
 	if err != nil {
 		return "", err
 	}
-	gpt := models.NewGPT(nn.NewInit(c.Seed), c.gptConfig())
+	gpt := models.NewGPT(nn.NewInit(c.Seed), c.gptConfig(tok.VocabSize()))
 	opt, err := optim.NewAdamW(nn.Parameters(gpt), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
 	if err != nil {
 		return "", err
@@ -57,9 +62,9 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	}
 	f.Tape().NoGrad = true
 	rng := rand.New(rand.NewPCG(seed, 1))
-	ids := data.EncodeText(prompt)
+	ids := tok.Encode(prompt)
 	if len(ids) == 0 {
-		ids = data.EncodeText("\n")
+		ids = tok.Encode("\n")
 	}
 	for range n {
 		window := ids[max(0, len(ids)-c.GPT.Context):]
@@ -70,9 +75,9 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		}
 		v := logits.Value.Float64s()
 		f.Tape().Reset() // the pass's tensors go back to the pool
-		ids = append(ids, pick(v[len(v)-data.VocabSize:], temperature, rng))
+		ids = append(ids, pick(v[len(v)-tok.VocabSize():], temperature, rng))
 	}
-	return data.DecodeText(ids), nil
+	return tok.Decode(ids), nil
 }
 
 // pick draws an index from softmax(logits/temperature), or the argmax.

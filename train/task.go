@@ -20,17 +20,24 @@ type task struct {
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
+	// notes are said once before training: files the data left out.
+	notes []string
 }
 
 func newTask(c Config) (*task, error) {
 	switch c.Model {
 	case "gpt":
-		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
+		tok, err := c.tokenizer()
 		if err != nil {
 			return nil, err
 		}
-		cfg := c.gptConfig()
-		// A sampler per call: ranks draw the same batches concurrently.
+		trainIDs, valIDs, notes, err := c.gptTokens(tok)
+		if err != nil {
+			return nil, err
+		}
+		cfg := c.gptConfig(tok.VocabSize())
+		// A sampler per call: ranks draw the same batches concurrently,
+		// each keeping its share (data.Batch.Share).
 		draw := func(tokens []int, seed, pos uint64) data.Batch {
 			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
 			s.Seek(pos)
@@ -38,9 +45,9 @@ func newTask(c Config) (*task, error) {
 		}
 		return &task{
 			build: func(init *nn.Init) models.Model { return models.NewGPT(init, cfg) },
-			batch: func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
-			val:   func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
-			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed,
+			batch: func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
+			val:   func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
+			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, notes: notes,
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
@@ -64,6 +71,32 @@ func newTask(c Config) (*task, error) {
 		}, nil
 	}
 	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, cnn, hybrid do; mlp is for weft parity)", c.Model)
+}
+
+// gptTokens are the training and validation ids gpt reads: the Go corpus
+// or, with Data, the user's text encoded by tok.
+func (c Config) gptTokens(tok data.Tokenizer) (train, val []int, notes []string, err error) {
+	if c.Data == "" {
+		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return corpus.Train, corpus.Val, nil, nil
+	}
+	text, err := data.LoadText(data.TextConfig{Path: c.Data, Tokenizer: tok, ValFraction: c.ValFraction})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i, ids := range [][]int{text.Train, text.Val} {
+		if len(ids) <= c.GPT.Context {
+			return nil, nil, nil, fmt.Errorf("data %s gives %d %s tokens (val fraction %g); a gpt context of %d needs more: give more text, a shorter context or another val fraction",
+				c.Data, len(ids), []string{"training", "validation"}[i], c.ValFraction, c.GPT.Context)
+		}
+	}
+	if n := len(text.Skipped); n > 0 {
+		notes = append(notes, fmt.Sprintf("data: left out %d file(s) that are not UTF-8 text, first %s", n, text.Skipped[0]))
+	}
+	return text.Train, text.Val, notes, nil
 }
 
 // newModel builds the model with its initial weights (the same on every

@@ -108,7 +108,36 @@ var catalogue = []badInput{
 	}, nil, 0},
 	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil, 0},
 	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil, 0},
-	{"a prompt outside the vocabulary", func(string) []string { return []string{"sample", "--prompt", "func é"} }, nil, 0},
+	{"a prompt outside the vocabulary", func(dir string) []string {
+		return []string{"sample", "--ckpt", trainedRun(dir, "gpt"), "--prompt", "func é"}
+	}, nil, 0},
+	{"text for a model that reads none", func(dir string) []string {
+		return []string{"train", "--model", "cnn", "--data", writeFile(dir, "a.txt", []byte("text")), "--out", dir}
+	}, nil, 0},
+	{"a text glob that matches no file", func(dir string) []string {
+		return []string{"train", "--data", filepath.Join(dir, "*.txt"), "--out", dir}
+	}, nil, 0},
+	{"text too short for the context", func(dir string) []string {
+		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("a few words")), "--out", dir}
+	}, nil, 0},
+	{"text and a part of the Go corpus", func(dir string) []string {
+		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("text")), "--corpus-part", "net/", "--out", dir}
+	}, nil, 0},
+	{"a tokenizer without --data", func(string) []string { return []string{"train", "--tokenizer", "gpt2"} }, nil, 0},
+	{"an unknown tokenizer", func(dir string) []string {
+		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("text")), "--tokenizer", "sentencepiece", "--out", dir}
+	}, nil, 0},
+	{"a tokenizer folder without GPT-2's files", func(dir string) []string {
+		return []string{"train", "--data", writeFile(dir, "a.txt", []byte("text")), "--tokenizer", "gpt2", "--tokenizer-dir", dir, "--out", dir}
+	}, nil, 0},
+	{"resuming on other text", func(dir string) []string {
+		text := []byte(strings.Repeat("some text to train on. ", 40))
+		root := newRoot()
+		root.SetArgs([]string{"train", "--data", writeFile(dir, "a.txt", text), "--steps", "1", "--batch-size", "4", "--out", dir})
+		root.SetOut(io.Discard)
+		root.Execute()
+		return []string{"train", "--data", writeFile(dir, "b.txt", text), "--steps", "2", "--batch-size", "4", "--resume", "--out", dir}
+	}, nil, 0},
 	{"in-process ranks under mpirun", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--comm", "local", "--out", dir}
 	}, []string{"OMPI_COMM_WORLD_SIZE=2"}, 0},
@@ -197,13 +226,19 @@ func shardedRun(dir, steps string, more ...string) {
 	root.Execute()
 }
 
-// corruptRun trains model one step into dir and overwrites the bytes of
-// one weight (head.weight) in its checkpoint with NaNs; it returns dir.
-func corruptRun(dir, model string) string {
+// trainedRun trains model one step into dir and returns dir.
+func trainedRun(dir, model string) string {
 	root := newRoot()
 	root.SetArgs([]string{"train", "--model", model, "--steps", "1", "--batch-size", "4", "--out", dir})
 	root.SetOut(io.Discard)
 	root.Execute()
+	return dir
+}
+
+// corruptRun trains model one step into dir and overwrites the bytes of
+// one weight (head.weight) in its checkpoint with NaNs; it returns dir.
+func corruptRun(dir, model string) string {
+	trainedRun(dir, model)
 	state := filepath.Join(dir, "checkpoints", "step-000001", "state.safetensors")
 	b, _ := os.ReadFile(state)
 	if f, err := checkpoint.ParseSafetensors(b); err == nil {

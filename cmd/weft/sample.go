@@ -30,7 +30,7 @@ func sampleCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&run, "ckpt", "runs/gpt", "run folder of a weft train gpt run")
 	cmd.Flags().StringVar(&prompt, "prompt", "func ", "text to continue")
-	cmd.Flags().IntVar(&n, "n", 200, "characters to generate")
+	cmd.Flags().IntVar(&n, "n", 200, "tokens to generate (characters with a byte-level vocabulary)")
 	cmd.Flags().Float64Var(&temperature, "temperature", 0.8, "sampling temperature (0: greedy)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "sampling seed")
 	return cmd

@@ -25,9 +25,10 @@ func trainCmd() *cobra.Command {
 	c := train.Defaults()
 	cmd := &cobra.Command{
 		Use:   "train",
-		Short: "Train a model on bundled real data",
+		Short: "Train a model on bundled real data or your own text",
 		Long: `train trains a model on data that needs no download: gpt on the Go standard
 library's source, cnn on rendered digits, hybrid reading rendered digit strings.
+--data trains gpt on your own text instead, byte-level or with GPT-2's BPE.
 It prints the resolved precision plan, shows progress, writes DIR/metrics.jsonl,
 DIR/loss.png and checkpoints under DIR/checkpoints, from which --resume continues
 exactly. A YAML --config sets any field; flags given explicitly override it.
@@ -89,6 +90,10 @@ same step.`,
 	fs.IntVar(&c.LoRA.Rank, "lora-rank", c.LoRA.Rank, "LoRA rank")
 	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
 	fs.StringVar(&c.CorpusPart, "corpus-part", c.CorpusPart, "train gpt on the Go sources under this path prefix of GOROOT/src, e.g. net/")
+	fs.StringVar(&c.Data, "data", c.Data, "train gpt on your own text: a file, a folder of text files (recursively) or a quoted glob, instead of the Go corpus")
+	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "with --data: bytes (256 ids, the default) or gpt2 (GPT-2's BPE, from --tokenizer-dir)")
+	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", c.TokenizerDir, "folder of GPT-2's vocab.json and merges.txt (or encoder.json and vocab.bpe) for --tokenizer gpt2")
+	fs.Float64Var(&c.ValFraction, "val-fraction", c.ValFraction, "with --data: the fraction of each file, from its end, held out for validation")
 	fs.StringSliceVar(&c.ActivationCheckpointing, "activation-checkpointing", nil, "recompute these modules' forward in backward instead of keeping their activations, e.g. 'blocks.*'")
 	fs.StringSliceVar(&c.ShardUnits, "shard-units", nil, "modules that are sharding units of their own, e.g. 'blocks.*,head' (default: every transformer block, each top-level child otherwise)")
 	fs.BoolVar(&c.ReshardAfterForward, "reshard-after-forward", c.ReshardAfterForward, "fsdp: free a unit's gathered parameters after its forward and gather them again for its backward")
@@ -114,6 +119,10 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"activation-checkpointing": func() { c.ActivationCheckpointing = flagged.ActivationCheckpointing },
 		"shard-units":              func() { c.ShardUnits = flagged.ShardUnits },
 		"reshard-after-forward":    func() { c.ReshardAfterForward = flagged.ReshardAfterForward },
+		"data":                     func() { c.Data = flagged.Data },
+		"tokenizer":                func() { c.Tokenizer = flagged.Tokenizer },
+		"tokenizer-dir":            func() { c.TokenizerDir = flagged.TokenizerDir },
+		"val-fraction":             func() { c.ValFraction = flagged.ValFraction },
 	}
 	maps.Copy(set, loopOverrides(c, flagged))
 	for name, apply := range set {
