@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -47,20 +48,29 @@ type StepResult struct {
 }
 
 // TrainStep is the training step every weft command runs: this rank takes
-// its share of the global batch, casts the input, runs the forward pass in
-// the precision's scope, computes the cross-entropy of the logits outside
-// it, runs backward through the loss scaler (syncing gradients across
-// ranks) and steps the optimizer. Every rank must call it with the same
-// global batch.
+// its share of the global batch and trains on it as TrainShare does. Every
+// rank must call it with the same global batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
-	if f.model == nil {
-		return StepResult{}, fmt.Errorf("fabric: TrainStep before Setup")
-	}
 	b, made, err := f.share(global)
 	if err != nil {
 		return StepResult{}, err
 	}
-	defer freeAll(made)
+	defer tensor.Free(made)
+	return f.TrainShare(ctx, m, b)
+}
+
+// TrainShare is the training step on this rank's share of a global batch
+// (a Loader's): it casts the input, runs the forward pass in the
+// precision's scope, computes the cross-entropy of the logits outside it,
+// runs backward through the loss scaler (syncing gradients across ranks)
+// and steps the optimizer. Every rank must call it, each with its share
+// of the same global batch.
+func (f *Fabric) TrainShare(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
+	if f.model == nil || f.opt == nil {
+		return StepResult{}, fmt.Errorf("fabric: a training step before SetupModule and SetupOptimizers")
+	}
+	b, made := f.cast(share)
+	defer tensor.Free(made)
 	forward := func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) }
 	logits, err := f.forward(ctx, forward)
 	if err != nil {
@@ -71,7 +81,7 @@ func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (Ste
 		return StepResult{}, err
 	}
 	res := StepResult{}
-	if res.Loss, err = f.globalLoss(ctx, logits.Value, loss.Value, global.Targets); err != nil {
+	if res.Loss, err = f.globalLoss(ctx, logits.Value, loss.Value, b.Targets); err != nil {
 		return StepResult{}, err
 	}
 	if !isFinite(res.Loss) && !f.plan.ScalesLoss() && f.OnNonFinite != TrainOnNonFinite {
@@ -99,7 +109,14 @@ func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (floa
 	if err != nil {
 		return 0, err
 	}
-	defer freeAll(made)
+	defer tensor.Free(made)
+	return f.EvalShare(ctx, m, b)
+}
+
+// EvalShare is EvalLoss on this rank's share of the global batch.
+func (f *Fabric) EvalShare(ctx context.Context, m Model, share data.Batch) (float64, error) {
+	b, made := f.cast(share)
+	defer tensor.Free(made)
 	f.tape.NoGrad = true
 	defer func() { f.tape.NoGrad = false; f.tape.Reset() }()
 	logits, err := f.forward(ctx, func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
@@ -110,38 +127,47 @@ func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (floa
 	if err != nil {
 		return 0, err
 	}
-	return f.globalLoss(ctx, logits.Value, loss.Value, global.Targets)
+	return f.globalLoss(ctx, logits.Value, loss.Value, b.Targets)
 }
 
-// share is this rank's part of the global batch, its input cast to the
-// precision's input dtype, and the tensors made for it, to free after the
-// step.
-func (f *Fabric) share(global data.Batch) (b data.Batch, made [2]*tensor.Tensor, err error) {
-	b = global
-	if f.dist != nil {
-		if b, err = global.Share(f.dist.Comm().Rank(), f.dist.Comm().Size()); err != nil {
-			return data.Batch{}, made, fmt.Errorf("fabric: %w", err)
-		}
-		if b.X != global.X {
-			made[0] = b.X
-		}
+// share is this rank's part of the global batch and the tensor made for
+// it (nil on one rank), for the caller to free.
+func (f *Fabric) share(global data.Batch) (data.Batch, *tensor.Tensor, error) {
+	n, r := f.ranks()
+	if n == 1 {
+		return global, nil, nil
 	}
+	b, err := global.Share(r, n)
+	if err != nil {
+		return data.Batch{}, nil, fmt.Errorf("fabric: %w", err)
+	}
+	return b, b.X, nil
+}
+
+// ranks is the number of ranks and this one's (1 and 0 on one device).
+func (f *Fabric) ranks() (n, r int) {
+	switch {
+	case f.dist != nil:
+		return f.dist.Comm().Size(), f.dist.Comm().Rank()
+	case f.distCfg != nil:
+		return f.distCfg.comm.Size(), f.distCfg.comm.Rank()
+	}
+	return 1, 0
+}
+
+// cast is b with its input cast to the precision's input dtype, and the
+// tensor made for it (nil if none), to free after the step.
+func (f *Fabric) cast(b data.Batch) (data.Batch, *tensor.Tensor) {
 	if x := f.Input(b.X); x != b.X {
-		b.X, made[1] = x, x
+		b.X = x
+		return b, x
 	}
-	return b, made, nil
-}
-
-// freeAll frees what share made.
-func freeAll(made [2]*tensor.Tensor) {
-	for _, t := range made {
-		tensor.Free(t)
-	}
+	return b, nil
 }
 
 // globalLoss is the loss one device would compute over the global batch:
-// every rank's logits gathered in rank order (the batch's row order) and
-// reduced as one batch; on one rank, this rank's loss.
+// every rank's logits and targets gathered in rank order (the batch's row
+// order) and reduced as one batch; on one rank, this rank's loss.
 func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, targets []int) (float64, error) {
 	if f.dist == nil || f.dist.Comm().Size() == 1 {
 		return local.Item(), nil
@@ -152,12 +178,33 @@ func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, t
 	if err := f.dist.AllGather(ctx, logits.Data(), full.Data()); err != nil {
 		return 0, fmt.Errorf("fabric: gathering logits: %w", err)
 	}
-	l, err := tensor.CrossEntropy(full, targets)
+	all, err := f.gatherTargets(ctx, targets)
+	if err != nil {
+		return 0, err
+	}
+	l, err := tensor.CrossEntropy(full, all)
 	if err != nil {
 		return 0, err
 	}
 	defer tensor.Free(l)
 	return l.Item(), nil
+}
+
+// gatherTargets is every rank's targets in rank order.
+func (f *Fabric) gatherTargets(ctx context.Context, targets []int) ([]int, error) {
+	send := make([]byte, 4*len(targets))
+	for i, t := range targets {
+		binary.LittleEndian.PutUint32(send[4*i:], uint32(t))
+	}
+	recv := make([]byte, len(send)*f.dist.Comm().Size())
+	if err := f.dist.AllGather(ctx, send, recv); err != nil {
+		return nil, fmt.Errorf("fabric: gathering targets: %w", err)
+	}
+	all := make([]int, len(recv)/4)
+	for i := range all {
+		all[i] = int(int32(binary.LittleEndian.Uint32(recv[4*i:])))
+	}
+	return all, nil
 }
 
 // explainNonFinite is the error of a non-finite loss: the first module

@@ -30,7 +30,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		}
 	}
 	dir := filepath.Join(run, "checkpoints")
-	m, _, err := ReadManifest(dir)
+	m, ckpt, err := ReadManifest(dir)
 	if err != nil {
 		return "", err
 	}
@@ -51,8 +51,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if err := f.Setup(gpt, opt); err != nil {
 		return "", err
 	}
-	k := checkpointer{dir: dir, model: gpt, opt: opt, fabric: f}
-	if _, err := k.load(c); err != nil {
+	if _, err := f.Load(ckpt, fabric.LoadOptions{}); err != nil {
 		return "", err
 	}
 	f.Tape().NoGrad = true

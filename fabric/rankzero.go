@@ -1,0 +1,25 @@
+package fabric
+
+import (
+	"fmt"
+	"io"
+)
+
+// IsGlobalZero reports whether this is rank 0 of the job (true on one
+// device): the rank that writes shared files and reports.
+func (f *Fabric) IsGlobalZero() bool {
+	if f.dist != nil {
+		return f.dist.Comm().Rank() == 0
+	}
+	return f.distCfg == nil || f.distCfg.comm.Rank() == 0
+}
+
+// Print writes a line to w on rank 0 only (Lightning's fabric.print): the
+// job's one report, however many processes run it. It returns what
+// fmt.Fprintln does; other ranks write nothing.
+func (f *Fabric) Print(w io.Writer, a ...any) (int, error) {
+	if !f.IsGlobalZero() {
+		return 0, nil
+	}
+	return fmt.Fprintln(w, a...)
+}
