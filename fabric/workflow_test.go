@@ -182,4 +182,3 @@ func TestPrintOnRankZero(t *testing.T) {
 		t.Fatal("a fabric on one device is global zero")
 	}
 }
-
