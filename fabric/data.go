@@ -10,7 +10,9 @@ import (
 // Dataset is where a Loader draws from: Batch(i) is the i-th global batch
 // of the run, every rank's rows of it. It must be a pure function of i
 // (and of the seed it was made with), so that every rank draws the same
-// batch and a resumed run the batches an uninterrupted one would have.
+// batch and a resumed run the batches an uninterrupted one would have,
+// and each call returns tensors of its own, which the Loader and its
+// caller free.
 type Dataset interface {
 	Batch(i uint64) (data.Batch, error)
 }

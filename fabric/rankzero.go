@@ -8,10 +8,8 @@ import (
 // IsGlobalZero reports whether this is rank 0 of the job (true on one
 // device): the rank that writes shared files and reports.
 func (f *Fabric) IsGlobalZero() bool {
-	if f.dist != nil {
-		return f.dist.Comm().Rank() == 0
-	}
-	return f.distCfg == nil || f.distCfg.comm.Rank() == 0
+	_, r := f.ranks()
+	return r == 0
 }
 
 // Print writes a line to w on rank 0 only (Lightning's fabric.print): the

@@ -55,11 +55,6 @@ func (k *checkpointer) save(ctx context.Context, c Config, step int) (string, er
 func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, error) {
 	name := fmt.Sprintf("step-%06d", step)
 	final := filepath.Join(k.dir, name)
-	if k.fabric.IsGlobalZero() {
-		if err := os.MkdirAll(k.dir, 0o755); err != nil {
-			return "", fmt.Errorf("checkpoint: %w", err)
-		}
-	}
 	if err := k.fabric.Save(ctx, final, fabric.SaveOptions{Step: step, Config: c}); err != nil {
 		return "", err
 	}
@@ -103,7 +98,7 @@ func (k *checkpointer) load(c Config) (int, []string, error) {
 		return 0, nil, err
 	}
 	if m.Config.Model != c.Model || m.Config.GPT != c.GPT {
-		return 0, nil, fmt.Errorf("resume: checkpoint %s holds model %s %+v, this run is %s %+v; resume with the checkpoint's model (or train into another --out)", dir, m.Config.Model, m.Config.GPT, c.Model, c.GPT)
+		return 0, nil, fmt.Errorf("resume: checkpoint %s holds model %s, this run is %s; resume with the checkpoint's model (or train into another --out)", dir, modelOf(m.Config), modelOf(c))
 	}
 	if !reflect.DeepEqual(m.Config.LoRA.Targets, c.LoRA.Targets) {
 		return 0, nil, fmt.Errorf("resume: checkpoint %s trains LoRA adapters on %v, this run on %v", dir, m.Config.LoRA.Targets, c.LoRA.Targets)
@@ -115,7 +110,7 @@ func (k *checkpointer) load(c Config) (int, []string, error) {
 	var notes []string
 	for _, what := range []struct{ name, was, now string }{
 		{"precision", precisionOf(m.Config), precisionOf(c)},
-		{"strategy", fmt.Sprintf("%s on %d devices", m.Config.Strategy, m.Config.Devices), fmt.Sprintf("%s on %d devices", c.Strategy, c.Devices)},
+		{"strategy", strategyOf(m.Config), strategyOf(c)},
 	} {
 		if what.was != what.now {
 			notes = append(notes, fmt.Sprintf("%s changed from %s to %s", what.name, what.was, what.now))
@@ -134,6 +129,22 @@ func precisionOf(c Config) string {
 		s += fmt.Sprintf(", %s=%s", r.Match, r.Precision)
 	}
 	return s
+}
+
+// modelOf describes c's model, with its size for gpt.
+func modelOf(c Config) string {
+	if c.Model == "gpt" {
+		return fmt.Sprintf("gpt %+v", c.GPT)
+	}
+	return c.Model
+}
+
+// strategyOf describes c's strategy and devices.
+func strategyOf(c Config) string {
+	if c.Devices == 1 {
+		return c.Strategy + " on 1 device"
+	}
+	return fmt.Sprintf("%s on %d devices", c.Strategy, c.Devices)
 }
 
 // ReadManifest reads the manifest of the latest checkpoint under dir (a
@@ -187,10 +198,16 @@ func Consolidate(run, out string) error {
 	return fabric.Consolidate(dir, out)
 }
 
-// loadWeights copies the parameters of run's latest checkpoint into m (a
-// fine-tuning start); optimizer and precision state are not taken.
-func loadWeights(run string, m nn.Module) error {
-	_, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
+// loadWeights copies into m (a fine-tuning start) the weights of from: a
+// plain safetensors file of them (fabric.Fabric.LoadRaw), or a run folder,
+// whose latest checkpoint's parameters it takes; optimizer and precision
+// state are not taken.
+func loadWeights(f *fabric.Fabric, from string, m nn.Module) error {
+	if st, err := os.Stat(from); err == nil && !st.IsDir() {
+		_, err := f.LoadRaw(from, m, fabric.LoadOptions{})
+		return err
+	}
+	_, dir, err := ReadManifest(filepath.Join(from, "checkpoints"))
 	if err != nil {
 		return err
 	}

@@ -200,7 +200,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		return nil, err
 	}
 	if c.InitFrom != "" {
-		if err := loadWeights(c.InitFrom, r.model); err != nil {
+		if err := loadWeights(r.f, c.InitFrom, r.model); err != nil {
 			return nil, err
 		}
 	}
