@@ -106,6 +106,13 @@ var catalogue = []badInput{
 		root.Execute()
 		return []string{"train", "--model", "cnn", "--steps", "1", "--resume", "--out", dir}
 	}, nil, 0},
+	{"resuming a run as another model", func(dir string) []string {
+		root := newRoot()
+		root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
+		root.SetOut(io.Discard)
+		root.Execute()
+		return []string{"train", "--model", "hybrid", "--steps", "2", "--resume", "--out", dir}
+	}, nil, 0},
 	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil, 0},
 	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil, 0},
 	{"a prompt outside the vocabulary", func(string) []string { return []string{"sample", "--prompt", "func é"} }, nil, 0},
