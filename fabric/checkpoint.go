@@ -293,9 +293,10 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	m := ck.Manifest
 	out := &Loaded{Manifest: m}
 	fit := newFitter(ck.Dir, opts, out)
+	param := func(name string, _ []int) (*tensor.Tensor, error) { return ck.Tensor(name) }
 	states, _ := f.opt.(adamStates)
 	for i, p := range nn.Parameters(f.model) {
-		v, ok, err := fit.take("model."+p.Path, p.Var.Value, "parameters", ck.Tensor)
+		v, ok, err := fit.take("model."+p.Path, p.Var.Value, "parameters", param)
 		if err != nil {
 			return nil, err
 		}
@@ -554,8 +555,8 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 // Names lists the tensors of state.safetensors.
 func (c *Checkpoint) Names() []string { return c.state.Names() }
 
-// Tensor reads a tensor of state.safetensors (its shape is the file's).
-func (c *Checkpoint) Tensor(name string, _ []int) (*tensor.Tensor, error) {
+// Tensor reads a tensor of state.safetensors.
+func (c *Checkpoint) Tensor(name string) (*tensor.Tensor, error) {
 	return fileTensor(c.state, c.Dir, name)
 }
 
@@ -571,7 +572,7 @@ func fileTensor(f *checkpoint.File, src, name string) (*tensor.Tensor, error) {
 // state.safetensors, or joined from every rank's chunks.
 func (c *Checkpoint) Moment(name string, shape []int) (*tensor.Tensor, error) {
 	if len(c.shards) == 0 {
-		return c.Tensor(name, shape)
+		return c.Tensor(name)
 	}
 	var whole []byte
 	dt := dtype.Invalid

@@ -215,5 +215,5 @@ func loadWeights(f *fabric.Fabric, from string, m nn.Module) error {
 	if err != nil {
 		return err
 	}
-	return nn.Load(m, func(path string) (*tensor.Tensor, error) { return ck.Tensor("model."+path, nil) })
+	return nn.Load(m, func(path string) (*tensor.Tensor, error) { return ck.Tensor("model." + path) })
 }

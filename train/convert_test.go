@@ -113,7 +113,7 @@ func TestInitFromRawWeights(t *testing.T) {
 	var weights []checkpoint.Tensor
 	for _, name := range ck.Names() {
 		if path, ok := strings.CutPrefix(name, "model."); ok {
-			v, err := ck.Tensor(name, nil)
+			v, err := ck.Tensor(name)
 			if err != nil {
 				t.Fatal(err)
 			}
