@@ -280,3 +280,37 @@ func TestLoadRefusesAnotherModel(t *testing.T) {
 		t.Fatalf("loading a 3×3 fc1.weight: %v", err)
 	}
 }
+
+// TestLoadRawUnderFSDP: LoadRaw into a fabric's model after Setup under
+// fsdp cuts each rank's chunks from the file's weights: gathered, they are
+// the file's.
+func TestLoadRawUnderFSDP(t *testing.T) {
+	src := models.NewMLP(nn.NewInit(3))
+	var tensors []checkpoint.Tensor
+	for _, p := range nn.Parameters(src) {
+		v := p.Var.Value
+		tensors = append(tensors, checkpoint.Tensor{Name: p.Path, DType: v.DType(), Shape: v.Shape(), Data: v.Data()})
+	}
+	path := filepath.Join(t.TempDir(), "weights.safetensors")
+	if err := checkpoint.WriteSafetensors(path, tensors, nil); err != nil {
+		t.Fatal(err)
+	}
+	onRanks(t, 2, func(r int, c comm.Communicator) error {
+		f, m := mlpFabric(t, 4, "32-true", "fsdp", c)
+		if _, err := f.LoadRaw(path, m, fabric.LoadOptions{}); err != nil {
+			return err
+		}
+		if !m.FC1.Weight.Value.IsMeta() {
+			t.Errorf("rank %d holds fc1.weight whole after LoadRaw under fsdp", r)
+		}
+		if err := f.Gather(); err != nil {
+			return err
+		}
+		for i, p := range nn.Parameters(m) {
+			if !slices.Equal(p.Var.Value.Data(), tensors[i].Data) {
+				t.Errorf("rank %d: %s gathered is not the file's", r, p.Path)
+			}
+		}
+		return nil
+	})
+}

@@ -3,6 +3,7 @@ package fabric_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"strings"
@@ -181,4 +182,30 @@ func TestPrintOnRankZero(t *testing.T) {
 	if !fabric.NewPolicy(precision.Policy{}, precision.LossScalingAuto).IsGlobalZero() {
 		t.Fatal("a fabric on one device is global zero")
 	}
+}
+
+// rowsOnly is a dataset that draws each rank's rows alone and refuses to
+// draw a whole batch.
+type rowsOnly struct{}
+
+func (rowsOnly) Batch(uint64) (data.Batch, error) {
+	return data.Batch{}, errors.New("a RankDataset's whole batch was drawn")
+}
+
+func (rowsOnly) Share(i uint64, r, n int) (data.Batch, error) { return mlpBatch(i).Share(r, n) }
+
+// TestLoaderUsesRankDataset: a Loader over a RankDataset asks it for this
+// rank's rows only.
+func TestLoaderUsesRankDataset(t *testing.T) {
+	onRanks(t, 2, func(r int, c comm.Communicator) error {
+		f, _ := mlpFabric(t, 1, "32-true", "ddp", c)
+		b, err := f.SetupDataLoader(rowsOnly{}).Next()
+		if err != nil {
+			return err
+		}
+		if want, _ := mlpBatch(0).Share(r, 2); !slices.Equal(b.Targets, want.Targets) {
+			t.Errorf("rank %d: targets %v, want %v", r, b.Targets, want.Targets)
+		}
+		return nil
+	})
 }
