@@ -26,7 +26,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		return "", fmt.Errorf("sample: temperature %v: want 0 (greedy) or a positive number", temperature)
 	}
 	dir := filepath.Join(run, "checkpoints")
-	m, _, err := ReadManifest(dir)
+	m, ckpt, err := ReadManifest(dir)
 	if err != nil {
 		return "", err
 	}
@@ -56,8 +56,7 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if err := f.Setup(gpt, opt); err != nil {
 		return "", err
 	}
-	k := checkpointer{dir: dir, model: gpt, opt: opt, fabric: f}
-	if _, err := k.load(c); err != nil {
+	if _, err := f.Load(ckpt, fabric.LoadOptions{}); err != nil {
 		return "", err
 	}
 	f.Tape().NoGrad = true

@@ -100,11 +100,12 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt:\n  width: 64.5\n"))}
 	}, nil, 0},
 	{"resuming a run that has finished", func(dir string) []string {
-		root := newRoot()
-		root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
-		root.SetOut(io.Discard)
-		root.Execute()
+		trainCNN(dir)
 		return []string{"train", "--model", "cnn", "--steps", "1", "--resume", "--out", dir}
+	}, nil, 0},
+	{"resuming a run as another model", func(dir string) []string {
+		trainCNN(dir)
+		return []string{"train", "--model", "hybrid", "--steps", "2", "--resume", "--out", dir}
 	}, nil, 0},
 	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil, 0},
 	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil, 0},
@@ -329,4 +330,12 @@ func runLimited(t *testing.T, bin string, args []string, limit uint64) (string, 
 		t.Fatalf("weft %s: %v", strings.Join(args, " "), err)
 	}
 	return strings.TrimPrefix(strings.TrimSpace(stderr.String()), "weft: "), exit.ExitCode()
+}
+
+// trainCNN trains the cnn for one step into the run folder dir.
+func trainCNN(dir string) {
+	root := newRoot()
+	root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
+	root.SetOut(io.Discard)
+	root.Execute()
 }

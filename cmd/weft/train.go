@@ -85,7 +85,7 @@ same step.`,
 	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
 	fs.StringVar(&c.Out, "out", c.Out, "run folder")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
-	fs.StringVar(&c.InitFrom, "init-from", c.InitFrom, "start from the weights of this run folder's latest checkpoint (fine-tuning)")
+	fs.StringVar(&c.InitFrom, "init-from", c.InitFrom, "start from the weights of this run folder's latest checkpoint, or of a safetensors file keyed by parameter path (fine-tuning)")
 	fs.StringSliceVar(&c.LoRA.Targets, "lora", nil, "train only LoRA adapters on these module globs, e.g. 'blocks.*.qkv,blocks.*.fc'")
 	fs.IntVar(&c.LoRA.Rank, "lora-rank", c.LoRA.Rank, "LoRA rank")
 	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
