@@ -23,8 +23,8 @@ import (
 // Config is one training run. Every field has a YAML key; a config file may
 // set any subset, and flags override it.
 type Config struct {
-	Model     string      `yaml:"model"`      // gpt, cnn or hybrid
-	GPT       GPTSize     `yaml:"gpt"`        // size of the gpt model
+	Model     string      `yaml:"model"`      // gpt, llama, cnn or hybrid
+	GPT       GPTSize     `yaml:"gpt"`        // size of the gpt (or llama) model
 	Precision string      `yaml:"precision"`  // "bf16-mixed"
 	Modules   []ModuleFor `yaml:"modules"`    // per-module precision rules
 	LossScale string      `yaml:"loss_scale"` // auto or none
@@ -80,6 +80,14 @@ type LoRA struct {
 // gptConfig is the gpt this run trains on the Go corpus's vocabulary.
 func (c Config) gptConfig() models.GPTConfig {
 	return models.GPTConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
+}
+
+// llamaConfig is the llama this run trains on the Go corpus's vocabulary,
+// sized by the gpt fields, with Llama's MLP width of about 8C/3 (a
+// multiple of 8) and HF's defaults for the rest.
+func (c Config) llamaConfig() models.LlamaConfig {
+	return models.LlamaConfig{Vocab: data.VocabSize, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers,
+		Hidden: (8*c.GPT.Width/3 + 7) / 8 * 8, NormEps: 1e-5, RopeTheta: 10000}
 }
 
 // ModuleFor gives the modules matching Match their own precision, as
@@ -210,8 +218,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("out: a run folder is needed")
 	case c.OnNaN != "stop" && c.OnNaN != "skip":
 		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
-	case c.Model == "gpt" && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
-		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
+	case (c.Model == "gpt" || c.Model == "llama") && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
+		return fmt.Errorf("%s size %+v: layers, heads and context must be positive and width a multiple of heads", c.Model, c.GPT)
+	case c.Model == "llama" && c.GPT.Width/c.GPT.Heads%2 != 0:
+		return fmt.Errorf("llama size %+v: the head width (width/heads = %d) must be even for rotary embeddings", c.GPT, c.GPT.Width/c.GPT.Heads)
 	case c.Strategy == "single" && c.Devices > 1:
 		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.Devices)
 	case c.Devices < 1:

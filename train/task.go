@@ -24,12 +24,15 @@ type task struct {
 
 func newTask(c Config) (*task, error) {
 	switch c.Model {
-	case "gpt":
+	case "gpt", "llama":
 		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
 		if err != nil {
 			return nil, err
 		}
-		cfg := c.gptConfig()
+		build := func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig()) }
+		if c.Model == "llama" {
+			build = func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig()) }
+		}
 		// A sampler per call: ranks draw the same batches concurrently.
 		draw := func(tokens []int, seed, pos uint64) data.Batch {
 			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
@@ -37,7 +40,7 @@ func newTask(c Config) (*task, error) {
 			return s.Next()
 		}
 		return &task{
-			build: func(init *nn.Init) models.Model { return models.NewGPT(init, cfg) },
+			build: build,
 			batch: func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
 			val:   func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
 			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed,
@@ -63,7 +66,7 @@ func newTask(c Config) (*task, error) {
 			units: c.BatchSize, unit: "images", seed: c.Seed,
 		}, nil
 	}
-	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, cnn, hybrid do; mlp is for weft parity)", c.Model)
+	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, llama, cnn, hybrid do; mlp is for weft parity)", c.Model)
 }
 
 // newModel builds the model with its initial weights (the same on every

@@ -1,0 +1,146 @@
+package models
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/nn"
+)
+
+// B = batch size, T = sequence length, C = width, V = vocabulary size,
+// nh = heads, hs = C/nh, H = the MLP's inner width.
+
+// LlamaConfig sizes a Llama; the fields carry HF's config.json names.
+type LlamaConfig struct {
+	Vocab     int     // 48 (vocab_size)
+	Context   int     // 16: the longest sequence (max_position_embeddings)
+	Width     int     // 32 (hidden_size)
+	Heads     int     // 2 (num_attention_heads; num_key_value_heads is the same)
+	Layers    int     // 2 (num_hidden_layers)
+	Hidden    int     // 88: the MLP's inner width (intermediate_size)
+	NormEps   float64 // 1e-5: every RMSNorm's epsilon (rms_norm_eps)
+	RopeTheta float64 // 10000: the rotary embeddings' base (rope_theta)
+	TiedHead  bool    // true: the head is the token embedding (tie_word_embeddings)
+}
+
+// Llama is nanoGPT with Llama's parts: no position table but rotary
+// embeddings on q and k, RMSNorm, a SwiGLU MLP and no biases:
+// tok → blocks → norm → head.
+type Llama struct {
+	Tok     *nn.Embedding // (V, C)
+	Blocks  nn.List[*LlamaBlock]
+	Norm    *nn.RMSNorm
+	Head    *nn.Linear // C -> V; nil when tied to Tok
+	context int
+}
+
+func NewLlama(init *nn.Init, cfg LlamaConfig) *Llama {
+	l := &Llama{Tok: nn.NewEmbedding(init, cfg.Vocab, cfg.Width), context: cfg.Context}
+	for range cfg.Layers {
+		l.Blocks = append(l.Blocks, NewLlamaBlock(init, cfg))
+	}
+	l.Norm = nn.NewRMSNorm(init, cfg.Width, cfg.NormEps)
+	if !cfg.TiedHead {
+		l.Head = nn.NewLinear(init, cfg.Width, cfg.Vocab, false)
+	}
+	return l
+}
+
+func (l *Llama) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
+	_, exit := tp.Enter(l, nil)
+	bs, t := b.Shape[0], b.Shape[1]
+	if t > l.context {
+		exit(nil)
+		return nil, fmt.Errorf("llama: a sequence of %d tokens is longer than the context of %d", t, l.context)
+	}
+	x, err := l.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)
+	if err != nil {
+		exit(nil)
+		return nil, err
+	}
+	for _, blk := range l.Blocks {
+		x = tp.Checkpoint(blk, x) // (B, T, C)
+	}
+	x = l.Norm.Forward(tp, x)
+	var logits *autograd.Var // (B, T, V)
+	if l.Head == nil {
+		logits = tp.Linear(x, l.Tok.Weight, nil)
+	} else {
+		logits = l.Head.Forward(tp, x)
+	}
+	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
+}
+
+func (l *Llama) Params() []nn.Param { return nil }
+func (l *Llama) Children() []nn.Child {
+	children := []nn.Child{{Name: "tok", Module: l.Tok}, {Name: "blocks", Module: l.Blocks}, {Name: "norm", Module: l.Norm}}
+	if l.Head == nil {
+		return children
+	}
+	return append(children, nn.Child{Name: "head", Module: l.Head})
+}
+
+// LlamaBlock is x = x + o(attn(rope(q), rope(k), v)) over attn_norm(x);
+// x = x + down(SiLU(gate(h))·up(h)), h = mlp_norm(x).
+type LlamaBlock struct {
+	AttnNorm   *nn.RMSNorm
+	Q, K, V, O *nn.Linear // C -> C
+	MLPNorm    *nn.RMSNorm
+	Gate, Up   *nn.Linear // C -> H
+	Down       *nn.Linear // H -> C
+	Heads      int
+	RopeTheta  float64
+}
+
+func NewLlamaBlock(init *nn.Init, cfg LlamaConfig) *LlamaBlock {
+	c, h := cfg.Width, cfg.Hidden
+	return &LlamaBlock{
+		AttnNorm: nn.NewRMSNorm(init, c, cfg.NormEps),
+		Q:        nn.NewLinear(init, c, c, false), K: nn.NewLinear(init, c, c, false),
+		V: nn.NewLinear(init, c, c, false), O: nn.NewLinear(init, c, c, false),
+		MLPNorm: nn.NewRMSNorm(init, c, cfg.NormEps),
+		Gate:    nn.NewLinear(init, c, h, false), Up: nn.NewLinear(init, c, h, false), Down: nn.NewLinear(init, h, c, false),
+		Heads: cfg.Heads, RopeTheta: cfg.RopeTheta,
+	}
+}
+
+func (b *LlamaBlock) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(b, x)
+	x = tp.Add(x, b.attention(tp, b.AttnNorm.Forward(tp, x))) // (B, T, C)
+	h := b.MLPNorm.Forward(tp, x)
+	gated := tp.Mul(tp.SiLU(b.Gate.Forward(tp, h)), b.Up.Forward(tp, h)) // (B, T, H)
+	x = tp.Add(x, b.Down.Forward(tp, gated))                             // (B, T, C)
+	return exit(x)
+}
+
+// attention is causal self-attention with rotary embeddings on q and k,
+// op by op as HF's eager path computes it.
+func (b *LlamaBlock) attention(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	shape := x.Value.Shape()
+	bs, t, c := shape[0], shape[1], shape[2]
+	hs := c / b.Heads
+	heads := func(v *autograd.Var) *autograd.Var {
+		return tp.Permute(tp.Reshape(v, bs, t, b.Heads, hs), 0, 2, 1, 3) // (B, nh, T, hs)
+	}
+	q := tp.Rotary(heads(b.Q.Forward(tp, x)), b.RopeTheta)
+	k := tp.Rotary(heads(b.K.Forward(tp, x)), b.RopeTheta)
+	v := heads(b.V.Forward(tp, x))
+	att := tp.Scale(tp.MatMul(q, k, true), 1/math.Sqrt(float64(hs))) // (B, nh, T, T)
+	att = tp.Softmax(tp.CausalMask(att))
+	y := tp.MatMul(att, v, false)                       // (B, nh, T, hs)
+	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), bs, t, c) // (B, T, C)
+	return b.O.Forward(tp, y)
+}
+
+func (b *LlamaBlock) Params() []nn.Param { return nil }
+func (b *LlamaBlock) Children() []nn.Child {
+	return []nn.Child{{Name: "attn_norm", Module: b.AttnNorm}, {Name: "q", Module: b.Q}, {Name: "k", Module: b.K},
+		{Name: "v", Module: b.V}, {Name: "o", Module: b.O}, {Name: "mlp_norm", Module: b.MLPNorm},
+		{Name: "gate", Module: b.Gate}, {Name: "up", Module: b.Up}, {Name: "down", Module: b.Down}}
+}
+
+// ReferenceLlama is the llama of `weft plan` and the tests, the reference
+// gpt's size with Llama's MLP width of about 8C/3.
+var ReferenceLlama = LlamaConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, Layers: 2, Hidden: 88, NormEps: 1e-5, RopeTheta: 10000}
