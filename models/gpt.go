@@ -34,13 +34,18 @@ type GPT struct {
 	Head   *nn.Linear // C -> V; nil when tied to Tok
 	// positions are the position ids 0, 1, ..., Context-1.
 	positions []int
+	cfg       GPTConfig
 }
+
+// Config is the configuration g was built from.
+func (g *GPT) Config() GPTConfig { return g.cfg }
 
 func NewGPT(init *nn.Init, cfg GPTConfig) *GPT {
 	g := &GPT{
 		Tok: nn.NewEmbedding(init, cfg.Vocab, cfg.Width),
 		Pos: nn.NewEmbedding(init, cfg.Context, cfg.Width),
 		LnF: cfg.layerNorm(init),
+		cfg: cfg,
 	}
 	if !cfg.TiedHead {
 		g.Head = nn.NewLinear(init, cfg.Width, cfg.Vocab, false)

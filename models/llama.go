@@ -29,15 +29,18 @@ type LlamaConfig struct {
 // embeddings on q and k, RMSNorm, a SwiGLU MLP and no biases:
 // tok → blocks → norm → head.
 type Llama struct {
-	Tok     *nn.Embedding // (V, C)
-	Blocks  nn.List[*LlamaBlock]
-	Norm    *nn.RMSNorm
-	Head    *nn.Linear // C -> V; nil when tied to Tok
-	context int
+	Tok    *nn.Embedding // (V, C)
+	Blocks nn.List[*LlamaBlock]
+	Norm   *nn.RMSNorm
+	Head   *nn.Linear // C -> V; nil when tied to Tok
+	cfg    LlamaConfig
 }
 
+// Config is the configuration l was built from.
+func (l *Llama) Config() LlamaConfig { return l.cfg }
+
 func NewLlama(init *nn.Init, cfg LlamaConfig) *Llama {
-	l := &Llama{Tok: nn.NewEmbedding(init, cfg.Vocab, cfg.Width), context: cfg.Context}
+	l := &Llama{Tok: nn.NewEmbedding(init, cfg.Vocab, cfg.Width), cfg: cfg}
 	for range cfg.Layers {
 		l.Blocks = append(l.Blocks, NewLlamaBlock(init, cfg))
 	}
@@ -51,9 +54,9 @@ func NewLlama(init *nn.Init, cfg LlamaConfig) *Llama {
 func (l *Llama) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 	_, exit := tp.Enter(l, nil)
 	bs, t := b.Shape[0], b.Shape[1]
-	if t > l.context {
+	if t > l.cfg.Context {
 		exit(nil)
-		return nil, fmt.Errorf("llama: a sequence of %d tokens is longer than the context of %d", t, l.context)
+		return nil, fmt.Errorf("llama: a sequence of %d tokens is longer than the context of %d", t, l.cfg.Context)
 	}
 	x, err := l.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)
 	if err != nil {

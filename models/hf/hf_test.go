@@ -1,0 +1,167 @@
+package hf_test
+
+import (
+	"bytes"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
+	"github.com/weftml/weft/tensor"
+)
+
+// python is Debian's interpreter, the one python3-torch installs into.
+const python = "/usr/bin/python3"
+
+var oracle = filepath.Join("..", "..", "testdata", "hf", "oracle.py")
+
+// needTorch skips the test when PyTorch is not installed for python.
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(python, "-c", "import torch").Run(); err != nil {
+		t.Skipf("PyTorch is not importable by %s (%v): apt-get install python3-torch to run the oracle", python, err)
+	}
+}
+
+func runOracle(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(python, append([]string{oracle}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("oracle.py %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// maxTol is the agreement asked of float32 logits: max|weft − torch| over
+// max|torch|, a normwise relative error (elementwise ratios would blow up
+// at logits near zero), at most 1e-5.
+const maxTol = 1e-5
+
+// normwise returns max|a−b| / max|b|.
+func normwise(a, b []float64) float64 {
+	var d, m float64
+	for i := range b {
+		d, m = max(d, math.Abs(a[i]-b[i])), max(m, math.Abs(b[i]))
+	}
+	return d / m
+}
+
+// reference reads an oracle output: the tokens as a batch and the logits.
+func reference(t *testing.T, path string) (data.Batch, []float64) {
+	t.Helper()
+	f, err := checkpoint.ReadSafetensors(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := f.Tensor("tokens")
+	logits, _ := f.Tensor("logits")
+	ids, err := tensor.FromBytes(tok.DType, tok.Data, tok.Shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := tensor.FromBytes(logits.DType, logits.Data, logits.Shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := data.Batch{Tokens: ids.Ints(), Shape: tok.Shape}
+	return b, l.Float64s()
+}
+
+// logits runs m on b in float32.
+func logits(t *testing.T, m models.Model, b data.Batch) []float64 {
+	t.Helper()
+	tp := &autograd.Tape{NoGrad: true}
+	out, err := m.Forward(tp, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Value.DType() != dtype.F32 {
+		t.Fatalf("logits are %v, want float32", out.Value)
+	}
+	return out.Value.Float64s()
+}
+
+// TestPyTorchRoundTrip: models PyTorch builds in each layout (random
+// weights, tied and untied heads, both GELUs) load into weft with logits
+// within 1e-5 of PyTorch's on the same tokens; weft's export of each has
+// the file's tensors bit for bit and loads back into PyTorch with the
+// same logits.
+func TestPyTorchRoundTrip(t *testing.T) {
+	needTorch(t)
+	for _, c := range []struct {
+		name string
+		args []string
+		want func(m models.Model) bool // the options the config must have set
+	}{
+		{"gpt2/tied/gelu_new", []string{"gpt2", "--tied", "--act", "gelu_new"}, func(m models.Model) bool {
+			g := m.(*models.GPT).Config()
+			return g.TiedHead && g.TanhGELU
+		}},
+		{"gpt2/untied/gelu", []string{"gpt2", "--act", "gelu"}, func(m models.Model) bool {
+			g := m.(*models.GPT).Config()
+			return !g.TiedHead && !g.TanhGELU
+		}},
+		{"llama/untied", []string{"llama"}, func(m models.Model) bool { return !m.(*models.Llama).Config().TiedHead }},
+		{"llama/tied", []string{"llama", "--tied"}, func(m models.Model) bool { return m.(*models.Llama).Config().TiedHead }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			runOracle(t, append([]string{"make", c.args[0], dir}, c.args[1:]...)...)
+			m, err := hf.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !c.want(m) {
+				t.Fatalf("config.json gave %T %+v", m, m)
+			}
+			b, want := reference(t, filepath.Join(dir, "reference.safetensors"))
+			e := normwise(logits(t, m, b), want)
+			t.Logf("weft vs PyTorch: max|Δ|/max|torch| = %.3g", e)
+			if e > maxTol {
+				t.Errorf("weft's logits differ from PyTorch's by %.3g (max|Δ|/max|torch|), more than %g", e, maxTol)
+			}
+
+			out := t.TempDir()
+			if err := hf.Save(out, c.args[0], m); err != nil {
+				t.Fatal(err)
+			}
+			sameTensors(t, filepath.Join(dir, hf.WeightsFile), filepath.Join(out, hf.WeightsFile))
+			runOracle(t, "run", out, filepath.Join(dir, "reference.safetensors"), filepath.Join(out, "logits.safetensors"))
+			_, back := reference(t, filepath.Join(out, "logits.safetensors"))
+			e = normwise(back, want)
+			t.Logf("PyTorch on weft's export vs the original: %.3g", e)
+			if e > maxTol {
+				t.Errorf("PyTorch's logits of weft's export differ from the original's by %.3g, more than %g", e, maxTol)
+			}
+		})
+	}
+}
+
+// sameTensors requires b to hold a's tensors with the same bytes.
+func sameTensors(t *testing.T, a, b string) {
+	t.Helper()
+	fa, err := checkpoint.ReadSafetensors(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := checkpoint.ReadSafetensors(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(fa.Names(), " ") != strings.Join(fb.Names(), " ") {
+		t.Fatalf("export holds %v, the original %v", fb.Names(), fa.Names())
+	}
+	for _, name := range fa.Names() {
+		x, _ := fa.Tensor(name)
+		y, _ := fb.Tensor(name)
+		if x.DType != y.DType || !tensor.EqualShape(x.Shape, y.Shape) || !bytes.Equal(x.Data, y.Data) {
+			t.Errorf("%s: exported %v%v differs from the original %v%v", name, y.DType, y.Shape, x.DType, x.Shape)
+		}
+	}
+}
