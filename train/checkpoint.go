@@ -16,6 +16,8 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/tensor"
@@ -500,9 +502,13 @@ func Consolidate(run, out string) error {
 	return checkpoint.WriteSafetensors(out, tensors, map[string]string{"format": manifestFormat, "step": fmt.Sprint(s.manifest.Step)})
 }
 
-// loadWeights copies the parameters of run's latest checkpoint into m (a
-// fine-tuning start); optimizer and precision state are not taken.
-func loadWeights(run string, m nn.Module) error {
+// loadWeights copies the parameters of run's latest checkpoint, or of an
+// HF model folder, into m (a fine-tuning start); optimizer and precision
+// state are not taken.
+func loadWeights(run string, m models.Model) error {
+	if hf.IsModelDir(run) {
+		return hf.LoadWeights(run, m)
+	}
 	s, err := openLatest(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		return err

@@ -45,7 +45,7 @@ type Config struct {
 	CorpusBytes int           `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
 	CorpusPart  string        `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
 	OnNaN       string        `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
-	InitFrom    string        `yaml:"init_from"`    // a run folder whose latest weights start this run (fine-tuning)
+	InitFrom    string        `yaml:"init_from"`    // a run folder whose latest weights start this run, or an HF model folder (fine-tuning)
 	LoRA        LoRA          `yaml:"lora"`         // adapters to train instead of the whole model
 	// ActivationCheckpointing names the modules whose forward is
 	// recomputed in backward instead of keeping its activations: blocks.*

@@ -25,13 +25,13 @@ type task struct {
 func newTask(c Config) (*task, error) {
 	switch c.Model {
 	case "gpt", "llama":
-		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
+		build, err := c.languageModel()
 		if err != nil {
 			return nil, err
 		}
-		build := func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig()) }
-		if c.Model == "llama" {
-			build = func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig()) }
+		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
+		if err != nil {
+			return nil, err
 		}
 		// A sampler per call: ranks draw the same batches concurrently.
 		draw := func(tokens []int, seed, pos uint64) data.Batch {

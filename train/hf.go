@@ -1,0 +1,70 @@
+package train
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
+	"github.com/weftml/weft/nn"
+)
+
+// languageModel returns what builds the run's language model: the gpt or
+// llama of its sizes, or, when InitFrom is an HF model folder (it holds a
+// config.json), the model that folder describes, which must take the Go
+// corpus's tokens and the run's context.
+func (c Config) languageModel() (func(init *nn.Init) models.Model, error) {
+	if c.InitFrom == "" || !hf.IsModelDir(c.InitFrom) {
+		if c.Model == "llama" {
+			return func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig()) }, nil
+		}
+		return func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig()) }, nil
+	}
+	cfg, err := hf.ReadConfig(c.InitFrom)
+	if err != nil {
+		return nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
+	}
+	build, err := cfg.Builder()
+	if err != nil {
+		return nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
+	}
+	var vocab, context int
+	switch m := build(nn.Meta(0)).(type) {
+	case *models.GPT:
+		vocab, context = m.Config().Vocab, m.Config().Context
+	case *models.Llama:
+		vocab, context = m.Config().Vocab, m.Config().Context
+	}
+	if vocab < data.VocabSize || context < c.GPT.Context {
+		return nil, fmt.Errorf("init from %s: its model takes %d token ids and %d positions; the Go corpus needs %d ids and the run's context %d positions",
+			c.InitFrom, vocab, context, data.VocabSize, c.GPT.Context)
+	}
+	return build, nil
+}
+
+// Export writes the latest weights of run (a run folder of a gpt or llama)
+// to out in an HF layout, format gpt2 or llama: config.json and
+// model.safetensors, which transformers (or testdata/hf/oracle.py) loads
+// and --init-from takes back.
+func Export(run, format, out string) error {
+	m, _, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if m.Config.Model != "gpt" && m.Config.Model != "llama" {
+		return fmt.Errorf("export: %s trained a %s; gpt and llama runs export", run, m.Config.Model)
+	}
+	build, err := m.Config.languageModel()
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	model := build(nn.NewInit(m.Config.Seed))
+	if err := loadWeights(run, model); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := hf.Save(out, format, model); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
