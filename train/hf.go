@@ -30,15 +30,21 @@ func (c Config) languageModel() (func(init *nn.Init) models.Model, error) {
 		return nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
 	}
 	var vocab, context int
+	var tied bool
 	switch m := build(nn.Meta(0)).(type) {
 	case *models.GPT:
-		vocab, context = m.Config().Vocab, m.Config().Context
+		vocab, context, tied = m.Config().Vocab, m.Config().Context, m.Config().TiedHead
 	case *models.Llama:
-		vocab, context = m.Config().Vocab, m.Config().Context
+		vocab, context, tied = m.Config().Vocab, m.Config().Context, m.Config().TiedHead
 	}
-	if vocab < data.VocabSize || context < c.GPT.Context {
+	switch {
+	case vocab < data.VocabSize || context < c.GPT.Context:
 		return nil, fmt.Errorf("init from %s: its model takes %d token ids and %d positions; the Go corpus needs %d ids and the run's context %d positions",
 			c.InitFrom, vocab, context, data.VocabSize, c.GPT.Context)
+	case tied && c.Strategy == "fsdp":
+		// The head reads the embedding outside the embedding's unit, where
+		// fsdp has freed its gathered copy.
+		return nil, fmt.Errorf("init from %s: its head is the token embedding (tie_word_embeddings), which fsdp cannot shard; use single, ddp, zero1 or zero2", c.InitFrom)
 	}
 	return build, nil
 }
