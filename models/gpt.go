@@ -90,22 +90,32 @@ func (g *GPT) ForwardWith(tp *autograd.Tape, b data.Batch, extra *autograd.Var) 
 		x = tp.Checkpoint(blk, x) // (B, T, C): blk.Forward, recomputed in backward if selected
 	}
 	x = g.LnF.Forward(tp, x)
-	var logits *autograd.Var // (B, T, V)
-	if g.Head == nil {
-		logits = tp.Linear(x, g.Tok.Weight, nil)
-	} else {
-		logits = g.Head.Forward(tp, x)
-	}
+	logits := headLogits(tp, x, g.Head, g.Tok)     // (B, T, V)
 	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
 }
 
 func (g *GPT) Params() []nn.Param { return nil }
 func (g *GPT) Children() []nn.Child {
 	children := []nn.Child{{Name: "tok", Module: g.Tok}, {Name: "pos", Module: g.Pos}, {Name: "blocks", Module: g.Blocks}, {Name: "ln_f", Module: g.LnF}}
-	if g.Head == nil {
+	return withHead(children, g.Head)
+}
+
+// headLogits is head(x), or x·Tokᵀ when head is nil: tied to the token
+// embedding.
+func headLogits(tp *autograd.Tape, x *autograd.Var, head *nn.Linear, tok *nn.Embedding) *autograd.Var {
+	if head == nil {
+		return tp.Linear(x, tok.Weight, nil)
+	}
+	return head.Forward(tp, x)
+}
+
+// withHead appends head to a language model's children unless it is tied
+// (nil).
+func withHead(children []nn.Child, head *nn.Linear) []nn.Child {
+	if head == nil {
 		return children
 	}
-	return append(children, nn.Child{Name: "head", Module: g.Head})
+	return append(children, nn.Child{Name: "head", Module: head})
 }
 
 // layerNorm is a LayerNorm of the configured width and epsilon.

@@ -67,22 +67,14 @@ func (l *Llama) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) 
 		x = tp.Checkpoint(blk, x) // (B, T, C)
 	}
 	x = l.Norm.Forward(tp, x)
-	var logits *autograd.Var // (B, T, V)
-	if l.Head == nil {
-		logits = tp.Linear(x, l.Tok.Weight, nil)
-	} else {
-		logits = l.Head.Forward(tp, x)
-	}
+	logits := headLogits(tp, x, l.Head, l.Tok)     // (B, T, V)
 	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
 }
 
 func (l *Llama) Params() []nn.Param { return nil }
 func (l *Llama) Children() []nn.Child {
 	children := []nn.Child{{Name: "tok", Module: l.Tok}, {Name: "blocks", Module: l.Blocks}, {Name: "norm", Module: l.Norm}}
-	if l.Head == nil {
-		return children
-	}
-	return append(children, nn.Child{Name: "head", Module: l.Head})
+	return withHead(children, l.Head)
 }
 
 // LlamaBlock is x = x + o(attn(rope(q), rope(k), v)) over attn_norm(x);
