@@ -168,3 +168,32 @@ func TestQLoRAFromExport(t *testing.T) {
 		})
 	}
 }
+
+// TestSampleLanguageModels: weft sample continues a prompt with a llama
+// run, and with a run fine-tuned from an HF folder whose model (built from
+// its config.json, not the run's sizes) has a larger vocabulary than the
+// corpus: only the corpus's ids are drawn.
+func TestSampleLanguageModels(t *testing.T) {
+	folder := t.TempDir()
+	wide := models.NewGPT(nn.NewInit(1), models.GPTConfig{Vocab: 300, Context: 32, Width: 16, Heads: 2, Layers: 1, TiedHead: true, TanhGELU: true})
+	if err := hf.Save(folder, "gpt2", wide); err != nil {
+		t.Fatal(err)
+	}
+	llama := tinyConfig(t, "32-true")
+	llama.Model, llama.Steps = "llama", 4
+	fromHF := tinyConfig(t, "bf16-mixed")
+	fromHF.InitFrom, fromHF.Steps = folder, 4
+	for _, c := range []Config{llama, fromHF} {
+		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		const prompt = "func main() {"
+		text, err := Sample(c.Out, prompt, 20, 0.8, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(text, prompt) || len(text) != len(prompt)+20 {
+			t.Errorf("%s run sampled %q: want the prompt and 20 characters", c.Model, text)
+		}
+	}
+}

@@ -9,12 +9,11 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/fabric"
-	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 )
 
-// Sample continues prompt by n characters with the gpt of the run folder
+// Sample continues prompt by n characters with the gpt or llama of the run folder
 // run (its latest checkpoint), drawing each from the softmax of the logits
 // divided by temperature (0: always the most likely).
 func Sample(run, prompt string, n int, temperature float64, seed uint64) (string, error) {
@@ -35,23 +34,27 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		return "", err
 	}
 	c := m.Config
-	if c.Model != "gpt" {
-		return "", fmt.Errorf("sample: the run trained %s; only gpt generates text", c.Model)
+	if c.Model != "gpt" && c.Model != "llama" {
+		return "", fmt.Errorf("sample: the run trained %s; only gpt and llama generate text", c.Model)
 	}
 	pol, scaling, err := c.policy(nil)
 	if err != nil {
 		return "", err
 	}
-	gpt := models.NewGPT(nn.NewInit(c.Seed), c.gptConfig())
-	opt, err := optim.NewAdamW(nn.Parameters(gpt), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
+	build, err := c.languageModel()
+	if err != nil {
+		return "", fmt.Errorf("sample: %w", err)
+	}
+	lm := build(nn.NewInit(c.Seed))
+	opt, err := optim.NewAdamW(nn.Parameters(lm), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
 	if err != nil {
 		return "", err
 	}
 	f := fabric.NewPolicy(pol, scaling)
-	if err := f.Setup(gpt, opt); err != nil {
+	if err := f.Setup(lm, opt); err != nil {
 		return "", err
 	}
-	k := checkpointer{dir: dir, model: gpt, opt: opt, fabric: f}
+	k := checkpointer{dir: dir, model: lm, opt: opt, fabric: f}
 	if _, err := k.load(c); err != nil {
 		return "", err
 	}
@@ -64,13 +67,15 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	for range n {
 		window := ids[max(0, len(ids)-c.GPT.Context):]
 		b := data.Batch{Tokens: window, Shape: []int{1, len(window)}}
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return gpt.Forward(tp, b) })
+		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return lm.Forward(tp, b) })
 		if err != nil {
 			return "", err
 		}
-		v := logits.Value.Float64s()
+		v, vocab := logits.Value.Float64s(), logits.Value.Dim(-1)
 		f.Tape().Reset() // the pass's tensors go back to the pool
-		ids = append(ids, pick(v[len(v)-data.VocabSize:], temperature, rng))
+		// The last position's logits; an imported model's vocabulary may
+		// extend past the corpus's ids, which alone decode.
+		ids = append(ids, pick(v[len(v)-vocab:][:data.VocabSize], temperature, rng))
 	}
 	return data.DecodeText(ids), nil
 }
