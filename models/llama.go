@@ -10,14 +10,16 @@ import (
 )
 
 // B = batch size, T = sequence length, C = width, V = vocabulary size,
-// nh = heads, hs = C/nh, H = the MLP's inner width.
+// nh = heads, hs = C/nh, nkv = key/value heads, g = nh/nkv, H = the MLP's
+// inner width.
 
 // LlamaConfig sizes a Llama; the fields carry HF's config.json names.
 type LlamaConfig struct {
 	Vocab     int     // 48 (vocab_size)
 	Context   int     // 16: the longest sequence (max_position_embeddings)
 	Width     int     // 32 (hidden_size)
-	Heads     int     // 2 (num_attention_heads; num_key_value_heads is the same)
+	Heads     int     // 2 (num_attention_heads)
+	KVHeads   int     // 1: heads of k and v, each shared by Heads/KVHeads query heads (num_key_value_heads; 0: Heads)
 	Layers    int     // 2 (num_hidden_layers)
 	Hidden    int     // 88: the MLP's inner width (intermediate_size)
 	NormEps   float64 // 1e-5: every RMSNorm's epsilon (rms_norm_eps)
@@ -77,27 +79,37 @@ func (l *Llama) Children() []nn.Child {
 	return withHead(children, l.Head)
 }
 
+// KV is the number of key/value heads: KVHeads, or Heads when 0.
+func (cfg LlamaConfig) KV() int {
+	if cfg.KVHeads == 0 {
+		return cfg.Heads
+	}
+	return cfg.KVHeads
+}
+
 // LlamaBlock is x = x + o(attn(rope(q), rope(k), v)) over attn_norm(x);
 // x = x + down(SiLU(gate(h))·up(h)), h = mlp_norm(x).
 type LlamaBlock struct {
-	AttnNorm   *nn.RMSNorm
-	Q, K, V, O *nn.Linear // C -> C
-	MLPNorm    *nn.RMSNorm
-	Gate, Up   *nn.Linear // C -> H
-	Down       *nn.Linear // H -> C
-	Heads      int
-	RopeTheta  float64
+	AttnNorm  *nn.RMSNorm
+	Q, O      *nn.Linear // C -> C
+	K, V      *nn.Linear // C -> nkv·hs
+	MLPNorm   *nn.RMSNorm
+	Gate, Up  *nn.Linear // C -> H
+	Down      *nn.Linear // H -> C
+	Heads     int        // nh
+	KVHeads   int        // nkv, which divides nh
+	RopeTheta float64
 }
 
 func NewLlamaBlock(init *nn.Init, cfg LlamaConfig) *LlamaBlock {
-	c, h := cfg.Width, cfg.Hidden
+	c, h, kv := cfg.Width, cfg.Hidden, cfg.KV()*(cfg.Width/cfg.Heads)
 	return &LlamaBlock{
 		AttnNorm: nn.NewRMSNorm(init, c, cfg.NormEps),
-		Q:        nn.NewLinear(init, c, c, false), K: nn.NewLinear(init, c, c, false),
-		V: nn.NewLinear(init, c, c, false), O: nn.NewLinear(init, c, c, false),
+		Q:        nn.NewLinear(init, c, c, false), K: nn.NewLinear(init, c, kv, false),
+		V: nn.NewLinear(init, c, kv, false), O: nn.NewLinear(init, c, c, false),
 		MLPNorm: nn.NewRMSNorm(init, c, cfg.NormEps),
 		Gate:    nn.NewLinear(init, c, h, false), Up: nn.NewLinear(init, c, h, false), Down: nn.NewLinear(init, h, c, false),
-		Heads: cfg.Heads, RopeTheta: cfg.RopeTheta,
+		Heads: cfg.Heads, KVHeads: cfg.KV(), RopeTheta: cfg.RopeTheta,
 	}
 }
 
@@ -111,21 +123,26 @@ func (b *LlamaBlock) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 }
 
 // attention is causal self-attention with rotary embeddings on q and k,
-// op by op as HF's eager path computes it.
+// op by op as HF's eager path computes it. Query heads h·g ... h·g+g-1
+// share key/value head h (HF's repeat_kv): their rows stack into one
+// (g·T)-row matrix per key/value head, so the products need no copies of
+// k and v, and the scores are (B, nh, T, T) again for the causal mask.
 func (b *LlamaBlock) attention(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	shape := x.Value.Shape()
 	bs, t, c := shape[0], shape[1], shape[2]
-	hs := c / b.Heads
-	heads := func(v *autograd.Var) *autograd.Var {
-		return tp.Permute(tp.Reshape(v, bs, t, b.Heads, hs), 0, 2, 1, 3) // (B, nh, T, hs)
+	hs, nkv := c/b.Heads, b.KVHeads
+	heads := func(v *autograd.Var, n int) *autograd.Var {
+		return tp.Permute(tp.Reshape(v, bs, t, n, hs), 0, 2, 1, 3) // (B, n, T, hs)
 	}
-	q := tp.Rotary(heads(b.Q.Forward(tp, x)), b.RopeTheta)
-	k := tp.Rotary(heads(b.K.Forward(tp, x)), b.RopeTheta)
-	v := heads(b.V.Forward(tp, x))
-	att := tp.Scale(tp.MatMul(q, k, true), 1/math.Sqrt(float64(hs))) // (B, nh, T, T)
-	att = tp.Softmax(tp.CausalMask(att))
-	y := tp.MatMul(att, v, false)                       // (B, nh, T, hs)
-	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), bs, t, c) // (B, T, C)
+	q := tp.Rotary(heads(b.Q.Forward(tp, x), b.Heads), b.RopeTheta) // (B, nh, T, hs)
+	k := tp.Rotary(heads(b.K.Forward(tp, x), nkv), b.RopeTheta)     // (B, nkv, T, hs)
+	v := heads(b.V.Forward(tp, x), nkv)                             // (B, nkv, T, hs)
+	q = tp.Reshape(q, bs, nkv, -1, hs)                              // (B, nkv, g·T, hs)
+	att := tp.Reshape(tp.MatMul(q, k, true), bs, b.Heads, t, t)     // (B, nh, T, T)
+	att = tp.Softmax(tp.CausalMask(tp.Scale(att, 1/math.Sqrt(float64(hs)))))
+	y := tp.MatMul(tp.Reshape(att, bs, nkv, -1, t), v, false) // (B, nkv, g·T, hs)
+	y = tp.Reshape(y, bs, b.Heads, t, hs)                     // (B, nh, T, hs)
+	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), bs, t, c)       // (B, T, C)
 	return b.O.Forward(tp, y)
 }
 
@@ -137,5 +154,6 @@ func (b *LlamaBlock) Children() []nn.Child {
 }
 
 // ReferenceLlama is the llama of `weft plan` and the tests, the reference
-// gpt's size with Llama's MLP width of about 8C/3.
-var ReferenceLlama = LlamaConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, Layers: 2, Hidden: 88, NormEps: 1e-5, RopeTheta: 10000}
+// gpt's size with Llama's MLP width of about 8C/3 and grouped-query
+// attention (both query heads share one key/value head).
+var ReferenceLlama = LlamaConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, KVHeads: 1, Layers: 2, Hidden: 88, NormEps: 1e-5, RopeTheta: 10000}

@@ -170,8 +170,8 @@ var catalogue = []badInput{
 	{"a bad spec argument in a config", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precision: bf16-mixed+fp8(history=0)\n")), "--out", dir}
 	}, nil, 0},
-	{"an HF folder asking for grouped-query attention", func(dir string) []string {
-		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":1,"intermediate_size":128,"max_position_embeddings":64}`))
+	{"an HF folder whose key/value heads do not divide its heads", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"intermediate_size":128,"max_position_embeddings":64}`))
 		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
 	}, nil, 0},
 	{"an HF folder whose weights lack a tensor", func(dir string) []string {

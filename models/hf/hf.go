@@ -57,7 +57,7 @@ type Config struct {
 	HiddenSize            int             `json:"hidden_size,omitempty"`             // 4096
 	NumHiddenLayers       int             `json:"num_hidden_layers,omitempty"`       // 32
 	NumAttentionHeads     int             `json:"num_attention_heads,omitempty"`     // 32
-	NumKeyValueHeads      int             `json:"num_key_value_heads,omitempty"`     // 32 (0: as many as heads)
+	NumKeyValueHeads      int             `json:"num_key_value_heads,omitempty"`     // 8: grouped-query attention (0: as many as heads)
 	IntermediateSize      int             `json:"intermediate_size,omitempty"`       // 11008
 	RMSNormEps            float64         `json:"rms_norm_eps,omitempty"`            // 1e-6
 	RopeTheta             float64         `json:"rope_theta,omitempty"`              // 10000
@@ -127,7 +127,7 @@ func (c Config) Llama() (models.LlamaConfig, error) {
 		return models.LlamaConfig{}, fmt.Errorf("hf: model_type %q is not llama", c.ModelType)
 	}
 	l := models.LlamaConfig{Vocab: c.VocabSize, Context: c.MaxPositionEmbeddings, Width: c.HiddenSize, Heads: c.NumAttentionHeads,
-		Layers: c.NumHiddenLayers, Hidden: c.IntermediateSize, NormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, TiedHead: c.tied()}
+		Layers: c.NumHiddenLayers, Hidden: c.IntermediateSize, NormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, TiedHead: c.tied(), KVHeads: c.NumKeyValueHeads}
 	if l.NormEps == 0 {
 		l.NormEps = 1e-6
 	}
@@ -135,8 +135,8 @@ func (c Config) Llama() (models.LlamaConfig, error) {
 		l.RopeTheta = 10000
 	}
 	var unsupported []string
-	if c.NumKeyValueHeads != 0 && c.NumKeyValueHeads != c.NumAttentionHeads {
-		unsupported = append(unsupported, fmt.Sprintf("num_key_value_heads %d (grouped-query attention; weft needs %d, as many as heads)", c.NumKeyValueHeads, c.NumAttentionHeads))
+	if c.NumKeyValueHeads < 0 || c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
+		unsupported = append(unsupported, fmt.Sprintf("num_key_value_heads %d (it must divide num_attention_heads %d)", c.NumKeyValueHeads, c.NumAttentionHeads))
 	}
 	if c.HiddenAct != "" && c.HiddenAct != "silu" {
 		unsupported = append(unsupported, fmt.Sprintf("hidden_act %q (weft has silu)", c.HiddenAct))

@@ -88,7 +88,7 @@ func logits(t *testing.T, m models.Model, b data.Batch) []float64 {
 }
 
 // TestPyTorchRoundTrip: models PyTorch builds in each layout (random
-// weights, tied and untied heads, both GELUs) load into weft with logits
+// weights, tied and untied heads, both GELUs, grouped-query attention) load into weft with logits
 // within 1e-5 of PyTorch's on the same tokens; weft's export of each has
 // the file's tensors bit for bit and loads back into PyTorch with the
 // same logits.
@@ -109,6 +109,7 @@ func TestPyTorchRoundTrip(t *testing.T) {
 		}},
 		{"llama/untied", []string{"llama"}, func(m models.Model) bool { return !m.(*models.Llama).Config().TiedHead }},
 		{"llama/tied", []string{"llama", "--tied"}, func(m models.Model) bool { return m.(*models.Llama).Config().TiedHead }},
+		{"llama/grouped-query", []string{"llama", "--kv", "2"}, func(m models.Model) bool { return m.(*models.Llama).Config().KV() == 2 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -78,7 +78,7 @@ func layoutOf(m models.Model, format string) (layout, Config, error) {
 		}
 		l := m.Config()
 		return llama, Config{ModelType: "llama", Architectures: []string{"LlamaForCausalLM"}, VocabSize: l.Vocab, TieWordEmbeddings: &l.TiedHead,
-			HiddenSize: l.Width, NumHiddenLayers: l.Layers, NumAttentionHeads: l.Heads, NumKeyValueHeads: l.Heads, IntermediateSize: l.Hidden,
+			HiddenSize: l.Width, NumHiddenLayers: l.Layers, NumAttentionHeads: l.Heads, NumKeyValueHeads: l.KV(), IntermediateSize: l.Hidden,
 			RMSNormEps: l.NormEps, RopeTheta: l.RopeTheta, MaxPositionEmbeddings: l.Context, HiddenAct: "silu"}, nil
 	}
 	return layout{}, Config{}, fmt.Errorf("hf: a %T has no HF layout (gpt and llama have: %s)", m, strings.Join(Formats, ", "))

@@ -3,7 +3,7 @@ forward passes written out in plain torch (no transformers library), as
 transformers' GPT2LMHeadModel and LlamaForCausalLM compute them in eager
 mode, with a plain safetensors reader and writer.
 
-  oracle.py make gpt2|llama DIR [--tied] [--act ACT]
+  oracle.py make gpt2|llama DIR [--tied] [--act ACT] [--kv N]
       random weights -> DIR/config.json, DIR/model.safetensors and
       DIR/reference.safetensors (tokens [B, T] int64, logits [B, T, V] f32)
   oracle.py run DIR IN OUT
@@ -100,8 +100,15 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
+def repeat_kv(x, g):
+    """HF's repeat_kv: (B, nkv, T, hs) -> (B, nkv·g, T, hs), each head g times in a row."""
+    b, nkv, t, hs = x.shape
+    return x[:, :, None].expand(b, nkv, g, t, hs).reshape(b, nkv * g, t, hs)
+
+
 def llama_forward(cfg, w, ids):
     c, nh, eps = cfg["hidden_size"], cfg["num_attention_heads"], cfg.get("rms_norm_eps", 1e-6)
+    nkv = cfg.get("num_key_value_heads", nh)
     hs, b, t = c // nh, ids.shape[0], ids.shape[1]
     inv_freq = 1.0 / (cfg.get("rope_theta", 10000.0) ** (torch.arange(0, hs, 2).float() / hs))
     freqs = torch.outer(torch.arange(t).float(), inv_freq)
@@ -112,10 +119,11 @@ def llama_forward(cfg, w, ids):
         h = f"model.layers.{i}."
         a = rms_norm(x, w[h + "input_layernorm.weight"], eps)
         q, k, v = (
-            (a @ w[h + f"self_attn.{n}_proj.weight"].T).view(b, t, nh, hs).transpose(1, 2) for n in ("q", "k", "v")
+            (a @ w[h + f"self_attn.{n}_proj.weight"].T).view(b, t, heads, hs).transpose(1, 2)
+            for n, heads in (("q", nh), ("k", nkv), ("v", nkv))
         )
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        y = causal_attention(q, k, v).transpose(1, 2).reshape(b, t, c)
+        y = causal_attention(q, repeat_kv(k, nh // nkv), repeat_kv(v, nh // nkv)).transpose(1, 2).reshape(b, t, c)
         x = x + y @ w[h + "self_attn.o_proj.weight"].T
         m = rms_norm(x, w[h + "post_attention_layernorm.weight"], eps)
         gate, up = m @ w[h + "mlp.gate_proj.weight"].T, m @ w[h + "mlp.up_proj.weight"].T
@@ -128,7 +136,7 @@ def llama_forward(cfg, w, ids):
 FORWARD = {"gpt2": gpt2_forward, "llama": llama_forward}
 
 
-def random_model(layout, tied, act, g):
+def random_model(layout, tied, act, nkv, g):
     """A small model of layout with random weights, scaled so that every
     part moves the logits (norm weights near 1, biases and embeddings O(1))."""
     v, ctx, c, nh, n, hid = 61, 16, 32, 4, 2, 80
@@ -149,14 +157,14 @@ def random_model(layout, tied, act, g):
         w[p + "ln_f.weight"], w[p + "ln_f.bias"] = near1(c), randn(c, s=0.2)
     else:
         cfg = {"model_type": "llama", "vocab_size": v, "max_position_embeddings": ctx, "hidden_size": c,
-               "num_attention_heads": nh, "num_key_value_heads": nh, "num_hidden_layers": n, "intermediate_size": hid,
+               "num_attention_heads": nh, "num_key_value_heads": nkv, "num_hidden_layers": n, "intermediate_size": hid,
                "rms_norm_eps": 1e-5, "rope_theta": 500.0, "hidden_act": "silu", "tie_word_embeddings": tied}
         w["model.embed_tokens.weight"] = randn(v, c)
         for i in range(n):
             h = f"model.layers.{i}."
             w[h + "input_layernorm.weight"], w[h + "post_attention_layernorm.weight"] = near1(c), near1(c)
-            for name in ("q", "k", "v", "o"):
-                w[h + f"self_attn.{name}_proj.weight"] = randn(c, c, s=c ** -0.5)
+            for name, rows in (("q", c), ("k", nkv * c // nh), ("v", nkv * c // nh), ("o", c)):
+                w[h + f"self_attn.{name}_proj.weight"] = randn(rows, c, s=c ** -0.5)
             w[h + "mlp.gate_proj.weight"], w[h + "mlp.up_proj.weight"] = randn(hid, c, s=c ** -0.5), randn(hid, c, s=c ** -0.5)
             w[h + "mlp.down_proj.weight"] = randn(c, hid, s=hid ** -0.5)
         w["model.norm.weight"] = near1(c)
@@ -171,8 +179,9 @@ def main(argv):
         layout, out = argv[1], argv[2]
         tied = "--tied" in argv
         act = argv[argv.index("--act") + 1] if "--act" in argv else "gelu_new"
+        nkv = int(argv[argv.index("--kv") + 1]) if "--kv" in argv else 4
         g = torch.Generator().manual_seed(19)
-        cfg, w = random_model(layout, tied, act, g)
+        cfg, w = random_model(layout, tied, act, nkv, g)
         ids = torch.randint(0, cfg["vocab_size"], (2, 12), generator=g)
         with open(f"{out}/config.json", "w") as f:
             json.dump(cfg, f, indent=2)
