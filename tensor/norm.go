@@ -352,6 +352,19 @@ func RMSNorm(x, w *Tensor, eps float64) (y, rstd *Tensor) {
 func rmsNorm[T float](y, x, w, rstd *Tensor, eps float64) {
 	c := x.Dim(-1)
 	xs, ws, ys, rs := get[T](x), get[T](w), buf[T](y), view[T](rstd)
+	if parts := parallelParts(len(xs)); parts <= 1 {
+		rmsNormRows(ys, xs, ws, rs, eps)
+	} else {
+		parallelSplit(len(rs), parts, func(lo, hi int) { rmsNormRows(ys[lo*c:hi*c], xs[lo*c:hi*c], ws, rs[lo:hi], eps) })
+	}
+	put(y, ys)
+	drop(x, xs)
+	drop(w, ws)
+}
+
+// rmsNormRows normalises the rows of xs (of len(ws) elements each).
+func rmsNormRows[T float](ys, xs, ws, rs []T, eps float64) {
+	c := len(ws)
 	for r := range rs {
 		row := xs[r*c : (r+1)*c]
 		var sq T
@@ -364,9 +377,6 @@ func rmsNorm[T float](y, x, w, rstd *Tensor, eps float64) {
 			out[j] = v * rs[r] * ws[j]
 		}
 	}
-	put(y, ys)
-	drop(x, xs)
-	drop(w, ws)
 }
 
 // RMSNormBackward returns the gradients of x and w: with x̂ = x·rstd,

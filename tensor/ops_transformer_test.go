@@ -56,7 +56,7 @@ func transformerCases() []opCase {
 					return []expect{bounded(out, computeOf(out), in[0].Shape(), val, abs, n+4)}
 				}})
 	}
-	for _, x := range [][]int{shape(4, 3, 8), shape(7, 13)} {
+	for _, x := range [][]int{shape(4, 3, 8), shape(7, 13), split} {
 		c := x[len(x)-1]
 		cases = append(cases,
 			opCase{name: fmt.Sprint("RMSNorm/", x), inputs: rmsNormInputs(x, false), ref: rmsNormRef,
