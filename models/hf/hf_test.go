@@ -2,7 +2,10 @@ package hf_test
 
 import (
 	"bytes"
+	"encoding/binary"
+	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -88,13 +91,14 @@ func logits(t *testing.T, m models.Model, b data.Batch) []float64 {
 }
 
 // TestPyTorchRoundTrip: models PyTorch builds in each layout (random
-// weights, tied and untied heads, both GELUs, grouped-query attention) load into weft with logits
-// within 1e-5 of PyTorch's on the same tokens; weft's export of each has
-// the file's tensors bit for bit and loads back into PyTorch with the
-// same logits.
+// weights, tied and untied heads, both GELUs, grouped-query attention) load
+// into weft with logits within 1e-5 of PyTorch's on the same tokens;
+// weft's export of each has the file's tensors bit for bit and loads back
+// into PyTorch with the same logits. One start of the oracle makes every
+// model and one runs every export: torch takes seconds to import.
 func TestPyTorchRoundTrip(t *testing.T) {
 	needTorch(t)
-	for _, c := range []struct {
+	cases := []struct {
 		name string
 		args []string
 		want func(m models.Model) bool // the options the config must have set
@@ -110,38 +114,100 @@ func TestPyTorchRoundTrip(t *testing.T) {
 		{"llama/untied", []string{"llama"}, func(m models.Model) bool { return !m.(*models.Llama).Config().TiedHead }},
 		{"llama/tied", []string{"llama", "--tied"}, func(m models.Model) bool { return m.(*models.Llama).Config().TiedHead }},
 		{"llama/grouped-query", []string{"llama", "--kv", "2"}, func(m models.Model) bool { return m.(*models.Llama).Config().KV() == 2 }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			runOracle(t, append([]string{"make", c.args[0], dir}, c.args[1:]...)...)
-			m, err := hf.Open(dir)
+	}
+	root := t.TempDir()
+	made, exported, refs := make([]string, len(cases)), make([]string, len(cases)), make([]string, len(cases))
+	var makeJobs, runJobs []string
+	for i, c := range cases {
+		made[i], exported[i] = filepath.Join(root, fmt.Sprint("torch", i)), filepath.Join(root, fmt.Sprint("weft", i))
+		refs[i] = filepath.Join(made[i], "reference.safetensors")
+		if err := os.Mkdir(made[i], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		makeJobs = append(append(makeJobs, ",", c.args[0], made[i]), c.args[1:]...)
+		runJobs = append(runJobs, ",", exported[i], refs[i], filepath.Join(exported[i], "logits.safetensors"))
+	}
+	runOracle(t, append([]string{"make"}, makeJobs[1:]...)...)
+	for i, c := range cases {
+		t.Run("import/"+c.name, func(t *testing.T) {
+			m, err := hf.Open(made[i])
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !c.want(m) {
 				t.Fatalf("config.json gave %T %+v", m, m)
 			}
-			b, want := reference(t, filepath.Join(dir, "reference.safetensors"))
+			b, want := reference(t, refs[i])
 			e := normwise(logits(t, m, b), want)
 			t.Logf("weft vs PyTorch: max|Δ|/max|torch| = %.3g", e)
 			if e > maxTol {
 				t.Errorf("weft's logits differ from PyTorch's by %.3g (max|Δ|/max|torch|), more than %g", e, maxTol)
 			}
-
-			out := t.TempDir()
-			if err := hf.Save(out, c.args[0], m); err != nil {
+			if err := hf.Save(exported[i], c.args[0], m); err != nil {
 				t.Fatal(err)
 			}
-			sameTensors(t, filepath.Join(dir, hf.WeightsFile), filepath.Join(out, hf.WeightsFile))
-			runOracle(t, "run", out, filepath.Join(dir, "reference.safetensors"), filepath.Join(out, "logits.safetensors"))
-			_, back := reference(t, filepath.Join(out, "logits.safetensors"))
-			e = normwise(back, want)
+			sameTensors(t, filepath.Join(made[i], hf.WeightsFile), filepath.Join(exported[i], hf.WeightsFile))
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	// weft's own reference models, exported, are the other direction's
+	// test: PyTorch must compute weft's logits from weft's files alone.
+	natives := []string{"gpt", "llama"}
+	tokens := data.Batch{Shape: []int{2, 12}}
+	for i := range 24 {
+		tokens.Tokens = append(tokens.Tokens, i*13%48)
+	}
+	tokensFile := writeTokens(t, root, tokens)
+	for _, name := range natives {
+		m, err := models.New(name, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(root, "native-"+name)
+		if err := hf.Save(dir, "", m); err != nil {
+			t.Fatal(err)
+		}
+		runJobs = append(runJobs, ",", dir, tokensFile, filepath.Join(dir, "logits.safetensors"))
+	}
+	runOracle(t, append([]string{"run"}, runJobs[1:]...)...)
+	for _, name := range natives {
+		t.Run("export/native-"+name, func(t *testing.T) {
+			m, _ := models.New(name, 7)
+			_, torch := reference(t, filepath.Join(root, "native-"+name, "logits.safetensors"))
+			e := normwise(logits(t, m, tokens), torch)
+			t.Logf("weft's %s vs PyTorch on its export: %.3g", name, e)
+			if e > maxTol {
+				t.Errorf("PyTorch's logits of weft's exported %s differ from weft's by %.3g, more than %g", name, e, maxTol)
+			}
+		})
+	}
+	for i, c := range cases {
+		t.Run("export/"+c.name, func(t *testing.T) {
+			_, want := reference(t, refs[i])
+			_, back := reference(t, filepath.Join(exported[i], "logits.safetensors"))
+			e := normwise(back, want)
 			t.Logf("PyTorch on weft's export vs the original: %.3g", e)
 			if e > maxTol {
 				t.Errorf("PyTorch's logits of weft's export differ from the original's by %.3g, more than %g", e, maxTol)
 			}
 		})
 	}
+}
+
+// writeTokens writes b's tokens as the oracle reads them (int64 [B, T]).
+func writeTokens(t *testing.T, dir string, b data.Batch) string {
+	t.Helper()
+	raw := make([]byte, 8*len(b.Tokens))
+	for i, id := range b.Tokens {
+		binary.LittleEndian.PutUint64(raw[8*i:], uint64(id))
+	}
+	path := filepath.Join(dir, "tokens.safetensors")
+	if err := checkpoint.WriteSafetensors(path, []checkpoint.Tensor{{Name: "tokens", DType: dtype.I64, Shape: b.Shape, Data: raw}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // sameTensors requires b to hold a's tensors with the same bytes.

@@ -3,12 +3,15 @@ forward passes written out in plain torch (no transformers library), as
 transformers' GPT2LMHeadModel and LlamaForCausalLM compute them in eager
 mode, with a plain safetensors reader and writer.
 
-  oracle.py make gpt2|llama DIR [--tied] [--act ACT] [--kv N]
+  oracle.py make gpt2|llama DIR [--tied] [--act ACT] [--kv N] [, gpt2|llama DIR ...]
       random weights -> DIR/config.json, DIR/model.safetensors and
       DIR/reference.safetensors (tokens [B, T] int64, logits [B, T, V] f32)
-  oracle.py run DIR IN OUT
+  oracle.py run DIR IN OUT [, DIR IN OUT ...]
       the model in DIR (config.json + model.safetensors, as weft exports
       it) on the tokens of IN -> OUT (tokens and logits)
+
+A "," separates jobs, so that one start of Python (and of torch, which
+takes seconds) serves them all.
 
 Runs on Debian's python3-torch (1.13, CPU), which has no RMSNorm: Llama's
 is written out below as HF's LlamaRMSNorm computes it.
@@ -174,9 +177,21 @@ def random_model(layout, tied, act, nkv, g):
 
 
 def main(argv):
+    if not argv:
+        sys.exit(__doc__)
     torch.set_grad_enabled(False)
-    if argv[0] == "make":
-        layout, out = argv[1], argv[2]
+    job = []
+    for a in argv[1:] + [","]:
+        if a != ",":
+            job.append(a)
+            continue
+        run_job(argv[0], job)
+        job = []
+
+
+def run_job(command, argv):
+    if command == "make":
+        layout, out = argv[0], argv[1]
         tied = "--tied" in argv
         act = argv[argv.index("--act") + 1] if "--act" in argv else "gelu_new"
         nkv = int(argv[argv.index("--kv") + 1]) if "--kv" in argv else 4
@@ -187,8 +202,8 @@ def main(argv):
             json.dump(cfg, f, indent=2)
         write_safetensors(f"{out}/model.safetensors", w)
         write_safetensors(f"{out}/reference.safetensors", {"tokens": ids, "logits": FORWARD[layout](cfg, w, ids)})
-    elif argv[0] == "run":
-        model, inp, out = argv[1:4]
+    elif command == "run":
+        model, inp, out = argv[0:3]
         with open(f"{model}/config.json") as f:
             cfg = json.load(f)
         w = {k: t.float() for k, t in read_safetensors(f"{model}/model.safetensors").items()}
