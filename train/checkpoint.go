@@ -54,6 +54,9 @@ type Manifest struct {
 	// Digests are the SHA-256 of every file of the checkpoint and of every
 	// tensor in it, by file name; loading checks them.
 	Digests map[string]checkpoint.Digest `json:"digests"`
+	// Model is the HF config of the model a run started from an HF
+	// folder trains, so that export and sample build it without the folder.
+	Model *hf.Config `json:"model,omitempty"`
 }
 
 type checkpointer struct {
@@ -62,6 +65,7 @@ type checkpointer struct {
 	opt    *optim.AdamW
 	fabric *fabric.Fabric
 	comm   comm.Communicator // every rank takes part in save and load
+	arch   *hf.Config        // Manifest.Model
 }
 
 // shardFile names rank r's optimizer shard.
@@ -100,7 +104,7 @@ func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, e
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	m := Manifest{Format: manifestFormat, Step: step, Config: c, OptimizerSteps: map[string]int{},
-		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount()}
+		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount(), Model: k.arch}
 	var tensors, moments []checkpoint.Tensor
 	for i, p := range nn.Parameters(k.model) {
 		tensors = append(tensors, k.whole(ctx, "model."+p.Path, i, p.Var.Value))

@@ -12,22 +12,21 @@ import (
 
 // languageModel returns what builds the run's language model: the gpt or
 // llama of its sizes, or, when InitFrom is an HF model folder (it holds a
-// config.json), the model that folder describes, which must take the Go
-// corpus's tokens and the run's context.
-func (c Config) languageModel() (func(init *nn.Init) models.Model, error) {
+// config.json), the model that folder describes (arch, its config), which
+// must take the Go corpus's tokens and the run's context.
+func (c Config) languageModel() (build func(init *nn.Init) models.Model, arch *hf.Config, err error) {
 	if c.InitFrom == "" || !hf.IsModelDir(c.InitFrom) {
 		if c.Model == "llama" {
-			return func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig()) }, nil
+			return func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig()) }, nil, nil
 		}
-		return func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig()) }, nil
+		return func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig()) }, nil, nil
 	}
 	cfg, err := hf.ReadConfig(c.InitFrom)
 	if err != nil {
-		return nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
+		return nil, nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
 	}
-	build, err := cfg.Builder()
-	if err != nil {
-		return nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
+	if build, err = cfg.Builder(); err != nil {
+		return nil, nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
 	}
 	var vocab, context int
 	var tied bool
@@ -39,14 +38,28 @@ func (c Config) languageModel() (func(init *nn.Init) models.Model, error) {
 	}
 	switch {
 	case vocab < data.VocabSize || context < c.GPT.Context:
-		return nil, fmt.Errorf("init from %s: its model takes %d token ids and %d positions; the Go corpus needs %d ids and the run's context %d positions",
+		return nil, nil, fmt.Errorf("init from %s: its model takes %d token ids and %d positions; the Go corpus needs %d ids and the run's context %d positions",
 			c.InitFrom, vocab, context, data.VocabSize, c.GPT.Context)
 	case tied && c.Strategy == "fsdp":
 		// The head reads the embedding outside the embedding's unit, where
 		// fsdp has freed its gathered copy.
-		return nil, fmt.Errorf("init from %s: its head is the token embedding (tie_word_embeddings), which fsdp cannot shard; use single, ddp, zero1 or zero2", c.InitFrom)
+		return nil, nil, fmt.Errorf("init from %s: its head is the token embedding (tie_word_embeddings), which fsdp cannot shard; use single, ddp, zero1 or zero2", c.InitFrom)
 	}
-	return build, nil
+	return build, &cfg, nil
+}
+
+// languageModel returns what builds the model m's run trained: the HF
+// config's model it started from, recorded in the manifest, or the gpt or
+// llama of its sizes.
+func (m *Manifest) languageModel() (func(init *nn.Init) models.Model, error) {
+	if m.Model != nil {
+		return m.Model.Builder()
+	}
+	if m.Config.Model != "gpt" && m.Config.Model != "llama" {
+		return nil, fmt.Errorf("the run trained %s; gpt and llama runs export and sample", m.Config.Model)
+	}
+	build, _, err := m.Config.languageModel()
+	return build, err
 }
 
 // Export writes the latest weights of run (a run folder of a gpt or llama)
@@ -58,10 +71,7 @@ func Export(run, format, out string) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	if m.Config.Model != "gpt" && m.Config.Model != "llama" {
-		return fmt.Errorf("export: %s trained a %s; gpt and llama runs export", run, m.Config.Model)
-	}
-	build, err := m.Config.languageModel()
+	build, err := m.languageModel()
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,7 +173,8 @@ func TestQLoRAFromExport(t *testing.T) {
 // TestSampleLanguageModels: weft sample continues a prompt with a llama
 // run, and with a run fine-tuned from an HF folder whose model (built from
 // its config.json, not the run's sizes) has a larger vocabulary than the
-// corpus: only the corpus's ids are drawn.
+// corpus: only the corpus's ids are drawn. The run's manifest records that
+// model, so sample and export need the folder no more.
 func TestSampleLanguageModels(t *testing.T) {
 	folder := t.TempDir()
 	wide := models.NewGPT(nn.NewInit(1), models.GPTConfig{Vocab: 300, Context: 32, Width: 16, Heads: 2, Layers: 1, TiedHead: true, TanhGELU: true})
@@ -186,6 +188,18 @@ func TestSampleLanguageModels(t *testing.T) {
 	for _, c := range []Config{llama, fromHF} {
 		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
 			t.Fatal(err)
+		}
+		if c.InitFrom != "" {
+			if err := os.RemoveAll(c.InitFrom); err != nil {
+				t.Fatal(err)
+			}
+			again := filepath.Join(t.TempDir(), "again")
+			if err := Export(c.Out, "gpt2", again); err != nil {
+				t.Fatal(err)
+			}
+			if cfg, err := hf.ReadConfig(again); err != nil || cfg.VocabSize != 300 || cfg.TieWordEmbeddings == nil || !*cfg.TieWordEmbeddings {
+				t.Errorf("export of the fine-tuned run: %+v, %v; want the folder's model (300 ids, tied)", cfg, err)
+			}
 		}
 		const prompt = "func main() {"
 		text, err := Sample(c.Out, prompt, 20, 0.8, 1)

@@ -219,7 +219,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm}
+	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm, arch: r.t.arch}
 	start := 0
 	if resume {
 		if start, err = ckpt.load(c); err != nil {

@@ -34,16 +34,13 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		return "", err
 	}
 	c := m.Config
-	if c.Model != "gpt" && c.Model != "llama" {
-		return "", fmt.Errorf("sample: the run trained %s; only gpt and llama generate text", c.Model)
+	build, err := m.languageModel()
+	if err != nil {
+		return "", fmt.Errorf("sample: %w", err)
 	}
 	pol, scaling, err := c.policy(nil)
 	if err != nil {
 		return "", err
-	}
-	build, err := c.languageModel()
-	if err != nil {
-		return "", fmt.Errorf("sample: %w", err)
 	}
 	lm := build(nn.NewInit(c.Seed))
 	opt, err := optim.NewAdamW(nn.Parameters(lm), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})

@@ -5,6 +5,7 @@ import (
 
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/nn"
 )
 
@@ -20,12 +21,14 @@ type task struct {
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
+	// arch is the HF config of a model started from an HF folder.
+	arch *hf.Config
 }
 
 func newTask(c Config) (*task, error) {
 	switch c.Model {
 	case "gpt", "llama":
-		build, err := c.languageModel()
+		build, arch, err := c.languageModel()
 		if err != nil {
 			return nil, err
 		}
@@ -43,7 +46,7 @@ func newTask(c Config) (*task, error) {
 			build: build,
 			batch: func(step uint64) data.Batch { return draw(corpus.Train, c.Seed, step) },
 			val:   func(i int) data.Batch { return draw(corpus.Val, c.Seed+1, uint64(i)) },
-			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed,
+			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, arch: arch,
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
