@@ -14,6 +14,8 @@ import (
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -201,11 +203,14 @@ func Consolidate(run, out string) error {
 	return fabric.Consolidate(dir, out)
 }
 
-// loadWeights copies into m (a fine-tuning start) the weights of from: a
-// plain safetensors file of them (fabric.Fabric.LoadRaw), or a run folder,
-// whose latest checkpoint's parameters it takes; optimizer and precision
-// state are not taken.
-func loadWeights(f *fabric.Fabric, from string, m nn.Module) error {
+// loadWeights copies into m (a fine-tuning start) the weights of from: an
+// HF model folder's, a plain safetensors file of them (f's
+// fabric.Fabric.LoadRaw), or a run folder's, whose latest checkpoint's
+// parameters it takes; optimizer and precision state are not taken.
+func loadWeights(f *fabric.Fabric, from string, m models.Model) error {
+	if hf.IsModelDir(from) {
+		return hf.LoadWeights(from, m)
+	}
 	if st, err := os.Stat(from); err == nil && !st.IsDir() {
 		_, err := f.LoadRaw(from, m, fabric.LoadOptions{})
 		return err

@@ -124,6 +124,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		return nil, err
 	}
 	warnings = append(warnings, t.notes...)
+	c.HF = t.arch // recorded in the manifest, so that export and sample build the model without its folder
 	comms, err := comm.Open(c.backend(), c.Devices, c.CommTimeout)
 	if err != nil {
 		return nil, err

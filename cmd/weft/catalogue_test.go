@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/dtype"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/bad-inputs.md from the catalogue")
@@ -211,6 +212,17 @@ var catalogue = []badInput{
 	{"a bad spec argument in a config", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precision: bf16-mixed+fp8(history=0)\n")), "--out", dir}
 	}, nil, 0},
+	{"an HF folder whose key/value heads do not divide its heads", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"intermediate_size":128,"max_position_embeddings":64}`))
+		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
+	}, nil, 0},
+	{"an HF folder whose weights lack a tensor", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"gpt2","vocab_size":98,"n_positions":64,"n_embd":8,"n_head":2,"n_layer":1}`))
+		wte := checkpoint.Tensor{Name: "transformer.wte.weight", DType: dtype.F32, Shape: []int{98, 8}, Data: make([]byte, 98*8*4)}
+		checkpoint.WriteSafetensors(filepath.Join(dir, "model.safetensors"), []checkpoint.Tensor{wte}, nil)
+		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
+	}, nil, 0},
+	{"an unknown export layout", func(dir string) []string { return []string{"export", "--format", "bert", dir, dir} }, nil, 0},
 }
 
 // shardedArgs trains cnn for steps on two ranks under zero1, which writes
