@@ -48,12 +48,12 @@ type Config struct {
 	Seed        uint64        `yaml:"seed"`         // data order and initial weights
 	// HF is the config of the model an HF folder InitFrom names, which the
 	// run trains; set by Run, never read from YAML.
-	HF *hf.Config `yaml:"-" json:",omitempty"`
-	CorpusBytes int           `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
-	CorpusPart  string        `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
-	OnNaN       string        `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
-	InitFrom    string        `yaml:"init_from"`    // a run folder whose latest weights start this run, a safetensors file of weights by parameter path, or an HF model folder (fine-tuning)
-	LoRA        LoRA          `yaml:"lora"`         // adapters to train instead of the whole model
+	HF          *hf.Config `yaml:"-" json:",omitempty"`
+	CorpusBytes int        `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
+	CorpusPart  string     `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
+	OnNaN       string     `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
+	InitFrom    string     `yaml:"init_from"`    // a run folder whose latest weights start this run, a safetensors file of weights by parameter path, or an HF model folder (fine-tuning)
+	LoRA        LoRA       `yaml:"lora"`         // adapters to train instead of the whole model
 	// ActivationCheckpointing names the modules whose forward is
 	// recomputed in backward instead of keeping its activations: blocks.*
 	// (gpt), vision and decoder.blocks.* (hybrid).
