@@ -82,16 +82,21 @@ func (f *Fabric) Distribute(info strategy.Info, c comm.Communicator) {
 	f.distCfg = &distConfig{info: info, comm: c}
 }
 
-// gatherFormats asks each parameter's plugin for its all-gather format.
-func gatherFormats(plan *precision.Resolution) func(string) (dtype.DType, float32, bool) {
+// gathers asks each parameter's plugin how FSDP gathers it: its wire
+// format, and whether it computes with the gathered codes as they are.
+func gathers(plan *precision.Resolution) strategy.Gathers {
 	plugins := map[string]precision.Plugin{}
 	for _, s := range plan.Scopes {
 		for _, p := range s.Module.Params() {
 			plugins[nn.Join(s.Path, p.Name)] = s.Plugin
 		}
 	}
-	return func(path string) (dtype.DType, float32, bool) {
-		return precision.GatherFormat(plugins[path], path)
+	return strategy.Gathers{
+		Format: func(path string) (dtype.DType, float32, bool) { return precision.GatherFormat(plugins[path], path) },
+		Use: func(path string, codes, chunk *tensor.Tensor, scale float32) bool {
+			return precision.UseGathered(plugins[path], path, codes, chunk, scale)
+		},
+		Drop: func(path string) { precision.DropGathered(plugins[path], path) },
 	}
 }
 
@@ -154,7 +159,7 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
 	if f.distCfg != nil {
-		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gatherFormats(plan), f.Sharding); err != nil {
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		opt.SetParams(f.dist.OptimizerParams())

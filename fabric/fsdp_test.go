@@ -192,3 +192,58 @@ func distributed(m fabric.Model, spec, st string, opts strategy.Options, c comm.
 	f.Sharding = opts
 	return f, f.Setup(m, opt)
 }
+
+// TestFSDPComputesWithFP8Codes: with transformer-engine under FSDP, each
+// FP8 Linear multiplies its weight's gathered codes as they arrive: no
+// rank ever decodes a whole weight (the probes see none whole), and the
+// losses are DDP's, bit for bit, since the codes and the amaxes (of the
+// exact chunks, agreed over ranks) are those of a whole weight.
+func TestFSDPComputesWithFP8Codes(t *testing.T) {
+	const width, depth = 32, 4
+	x := tensor.New(dtype.F32, 4, width)
+	for i := range x.Len() {
+		x.Flat(i, 1).Fill(float64(i%7) - 3)
+	}
+	b := data.Batch{X: x, Targets: []int{1, 2, 3, 4}}
+	losses := map[string][]float64{}
+	for _, st := range []string{"ddp", "fsdp"} {
+		var seen [2]int
+		var rank0 []float64
+		err := comm.Each(local.NewGroup(2, local.Options{}), func(i int, cm comm.Communicator) error {
+			init := nn.NewInit(4)
+			s := &stack{}
+			for range depth {
+				s.Layers = append(s.Layers, &probed{FC: nn.NewLinear(init, width, width, true), s: s})
+			}
+			f, err := distributed(s, "transformer-engine", st, strategy.Options{}, cm)
+			if err != nil {
+				return err
+			}
+			for range 3 {
+				res, err := f.TrainStep(context.Background(), s, b)
+				if err != nil {
+					return err
+				}
+				if i == 0 {
+					rank0 = append(rank0, res.Loss)
+				}
+			}
+			seen[i] = s.mostWhole
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := depth
+		if st == "fsdp" {
+			want = 0
+		}
+		if seen != [2]int{want, want} {
+			t.Errorf("%s: at most %v weights whole at a probe, want %d", st, seen, want)
+		}
+		losses[st] = rank0
+	}
+	if !slices.Equal(losses["fsdp"], losses["ddp"]) {
+		t.Errorf("fsdp losses %v, ddp %v", losses["fsdp"], losses["ddp"])
+	}
+}

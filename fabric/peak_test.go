@@ -50,7 +50,7 @@ func predicted(t *testing.T, spec, strat string, devices int, b data.Batch) *fab
 // in every precision: the plan's activations come from the model itself.
 func TestMetaForwardRetainsAsReal(t *testing.T) {
 	b := peakBatch(2)
-	for _, spec := range []string{"32-true", "bf16-true", "bf16-mixed", "transformer-engine", "bf16-true+nf4-dq"} {
+	for _, spec := range append(precision.Specs(), "bf16-mixed+fp8", "bf16-mixed+fp8-current", "16-mixed+fp8-mx", "bf16-true+nf4-dq", "bf16-true+int8") {
 		t.Run(spec, func(t *testing.T) {
 			m := models.NewGPT(nn.NewInit(1), peakGPT)
 			f, _, err := setUp(t, m, policy(t, spec), nil)

@@ -10,6 +10,7 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/tensor"
 )
 
 // Plugin is the whole required interface of a precision plugin.
@@ -105,6 +106,40 @@ type RankAgreer interface {
 // implements it, parameters are gathered in their storage dtype.
 type GatherQuantizer interface {
 	GatherFormat(param string) (dt dtype.DType, scale float32, ok bool)
+}
+
+// A GatherUser computes with a parameter gathered in its GatherFormat as
+// it arrives (the weight codes of an FP8 GEMM), so that under FSDP the
+// whole weight exists only in the narrow format: UseGathered hands it the
+// whole codes, cast with scale, and this rank's chunk of the weight in its
+// storage dtype (from which it takes what it records of the weight, such
+// as its amax, agreed over ranks), and reports whether it took them;
+// DropGathered tells it the codes are freed. A parameter a plugin does not
+// take is decoded to its storage dtype instead.
+type GatherUser interface {
+	UseGathered(param string, codes, chunk *tensor.Tensor, scale float32) bool
+	DropGathered(param string)
+}
+
+// UseGathered offers p's GatherUser members the gathered codes of the
+// parameter at path; false if none took them.
+func UseGathered(p Plugin, path string, codes, chunk *tensor.Tensor, scale float32) bool {
+	for _, m := range Members(p) {
+		if u, ok := m.(GatherUser); ok && u.UseGathered(path, codes, chunk, scale) {
+			return true
+		}
+	}
+	return false
+}
+
+// DropGathered tells p's GatherUser members that the codes of the
+// parameter at path are freed.
+func DropGathered(p Plugin, path string) {
+	for _, m := range Members(p) {
+		if u, ok := m.(GatherUser); ok {
+			u.DropGathered(path)
+		}
+	}
 }
 
 // GatherFormat returns the wire format p wants the parameter at path

@@ -33,18 +33,30 @@ type Rank struct {
 	params []nn.NamedParam
 	// shards are the parameters', in params' order, then the frozen
 	// weights' (FSDP), whose paths frozen lists.
-	shards []shard
-	frozen []string
-	units  []unit
-	unitOf map[any]int // a unit's module → its index in units
-	root   unit        // the parameters outside every unit
-	// format gives a parameter's all-gather wire format (FP8 and its
-	// scale); nil or ok false: its storage dtype.
-	format func(path string) (dt dtype.DType, scale float32, ok bool)
+	shards  []shard
+	frozen  []string
+	units   []unit
+	unitOf  map[any]int // a unit's module → its index in units
+	root    unit        // the parameters outside every unit
+	gathers Gathers
 	// gathered counts the parameter bytes this rank sent in all-gathers,
 	// by wire dtype; the link's goroutines add to it.
 	mu       sync.Mutex
 	gathered map[dtype.DType]int64
+}
+
+// Gathers is what precision decides of FSDP's parameter all-gathers (its
+// GatherQuantizer and GatherUser roles); the zero value gathers every
+// parameter in its storage dtype and decodes nothing.
+type Gathers struct {
+	// Format picks a parameter's wire dtype and the scale it is cast with
+	// (FP8 weights); ok false: its storage dtype.
+	Format func(path string) (dt dtype.DType, scale float32, ok bool)
+	// Use offers a parameter's gathered codes, whole, cast with scale, and
+	// this rank's chunk, to the plugin that computes with them as they are
+	// (the weight then is never decoded); Drop tells it they are freed.
+	Use  func(path string, codes, chunk *tensor.Tensor, scale float32) bool
+	Drop func(path string)
 }
 
 // Options are the choices a strategy leaves to its user.
@@ -72,6 +84,9 @@ type shard struct {
 	// which regathers for its backward and recompute reuse: an FP8 scale
 	// may have moved since, and the values must be those of the forward.
 	wire *wire
+	// codes are the parameter gathered in its FP8 wire format, which a
+	// plugin computes with (Gathers.Use) while the whole value stays meta.
+	codes *tensor.Tensor
 	// reduced is the gradient a unit's reduction produced this pass (the
 	// full mean, or this rank's chunk of it), written by the link's
 	// goroutine and installed by SyncGrads once every reduction is done.
@@ -79,11 +94,10 @@ type shard struct {
 }
 
 // NewRank prepares rank c.Rank() of strategy info over m's parameters,
-// which must be identical on every rank. format, if not nil, picks the
-// wire format of each parameter's all-gathers. Under FSDP the parameters
-// are freed but for this rank's chunks.
-func NewRank(info Info, c comm.Communicator, m nn.Module, format func(path string) (dtype.DType, float32, bool), opts Options) (*Rank, error) {
-	r := &Rank{Info: info, opts: opts, comm: c, link: link{c: c}, params: nn.Parameters(m), format: format, gathered: map[dtype.DType]int64{}}
+// which must be identical on every rank; gathers says how FSDP gathers
+// them. Under FSDP the parameters are freed but for this rank's chunks.
+func NewRank(info Info, c comm.Communicator, m nn.Module, gathers Gathers, opts Options) (*Rank, error) {
+	r := &Rank{Info: info, opts: opts, comm: c, link: link{c: c}, params: nn.Parameters(m), gathers: gathers, gathered: map[dtype.DType]int64{}}
 	size := c.Size()
 	for _, p := range r.params {
 		v := p.Var.Value
@@ -117,6 +131,10 @@ func (r *Rank) path(i int) string {
 	}
 	return r.frozen[i-len(r.params)]
 }
+
+// whole reports whether the parameter is whole on this rank: its value, or
+// the codes its plugin computes with.
+func (s *shard) whole() bool { return !(*s.slot).IsMeta() || s.codes != nil }
 
 // newShard describes the value in slot (of parameter full, nil for a
 // frozen weight) split over size ranks in chunks of whole blocks.
@@ -346,7 +364,7 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	var wires []wire
 	for _, i := range u.params {
 		s := &r.shards[i]
-		if !(*s.slot).IsMeta() {
+		if s.whole() {
 			continue
 		}
 		todo = append(todo, i)
@@ -357,8 +375,8 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 			wires = append(wires, *s.wire)
 		default: // read here, not on the link: the plugin's scale is the forward's
 			w := wire{}
-			if r.format != nil {
-				w.dt, w.scale, w.fp8 = r.format(r.path(i))
+			if r.gathers.Format != nil {
+				w.dt, w.scale, w.fp8 = r.gathers.Format(r.path(i))
 			}
 			s.wire = &w
 			wires = append(wires, w)
@@ -367,25 +385,30 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	if len(todo) == 0 {
 		return
 	}
-	values := make([]*tensor.Tensor, len(r.shards))
-	u.values = values
-	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) error {
+	got := make([]gathered, len(r.shards))
+	u.got = got
+	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
 		for k, i := range todo {
-			chunk := r.shards[i].local.Value
-			var full *tensor.Tensor
-			var err error
-			if w := wires[k]; w.fp8 {
-				full, err = r.gatherScaled(ctx, c, chunk, w.dt, w.scale)
+			chunk, g := r.shards[i].local.Value, &got[i]
+			if g.wire = wires[k]; g.wire.fp8 {
+				g.value, g.scales, err = r.gatherCodes(ctx, c, chunk, g.wire.dt, g.wire.scale)
 			} else {
-				full, err = r.gatherAs(ctx, c, chunk)
+				g.value, err = r.gatherAs(ctx, c, chunk)
 			}
 			if err != nil {
 				return fmt.Errorf("strategy %s: all-gather of %s: %w", r.Info.Name, r.path(i), err)
 			}
-			values[i] = full
 		}
 		return nil
 	})
+}
+
+// gathered is what a unit's gather brought of one parameter: its padded
+// whole value, or its FP8 codes with every rank's scale.
+type gathered struct {
+	wire   wire
+	value  *tensor.Tensor
+	scales []float32
 }
 
 // whole makes u's parameters whole, gathering what prefetch has not.
@@ -401,14 +424,47 @@ func (r *Rank) settle(u *unit) error {
 		return nil
 	}
 	err := u.gather.wait()
-	for i, v := range u.values {
-		if v != nil {
-			tensor.Free((*r.shards[i].slot))
-			r.install(&r.shards[i], v)
+	for i, g := range u.got {
+		if g.value == nil {
+			continue
+		}
+		s := &r.shards[i]
+		if g.wire.fp8 && r.use(i, g) {
+			continue
+		}
+		v := g.value
+		if g.wire.fp8 {
+			v = decode(g.value, g.scales, s.chunk, s.dt)
+			tensor.Free(g.value)
+		}
+		tensor.Free(*s.slot)
+		r.install(s, v)
+	}
+	u.gather, u.got = nil, nil
+	return err
+}
+
+// use offers parameter i's gathered codes to its plugin, which takes them
+// only cast with one scale: every rank's (ranks agree on FP8 scales).
+func (r *Rank) use(i int, g gathered) bool {
+	if r.gathers.Use == nil {
+		return false
+	}
+	for _, sc := range g.scales {
+		if sc != g.wire.scale {
+			return false
 		}
 	}
-	u.gather, u.values = nil, nil
-	return err
+	s := &r.shards[i]
+	codes := view(g.value, s.n, s.shape)
+	if !r.gathers.Use(r.path(i), codes, s.local.Value, g.wire.scale) {
+		if codes != g.value {
+			tensor.FreeView(codes)
+		}
+		return false
+	}
+	s.codes = codes
+	return true
 }
 
 // release frees u's whole parameters under FSDP, keeping the chunks.
@@ -417,7 +473,13 @@ func (r *Rank) release(u *unit) {
 		return
 	}
 	for _, i := range u.params {
-		r.free(&r.shards[i])
+		s := &r.shards[i]
+		if s.codes != nil {
+			r.gathers.Drop(r.path(i))
+			tensor.Discard(s.codes)
+			s.codes = nil
+		}
+		r.free(s)
 	}
 }
 
@@ -685,34 +747,38 @@ func (r *Rank) count(dt dtype.DType, sent *tensor.Tensor) {
 	r.mu.Unlock()
 }
 
-// gatherScaled all-gathers chunk·scale cast (saturating) to dt, with every
-// rank's scale, and returns the values decoded and unscaled, in chunk's
-// dtype; every buffer comes from and goes back to the tensor pool.
-func (r *Rank) gatherScaled(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, error) {
+// gatherCodes all-gathers chunk·scale cast (saturating) to dt into a
+// padded whole, with every rank's scale.
+func (r *Rank) gatherCodes(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, dt dtype.DType, scale float32) (*tensor.Tensor, []float32, error) {
 	scales, err := r.gatherAs(ctx, c, tensor.FromFloat32([]float32{scale}, 1))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer tensor.Free(scales)
 	codes := tensor.ScaleTo(chunk, scale, dt)
 	all, err := r.gatherAs(ctx, c, codes)
 	tensor.Free(codes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer tensor.Free(all)
-	per := chunk.Len()
-	out := tensor.New(chunk.DType(), all.Len())
-	for rank, sc := range scales.Float32s() { // each rank's values in its own scale
-		part := all.Flat(rank*per, per)
-		unscaled := tensor.UnscaleTo(part, sc, chunk.DType())
+	return all, scales.Float32s(), nil
+}
+
+// decode returns padded codes, chunks of per elements each cast with its
+// rank's scale, unscaled in dt: the values a rank holding the whole
+// weight in dt would see after the gather.
+func decode(codes *tensor.Tensor, scales []float32, per int, dt dtype.DType) *tensor.Tensor {
+	out := tensor.New(dt, codes.Len())
+	for rank, sc := range scales {
+		part := codes.Flat(rank*per, per)
+		unscaled := tensor.UnscaleTo(part, sc, dt)
 		tensor.Free(part)
 		dst := out.Flat(rank*per, per)
 		dst.CopyFrom(unscaled)
 		tensor.Free(dst)
 		tensor.Free(unscaled)
 	}
-	return out, nil
+	return out
 }
 
 // Bytes is what this rank holds now for parameters and gradients, each
@@ -724,6 +790,9 @@ func (r *Rank) Bytes() (params, grads int64) {
 		}
 		if s.local != nil && !tensor.SameStorage(s.local.Value, (*s.slot)) {
 			params += int64(s.local.Value.Bytes())
+		}
+		if s.codes != nil {
+			params += int64(s.codes.Bytes())
 		}
 		switch {
 		case s.full.Grad != nil: // a chunk's gradient, if any, is a view of it

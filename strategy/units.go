@@ -13,9 +13,9 @@ type unit struct {
 	path   string
 	params []int // indices into Rank.shards
 	// gather is the all-gather in flight for the unit's freed parameters,
-	// nil when none is; values receives what it gathers, one per param.
+	// nil when none is; got receives what it gathers, by shard.
 	gather *call
-	values []*tensor.Tensor
+	got    []gathered
 }
 
 // UnitFunc reports whether the module at path is a sharding unit of its

@@ -113,6 +113,12 @@ func (o operand) along(int) operand { return o }
 
 func (o operand) free() { tensor.Free(o.t) }
 
+// lent is an operand whose matrix belongs to someone else (FSDP's gathered
+// weight codes): freeing it leaves them alone.
+type lent struct{ operand }
+
+func (lent) free() {}
+
 func matmul(a, b operand, transA, transB bool, out dtype.DType) *tensor.Tensor {
 	return tensor.ScaledMatMul(a.t, b.t, transA, transB, a.scale, b.scale, out)
 }

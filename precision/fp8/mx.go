@@ -46,6 +46,9 @@ func (p *MX) ConvertModule(path string, m nn.Module) error {
 type blockScaling struct{}
 
 func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
+	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
+		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
+	}
 	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt}
 }
 

@@ -90,12 +90,8 @@ func (p *Delayed) ConvertModule(path string, m nn.Module) error {
 // scale its next cast uses, so that an FSDP all-gather moves one byte per
 // weight and the Linear's own cast of the gathered values changes nothing.
 func (p *Delayed) GatherFormat(param string) (dtype.DType, float32, bool) {
-	module, ok := strings.CutSuffix(param, ".weight")
+	l, ok := p.weightLayer(param)
 	if !ok {
-		return dtype.Invalid, 0, false
-	}
-	l, ok := p.layers[module]
-	if !ok || l.mod == nil {
 		return dtype.Invalid, 0, false
 	}
 	return p.Format.Forward, l.scales[roleW].scale, true
@@ -120,6 +116,64 @@ type delayedLayer struct {
 	recipe *Delayed
 	mod    *nn.Linear // nil until the Linear is converted
 	scales [numRoles]scaleState
+	// gathered is the weight as FSDP gathered it (UseGathered), nil while
+	// the layer casts its weight itself.
+	gathered *gatheredWeight
+}
+
+// gatheredWeight is a whole weight's FP8 codes, cast with scale, and this
+// rank's chunk of the weight it was cast from.
+type gatheredWeight struct {
+	codes, chunk *tensor.Tensor
+	scale        float32
+}
+
+// amaxOr is the amax to record for a cast of t: that of g's chunk (the
+// reduction over ranks makes it the whole weight's) if g holds the
+// weight, else t's; nil for a meta t, which has no values.
+func (g *gatheredWeight) amaxOr(t *tensor.Tensor) *float32 {
+	var a float32
+	switch {
+	case g != nil:
+		a = g.chunk.AbsMax()
+	case t.IsMeta():
+		return nil
+	default:
+		a = t.AbsMax()
+	}
+	return &a
+}
+
+// UseGathered makes the Linear whose weight is param multiply codes, the
+// whole weight cast with scale as FSDP gathered it, instead of casting its
+// weight: scale must be that of its next cast, or of its last one (the
+// gather for its backward). Its amax is the chunk's, which the reduction
+// over ranks makes the whole weight's, so that the scales follow exactly
+// those of a rank holding the weight whole.
+func (p *Delayed) UseGathered(param string, codes, chunk *tensor.Tensor, scale float32) bool {
+	l, ok := p.weightLayer(param)
+	if !ok || codes.DType() != p.Format.Forward || (scale != l.scales[roleW].scale && scale != l.scales[roleW].last) {
+		return false
+	}
+	l.gathered = &gatheredWeight{codes: codes, chunk: chunk, scale: scale}
+	return true
+}
+
+// DropGathered forgets the codes UseGathered gave the Linear of param.
+func (p *Delayed) DropGathered(param string) {
+	if l, ok := p.weightLayer(param); ok {
+		l.gathered = nil
+	}
+}
+
+// weightLayer is the converted Linear whose weight is param.
+func (p *Delayed) weightLayer(param string) (*delayedLayer, bool) {
+	module, ok := strings.CutSuffix(param, ".weight")
+	if !ok {
+		return nil, false
+	}
+	l, ok := p.layers[module]
+	return l, ok && l.mod != nil
 }
 
 // scaleState is one tensor's: the scale of its next cast, the amaxes of
@@ -136,26 +190,36 @@ func freshScales() [numRoles]scaleState {
 
 func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again bool) quantized {
 	s := &l.scales[r]
+	g := l.gathered
+	if r != roleW || g == nil || g.codes.DType() != dt {
+		g = nil
+	}
+	cast := func(scale float32) quantized {
+		if g != nil && g.scale == scale {
+			return lent{operand{t: g.codes, scale: 1 / scale}}
+		}
+		return castScaled(t, scale, dt)
+	}
 	if again {
-		return castScaled(t, s.last, dt)
+		return cast(s.last)
 	}
-	if t.IsMeta() { // a plan's pass: no amax to record
-		return castScaled(t, s.scale, dt)
+	amax := g.amaxOr(t)
+	if amax == nil { // a plan's pass on meta tensors: no amax to record
+		return cast(s.scale)
 	}
-	amax := t.AbsMax()
 	if ranks := l.recipe.ranks; ranks != nil {
-		if m, err := ranks.Max(amax); err == nil {
-			amax = m
+		if m, err := ranks.Max(*amax); err == nil {
+			*amax = m
 		} else {
-			amax = float32(math.NaN()) // a failed reduction keeps the scale (amax NaN), and the collective's error ends the step
+			*amax = float32(math.NaN()) // a failed reduction keeps the scale (amax NaN), and the collective's error ends the step
 		}
 	}
-	q := castScaled(t, s.scale, dt)
+	q := cast(s.scale)
 	s.last = s.scale
 	if keep := l.recipe.HistoryLen - 1; len(s.history) > keep { // the newest HistoryLen amaxes, in place
 		s.history = s.history[:copy(s.history, s.history[len(s.history)-keep:])]
 	}
-	s.history = append(s.history, amax)
+	s.history = append(s.history, *amax)
 	s.scale = updateScale(l.recipe.Algo.reduce(s.history), s.scale, float32(dt.Max()), l.recipe.Margin)
 	return q
 }

@@ -119,6 +119,9 @@ func matmulInt8(a, b *RowWise) []float32 {
 // also returns the outlier columns.
 func mixedLinear(x *tensor.Tensor, w *RowWise, bias *tensor.Tensor, threshold float32) (*tensor.Tensor, []int) {
 	dt := x.DType()
+	if x.IsMeta() || w.Codes.IsMeta() { // a plan's pass: the shape alone
+		return tensor.Meta(dt, x.Dim(0), w.Codes.Dim(0)), nil
+	}
 	qx, outliers := QuantizeRows(x, threshold)
 	y := matmulInt8(qx, w)
 	if bias != nil {
