@@ -23,15 +23,20 @@ const (
 	// offset is a multiple, so that float32 and float64 views are aligned
 	// alike, and a request wastes under 0.2% of its 256 KiB minimum.
 	slabAlign = 512
-	// slabSize is the size of a slab, in bytes; a request larger gets a
-	// slab of its own size. 32 MiB holds dozens of a step's activations
-	// (1 MiB each for the 25M-parameter gpt at batch 8), so their frees
-	// coalesce into holes that serve the step's gradients, while the idle
-	// tail of the last slab, the most this scheme reserves over the peak
-	// for layout's sake, stays small beside a model's memory. The slab is
-	// a noscan []float64 whose untouched pages are not resident, so RSS
-	// follows what the step writes, not the slab's size.
-	slabSize = 32 << 20
+	// slabSize is the largest size of a slab, in bytes; a larger request
+	// gets a slab of its own size. 32 MiB holds dozens of a step's
+	// activations (1 MiB each for the 25M-parameter gpt at batch 8), so
+	// their frees coalesce into holes that serve the step's gradients,
+	// while the idle tail of the last slab, the most this scheme reserves
+	// over the peak for layout's sake, stays small beside a model's
+	// memory. Slabs grow to it from slabFirst, each as large as all
+	// before it together (2, 2, 4, 8, 16, 32, 32 ... MiB), so that a
+	// process with a few large buffers does not reserve 32 MiB for them,
+	// and a large one reaches full slabs after a handful. A slab is a
+	// noscan []float64 whose untouched pages are not resident, so RSS
+	// follows what the steps write, not the slabs' size.
+	slabSize  = 32 << 20
+	slabFirst = 2 << 20
 )
 
 // slab is one large allocation, carved into blocks.
@@ -62,6 +67,7 @@ func (b *block) ptr() unsafe.Pointer { return unsafe.Pointer(&b.slab.mem[b.off/8
 var slabs struct {
 	mu    sync.Mutex
 	all   []*slab  // by base address
+	bytes int64    // the size of all
 	free  []*block // free blocks by (size, address): best fit is a binary search
 	spare []*block // block structs merged away, for reuse: a steady step allocates none
 }
@@ -116,7 +122,8 @@ func retire(b *block) {
 // newSlab allocates a slab of at least size bytes and returns its one
 // free block, not in the free list.
 func newSlab(size int64) *block {
-	size = max(size, slabSize)
+	size = max(size, min(slabSize, max(slabFirst, slabs.bytes)))
+	slabs.bytes += size
 	mem := make([]float64, size/8)
 	s := &slab{mem: mem, base: uintptr(unsafe.Pointer(unsafe.SliceData(mem))), at: make([]*block, size/slabAlign)}
 	i, _ := slices.BinarySearchFunc(slabs.all, s.base, func(t *slab, p uintptr) int { return cmpAddr(t.base, p) })
@@ -220,6 +227,7 @@ func slabFree[T float](s []T, drop bool) bool {
 	if drop && b.prev == nil && b.next == nil {
 		i := slices.Index(slabs.all, b.slab)
 		slabs.all = slices.Delete(slabs.all, i, i+1)
+		slabs.bytes -= b.slab.bytes()
 		reservedBytes.Add(-b.slab.bytes())
 		retire(b)
 		return true
