@@ -232,6 +232,9 @@ func slabFree[T float](s []T, drop bool) bool {
 		retire(b)
 		return true
 	}
+	if drop { // Drop's storage is not asked for again: its pages need not stay resident
+		purge(b.ptr(), b.size)
+	}
 	insertFree(b)
 	return true
 }
