@@ -151,6 +151,9 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	if err != nil {
 		return err
 	}
+	if err := materialize(m, f.distCfg == nil || !f.distCfg.info.Sharding.Parameters); err != nil {
+		return err
+	}
 	if f.tape.Recompute, err = recomputed(m, f.ActivationCheckpointing); err != nil {
 		return err
 	}
@@ -166,6 +169,43 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 		plan.AgreeOver(f.dist)
 	}
 	f.model, f.opt = m, opt
+	return nil
+}
+
+// materialize gives values to a model built on shapes alone (nn.Meta),
+// one tensor at a time, so that the float model never exists whole: each
+// frozen weight a quantizer holds as a shape is drawn and quantized, and
+// with whole (a strategy that does not shard parameters, which fsdp's
+// Reshard draws chunk by chunk) each parameter is drawn and cast to its
+// storage dtype, the values a build with nn.NewInit converted to the same
+// precision holds. A plan never calls it and stays on shapes.
+func materialize(m nn.Module, whole bool) error {
+	nn.Walk(m, func(_ string, mod nn.Module) {
+		if l, ok := mod.(*nn.Linear); ok {
+			if d, ok := l.GEMM.(interface{ Materialize() }); ok {
+				d.Materialize()
+			}
+		}
+	})
+	if !whole {
+		return nil
+	}
+	for _, p := range nn.Parameters(m) {
+		v := p.Var
+		if !v.Value.IsMeta() {
+			continue
+		}
+		if v.Init == nil {
+			return fmt.Errorf("fabric: setup: %s has a shape and no values, and records no initialiser to draw them from", p.Path)
+		}
+		drawn := tensor.Generate(func(dst []float32) { v.Init.Fill(dst, 0) }, v.Value.Shape()...)
+		if dt := v.Value.DType(); dt != dtype.F32 {
+			cast := drawn.To(dt)
+			tensor.Free(drawn)
+			drawn = cast
+		}
+		v.Value = drawn
+	}
 	return nil
 }
 

@@ -181,10 +181,12 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		return nil, err
 	}
 	// Under fsdp no rank builds the whole model: each draws its own chunks
-	// from the initialisers (strategy.Rank.Reshard). Weights read from a
-	// run, quantized (their codes come from whole values) or beside LoRA
-	// adapters are built whole.
-	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 {
+	// from the initialisers (strategy.Rank.Reshard). A quantized model is
+	// built on shapes under every strategy: fabric.Setup draws each frozen
+	// weight alone before quantizing it, and the rest one tensor at a
+	// time, so the float model never exists whole. Weights read from a
+	// run or beside LoRA adapters are built whole.
+	if (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0 {
 		r.model = r.t.metaModel()
 	} else {
 		r.model = r.t.newModel()
