@@ -32,9 +32,9 @@ const (
 	// memory. Slabs grow to it from slabFirst, each as large as all
 	// before it together (2, 2, 4, 8, 16, 32, 32 ... MiB), so that a
 	// process with a few large buffers does not reserve 32 MiB for them,
-	// and a large one reaches full slabs after a handful. A slab is a
-	// noscan []float64 whose untouched pages are not resident, so RSS
-	// follows what the steps write, not the slabs' size.
+	// and a large one reaches full slabs after a handful. A slab is
+	// mapped memory (slabMemory) whose untouched pages are not resident,
+	// so RSS follows what the steps write, not the slabs' size.
 	slabSize  = 32 << 20
 	slabFirst = 2 << 20
 )
@@ -59,6 +59,9 @@ type block struct {
 	off, size  int64 // bytes
 	free       bool
 	prev, next *block
+	// dirty is how many of a free block's bytes may still be resident:
+	// written while handed out and not purged since.
+	dirty int64
 }
 
 func (b *block) ptr() unsafe.Pointer { return unsafe.Pointer(&b.slab.mem[b.off/8]) }
@@ -70,6 +73,32 @@ var slabs struct {
 	bytes int64    // the size of all
 	free  []*block // free blocks by (size, address): best fit is a binary search
 	spare []*block // block structs merged away, for reuse: a steady step allocates none
+	// live is the bytes handed out, maxLive their most ever, and dirty
+	// the free blocks' dirty bytes: the slabs' resident set is at most
+	// live + dirty, which trim keeps within maxLive + slack.
+	live, maxLive, dirty int64
+}
+
+// Free blocks keep their pages resident, so that the next step reuses
+// them without page faults, while the slabs' resident set stays within
+// slack of the most ever handed out. Past that (the layout of a step's
+// buffers has left holes that its requests do not fit, and a new slab was
+// carved), trim purges the largest free blocks: fragmentation costs
+// address space, not memory. The slack is what the pool may hold over
+// its peak for speed: 1/16 of the peak, at least 8 MiB.
+func slack() int64 { return max(8<<20, slabs.maxLive/16) }
+
+// trim purges free blocks, largest first, until the slabs' resident set
+// is within slack of maxLive. slabs.mu is held.
+func trim() {
+	limit := slabs.maxLive + slack()
+	for i := len(slabs.free) - 1; i >= 0 && slabs.live+slabs.dirty > limit; i-- {
+		if b := slabs.free[i]; b.dirty > 0 {
+			purge(b.ptr(), b.size)
+			slabs.dirty -= b.dirty
+			b.dirty = 0
+		}
+	}
 }
 
 // less orders free blocks by size, then address.
@@ -124,7 +153,7 @@ func retire(b *block) {
 func newSlab(size int64) *block {
 	size = max(size, min(slabSize, max(slabFirst, slabs.bytes)))
 	slabs.bytes += size
-	mem := make([]float64, size/8)
+	mem := slabMemory(size)
 	s := &slab{mem: mem, base: uintptr(unsafe.Pointer(unsafe.SliceData(mem))), at: make([]*block, size/slabAlign)}
 	i, _ := slices.BinarySearchFunc(slabs.all, s.base, func(t *slab, p uintptr) int { return cmpAddr(t.base, p) })
 	slabs.all = slices.Insert(slabs.all, i, s)
@@ -160,9 +189,11 @@ func slabAlloc[T float](n int) []T {
 	} else {
 		b = newSlab(size)
 	}
+	slabs.dirty -= b.dirty
 	if b.size > size { // split: the rest stays free
 		rest := newBlock()
-		*rest = block{slab: b.slab, off: b.off + size, size: b.size - size, free: true, prev: b, next: b.next}
+		*rest = block{slab: b.slab, off: b.off + size, size: b.size - size, free: true, prev: b, next: b.next, dirty: min(b.dirty, b.size-size)}
+		slabs.dirty += rest.dirty
 		if b.next != nil {
 			b.next.prev = rest
 		}
@@ -170,7 +201,10 @@ func slabAlloc[T float](n int) []T {
 		b.slab.at[rest.off/slabAlign] = rest
 		insertFree(rest)
 	}
-	b.free = false
+	b.free, b.dirty = false, 0
+	slabs.live += size
+	slabs.maxLive = max(slabs.maxLive, slabs.live)
+	trim() // a new slab may leave holes resident that no request fit
 	p := b.ptr()
 	slabs.mu.Unlock()
 	return unsafe.Slice((*T)(p), size/esize)[:n]
@@ -214,7 +248,9 @@ func slabFree[T float](s []T, drop bool) bool {
 	if poisonPool {
 		poison(s[:cap(s)])
 	}
-	b.free = true
+	b.free, b.dirty = true, b.size
+	slabs.live -= b.size
+	slabs.dirty += b.size
 	if n := b.next; n != nil && n.free {
 		removeFree(n)
 		absorb(b)
@@ -224,7 +260,9 @@ func slabFree[T float](s []T, drop bool) bool {
 		absorb(p)
 		b = p
 	}
-	if drop && b.prev == nil && b.next == nil {
+	if drop && b.prev == nil && b.next == nil { // the slab leaves the pool: its pages leave the resident set, its mapping stays (see slabMemory)
+		purge(b.ptr(), b.size)
+		slabs.dirty -= b.dirty
 		i := slices.Index(slabs.all, b.slab)
 		slabs.all = slices.Delete(slabs.all, i, i+1)
 		slabs.bytes -= b.slab.bytes()
@@ -234,8 +272,11 @@ func slabFree[T float](s []T, drop bool) bool {
 	}
 	if drop { // Drop's storage is not asked for again: its pages need not stay resident
 		purge(b.ptr(), b.size)
+		slabs.dirty -= b.dirty
+		b.dirty = 0
 	}
 	insertFree(b)
+	trim()
 	return true
 }
 
@@ -243,6 +284,7 @@ func slabFree[T float](s []T, drop bool) bool {
 func absorb(b *block) {
 	n := b.next
 	b.size += n.size
+	b.dirty += n.dirty
 	b.next = n.next
 	if n.next != nil {
 		n.next.prev = b
