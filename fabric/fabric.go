@@ -164,13 +164,11 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 func (f *Fabric) SetupModule(m nn.Module) error { return f.setupModule(m, nil) }
 
 func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) error) error {
-	if f.distCfg == nil || !f.distCfg.info.Sharding.Parameters {
-		if err := materialize(m); err != nil {
-			return err
-		}
-	}
 	plan, err := prepare(m, f.policy, f.scaling, check)
 	if err != nil {
+		return err
+	}
+	if err := materialize(m, f.distCfg == nil || !f.distCfg.info.Sharding.Parameters); err != nil {
 		return err
 	}
 	if f.tape.Recompute, err = recomputed(m, f.ActivationCheckpointing); err != nil {

@@ -30,26 +30,39 @@ func (f *Fabric) InitModule(emptyInit bool) *nn.Init {
 	return nn.NewInit(f.seed)
 }
 
-// materialize draws the whole value of every parameter of m built on
-// shapes alone from its initialiser.
-func materialize(m nn.Module) error {
+// materialize gives values to a model built on shapes alone (nn.Meta),
+// one tensor at a time, so that the float model never exists whole: each
+// frozen weight a quantizer holds as a shape is drawn and quantized, and
+// with whole (a strategy that does not shard parameters, which fsdp's
+// Reshard draws chunk by chunk) each parameter is drawn and cast to its
+// storage dtype, the values a build with nn.NewInit converted to the same
+// precision holds. A plan never calls it and stays on shapes.
+func materialize(m nn.Module, whole bool) error {
+	nn.Walk(m, func(_ string, mod nn.Module) {
+		if l, ok := mod.(*nn.Linear); ok {
+			if d, ok := l.GEMM.(interface{ Materialize() }); ok {
+				d.Materialize()
+			}
+		}
+	})
+	if !whole {
+		return nil
+	}
 	for _, p := range nn.Parameters(m) {
 		v := p.Var
 		if !v.Value.IsMeta() {
 			continue
 		}
 		if v.Init == nil {
-			return fmt.Errorf("fabric: setup: parameter %s is built on shapes alone and records no initialiser to draw it from", p.Path)
+			return fmt.Errorf("fabric: setup: %s has a shape and no values, and records no initialiser to draw them from", p.Path)
 		}
-		vals := make([]float32, v.Value.Len())
-		v.Init.Fill(vals, 0)
-		wrapped := tensor.FromFloat32(vals, v.Value.Shape()...)
+		drawn := tensor.Generate(func(dst []float32) { v.Init.Fill(dst, 0) }, v.Value.Shape()...)
 		if dt := v.Value.DType(); dt != dtype.F32 {
-			v.Value = wrapped.To(dt)
-		} else {
-			v.Value = wrapped.Clone() // into pool storage, which the allocator counts
+			cast := drawn.To(dt)
+			tensor.Free(drawn)
+			drawn = cast
 		}
-		tensor.Free(wrapped)
+		v.Value = drawn
 	}
 	return nil
 }

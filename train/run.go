@@ -199,10 +199,12 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		r.obs = r.report
 	}
 	// Under fsdp no rank builds the whole model: each draws its own chunks
-	// from the initialisers at setup. Weights read from a run, quantized
-	// (their codes come from whole values) or beside LoRA adapters are
-	// built whole.
-	empty := info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0
+	// from the initialisers at setup. A quantized model is built on shapes
+	// under every strategy: setup draws each frozen weight alone before
+	// quantizing it, and the rest one tensor at a time, so the float model
+	// never exists whole. Weights read from a run or beside LoRA adapters
+	// are built whole.
+	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0
 	r.model = r.t.build(r.f.InitModule(empty))
 	if err := plan.PredictPeak(r.t.batch(0)); err != nil {
 		return nil, err
