@@ -206,6 +206,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	// are built whole.
 	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0
 	r.model = r.t.build(r.f.InitModule(empty))
+	plan.ActivationCheckpointing = c.ActivationCheckpointing
 	if err := plan.PredictPeak(r.t.batch(0)); err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ func planCmd() *cobra.Command {
 		devices int
 		batch   int
 		asJSON  bool
+		ckpt    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -51,6 +52,7 @@ prints.`,
 			if err != nil {
 				return err
 			}
+			p.ActivationCheckpointing = ckpt
 			if b, ok := sampleBatch(m, batch); ok {
 				if err := p.PredictPeak(b); err != nil {
 					return err
@@ -69,6 +71,7 @@ prints.`,
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
 	cmd.Flags().IntVar(&batch, "batch", 8, "global batch rows of the step whose peak is predicted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().StringSliceVar(&ckpt, "activation-checkpointing", nil, "predict the peak with these modules' forward recomputed in backward, e.g. 'blocks.*'")
 	return cmd
 }
 
