@@ -7,6 +7,7 @@
 # / RSS" in MiB; the last line of each block is the process floor (a tiny
 # model).
 #   NP="2 4" STRATEGIES="ddp fsdp" PRECISIONS="32-true" bench/memory.sh
+# CHECKPOINT='blocks.*' adds --activation-checkpointing; STEPS sets the steps.
 # The default model is the gpt of the FSDP memory issue: 8 layers, width
 # 512, 8 heads, context 64 (25.35M parameters), batch 8, 3 steps.
 set -euo pipefail
@@ -19,20 +20,22 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/weft" ./cmd/weft
 config() { # model size, batch size
-	printf 'model: gpt\ngpt: %s\nbatch_size: %s\nsteps: 3\neval_every: 1000\neval_batches: 1\nsave_every: 1000\n' "$1" "$2"
+	printf 'model: gpt\ngpt: %s\nbatch_size: %s\nsteps: %s\neval_every: 1000\neval_batches: 1\nsave_every: 1000\n' "$1" "$2"
 }
-config "$gpt" "${BATCH:-8}" >"$work/model.yaml"
-config "{layers: 1, width: 16, heads: 2, context: 8}" 4 >"$work/tiny.yaml"
+config "$gpt" "${BATCH:-8}" "${STEPS:-3}" >"$work/model.yaml"
+config "{layers: 1, width: 16, heads: 2, context: 8}" 4 3 >"$work/tiny.yaml"
+checkpoint=()
+[ -n "${CHECKPOINT:-}" ] && checkpoint=(--activation-checkpointing "$CHECKPOINT")
 # peak CONFIG NP STRATEGY PRECISION prints "alloc / RSS", each the ranks' largest.
 peak() {
 	rm -rf "$work/run"
 	line=$(mpirun --oversubscribe -np "$2" "$work/weft" train --config "$1" --devices "$2" --comm mpi \
-		--strategy "$3" --precision "$4" --out "$work/run" 2>&1 | grep -ao 'peak per rank: .*' || true)
+		--strategy "$3" --precision "$4" --out "$work/run" "${checkpoint[@]}" 2>&1 | grep -aoE 'peak( per rank)?: .*' | sed 's/peak per rank:/peak:/' || true)
 	if [ -z "$line" ]; then
 		echo "failed"
 		return
 	fi
-	echo "$line" | awk '{ split($5, a, "/"); split($8, p, "/"); split($11, r, "/"); ma = 0; mp = 0; mr = 0
+	echo "$line" | awk '{ split($3, a, "/"); split($6, p, "/"); split($9, r, "/"); ma = 0; mp = 0; mr = 0
 		for (i in a) if (a[i] + 0 > ma) ma = a[i] + 0
 		for (i in p) if (p[i] + 0 > mp) mp = p[i] + 0
 		for (i in r) if (r[i] + 0 > mr) mr = r[i] + 0
