@@ -15,7 +15,9 @@ import (
 // dtype over the weights dtype, and the recipe unless replace_layers is
 // false.
 func TestTransformerEngineArgs(t *testing.T) {
-	jmp := func(w, c dtype.DType) precision.Plugin { return precision.JMP{Params: w, Compute: c, Output: dtype.F32} }
+	jmp := func(w, c dtype.DType) precision.Plugin {
+		return precision.JMP{Params: w, Compute: c, Output: dtype.F32}
+	}
 	for _, c := range []struct {
 		spec, canonical string
 		weights         precision.Plugin
