@@ -5,6 +5,7 @@ import (
 
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
 )
 
@@ -21,15 +22,7 @@ func TestPlanTransformerEngineArgs(t *testing.T) {
 		{"transformer-engine(fallback=float32,replace_layers=false)", "float32", false},
 		{"transformer-engine(replace_layers=false)", "bfloat16", false},
 	} {
-		pol, scaling, err := precision.ParsePolicy(c.spec, nil, "auto", precision.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := models.NewMeta("gpt", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := fabric.MakePlan(m, pol, scaling, "single", 1)
+		p, err := fabric.MakePlan(models.NewGPT(nn.Meta(1), models.ReferenceGPT), policy(t, c.spec), precision.LossScalingAuto, "single", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
