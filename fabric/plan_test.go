@@ -16,7 +16,7 @@ import (
 )
 
 // planPrecisions are the specs the meta plan is checked against training in.
-var planPrecisions = []string{"32-true", "bf16-true", "bf16-mixed", "transformer-engine", "bf16-true+nf4-dq",
+var planPrecisions = []string{"32-true", "bf16-true", "bf16-mixed", "transformer-engine", "transformer-engine(fallback=float32,replace_layers=false)", "bf16-true+nf4-dq",
 	"nf4", "fp4-dq", "int8", "int8-training", "fp8-mx"}
 
 // tinyBatch is a batch of two rows for each reference model.

@@ -30,6 +30,8 @@ func argsOf(p Plugin) []arg {
 		return mxArgs
 	case *quant.FourBit:
 		return fourBitArgs
+	case *transformerEngine:
+		return transformerEngineArgs
 	}
 	return nil
 }
@@ -84,14 +86,17 @@ func choiceArg[T any](name string, names []string, values []T, field func(Plugin
 // parseArgs reads the "ARG=VALUE,..." of a spec whose plugin is like
 // sample into a setter for a fresh plugin of the spec and the arguments'
 // canonical spelling, in the table's order. The arguments belong to the
-// first member of the plugin that takes any.
+// plugin when it takes any (transformer-engine), else to its first member
+// that does.
 func parseArgs(sample Plugin, text string) (set func(Plugin), canonical string, err error) {
 	member := -1
-	var table []arg
+	table := argsOf(sample)
 	for i, m := range Members(sample) {
+		if table != nil {
+			break
+		}
 		if table = argsOf(m); table != nil {
 			member = i
-			break
 		}
 	}
 	if table == nil {
@@ -122,10 +127,12 @@ func parseArgs(sample Plugin, text string) (set func(Plugin), canonical string, 
 		canon[i] = k + "=" + canon[i]
 	}
 	set = func(p Plugin) {
-		m := Members(p)[member]
+		if member >= 0 {
+			p = Members(p)[member]
+		}
 		for _, s := range setters {
 			if s != nil {
-				s(m)
+				s(p)
 			}
 		}
 	}

@@ -40,14 +40,11 @@ var specs = []spec{
 	{"fp8-current", func(Options) Plugin { return fp8.NewCurrent() }},
 	{"fp8-mx", func(Options) Plugin { return fp8.NewMX() }},
 	// Lightning's TransformerEnginePrecision: weights, inputs and every op
-	// in its dtype, Linear GEMMs in FP8 with delayed scaling. The members
-	// claim disjoint roles, so the composition needs no check.
-	{"transformer-engine", func(Options) Plugin {
-		return &composite{members: []Plugin{True{DType: dtype.BF16}, fp8.NewDelayed()}}
-	}},
-	{"transformer-engine-float16", func(Options) Plugin {
-		return &composite{members: []Plugin{True{DType: dtype.F16}, fp8.NewDelayed()}}
-	}},
+	// in its dtype (or the fallback argument's), Linear GEMMs in FP8 with
+	// delayed scaling. The members claim disjoint roles, so the
+	// composition needs no check.
+	{"transformer-engine", func(Options) Plugin { return newTransformerEngine(dtype.BF16) }},
+	{"transformer-engine-float16", func(Options) Plugin { return newTransformerEngine(dtype.F16) }},
 	{"bf16-fp8", func(Options) Plugin { // bf16-mixed+fp8
 		return &composite{members: []Plugin{&Mixed{DType: dtype.BF16}, fp8.NewDelayed()}}
 	}},
