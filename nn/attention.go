@@ -7,14 +7,21 @@ import (
 )
 
 // CausalSelfAttention is multi-head attention in which position t attends
-// to positions ≤ t, written out op by op as nanoGPT's slow path does (so
-// every rounding point matches PyTorch's).
+// to positions ≤ t. It runs as one fused op (autograd.CausalAttention),
+// which never holds the (B, nh, T, T) scores and rounds where the op-by-op
+// path would; with OpByOp, or when the precision in force casts the
+// attention's ops in a way the fused op does not model, it is written out
+// op by op as nanoGPT's slow path does (so every rounding point matches
+// PyTorch's).
 //
 // B = batch, T = sequence length, C = embedding width, nh = heads, hs = C/nh.
 type CausalSelfAttention struct {
 	QKV   *Linear // C -> 3C, split into q, k, v in that order
 	Proj  *Linear // C -> C
 	Heads int     // 2
+	// OpByOp computes the attention op by op, keeping the scores and
+	// probabilities for backward (nanoGPT without flash): false.
+	OpByOp bool
 }
 
 func NewCausalSelfAttention(init *Init, width, heads int) *CausalSelfAttention {
@@ -26,6 +33,11 @@ func (a *CausalSelfAttention) Forward(tp *autograd.Tape, x *autograd.Var) *autog
 	b, t, c := shape[0], shape[1], shape[2]
 	hs := c / a.Heads
 	qkv := a.QKV.Forward(tp, x) // (B, T, 3C)
+	if !a.OpByOp {
+		if y, ok := tp.CausalAttention(qkv, a.Heads); ok { // (B, T, C)
+			return a.Proj.Forward(tp, y)
+		}
+	}
 	head := func(i int) *autograd.Var {
 		part := tp.Reshape(tp.Narrow(qkv, i*c, c), b, t, a.Heads, hs) // (B, T, nh, hs)
 		return tp.Permute(part, 0, 2, 1, 3)                           // (B, nh, T, hs)
