@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
@@ -108,5 +109,55 @@ func TestFusedAttentionMatchesOpByOp(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// BenchmarkCausalAttention times a forward and backward pass of the
+// attention between the projections (nn.CausalAttention over qkv), op by
+// op and fused in the same run, at T=256 with 6 heads of 64, and reports
+// both and their ratio.
+func BenchmarkCausalAttention(b *testing.B) {
+	const batch, seq, width, heads = 4, 256, 384, 6
+	for _, spec := range []string{"32-true", "bf16-mixed"} {
+		b.Run(spec, func(b *testing.B) {
+			p, err := precision.Parse(spec, precision.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			caster := precision.Autocast(p)
+			rng := rand.New(rand.NewPCG(1, 2))
+			vals := make([]float64, batch*seq*3*width)
+			for i := range vals {
+				vals[i] = rng.NormFloat64()
+			}
+			dt := dtype.F32 // qkv in the dtype the Linear computes it in
+			if caster != nil {
+				dt = caster.CastInput(autograd.OpLinear, dt)
+			}
+			qkv := autograd.Param(tensor.FromFloat64(vals, batch, seq, 3*width).To(dt))
+			ones := autograd.Const(tensor.New(qkv.Value.DType(), 1, batch*seq*width))
+			ones.Value.Fill(1)
+			pass := func(opByOp bool) time.Duration {
+				start := time.Now()
+				tp := &autograd.Tape{Caster: caster, Recycle: true}
+				y := nn.CausalAttention(tp, qkv, heads, opByOp)
+				if err := tp.Backward(tp.Linear(tp.Reshape(y, 1, y.Value.Len()), ones, nil)); err != nil {
+					b.Fatal(err)
+				}
+				tensor.Free(qkv.Grad)
+				qkv.Grad = nil
+				return time.Since(start)
+			}
+			pass(true)
+			pass(false)
+			var opByOp, fused time.Duration
+			for b.Loop() {
+				opByOp += pass(true)
+				fused += pass(false)
+			}
+			b.ReportMetric(float64(opByOp)/1e6/float64(b.N), "opbyop-ms")
+			b.ReportMetric(float64(fused)/1e6/float64(b.N), "fused-ms")
+			b.ReportMetric(float64(opByOp)/float64(fused), "speedup")
+		})
 	}
 }

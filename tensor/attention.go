@@ -162,31 +162,25 @@ func storeRows[T float](t *Tensor, off, ld int, src []T, rows, cols int) {
 
 // attnScratch is one goroutine's tiles.
 type attnScratch[T float] struct {
-	s, p      []T // attnTile² scores and probabilities (or their gradients)
-	acc       []T // attnTile×hs output (or dq) accumulator
-	m, l, d   []T // per query row: running max and sum; Σ dP∘P
-	dk, dv    []T // T×hs key and value gradient accumulators (backward)
-	allocated [][]T
+	s, p    []T // attnTile² scores and probabilities (or their gradients)
+	acc     []T // attnTile×hs output (or dq) accumulator
+	m, l, d []T // per query row: running max and sum; Σ dP∘P
+	dk, dv  []T // T×hs key and value gradient accumulators (backward only)
 }
 
-func newScratch[T float](a attention, backward bool) *attnScratch[T] {
-	ws := &attnScratch[T]{}
-	take := func(n int) []T {
-		s := scratch[T](n)
-		ws.allocated = append(ws.allocated, s)
-		return s
-	}
-	ws.s, ws.p, ws.acc = take(attnTile*attnTile), take(attnTile*attnTile), take(attnTile*a.hs)
-	ws.m, ws.l, ws.d = take(attnTile), take(attnTile), take(attnTile)
+func (ws *attnScratch[T]) take(a attention, backward bool) {
+	ws.s, ws.p, ws.acc = scratch[T](attnTile*attnTile), scratch[T](attnTile*attnTile), scratch[T](attnTile*a.hs)
+	ws.m, ws.l, ws.d = scratch[T](attnTile), scratch[T](attnTile), scratch[T](attnTile)
 	if backward {
-		ws.dk, ws.dv = take(a.seq*a.hs), take(a.seq*a.hs)
+		ws.dk, ws.dv = scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs)
 	}
-	return ws
 }
 
 func (ws *attnScratch[T]) release() {
-	for _, s := range ws.allocated {
-		release(s)
+	for _, s := range [...][]T{ws.s, ws.p, ws.acc, ws.m, ws.l, ws.d, ws.dk, ws.dv} {
+		if s != nil {
+			release(s)
+		}
 	}
 }
 
@@ -229,20 +223,25 @@ func diagonal(i0, bq int) int { return i0 + bq }
 
 func attentionForward[T float](a attention, qkv, y, lse *Tensor) {
 	units := a.batch * a.heads * a.tiles()
-	ls := view[T](lse)
-	body := func(lo, hi int) {
-		ws := newScratch[T](a, false)
-		for u := lo; u < hi; u++ {
-			bh, qt := u/a.tiles(), u%a.tiles()
-			forwardTile(a, qkv, y, ls[bh*a.seq:], bh/a.heads, bh%a.heads, qt*attnTile, ws)
-		}
-		ws.release()
-	}
-	if parts := min(parallelParts(units*attnTile*attnTile*a.hs), units); parts > 1 {
-		parallelSplit(units, parts, body)
+	// Units are split when the causal half of the products is worth it.
+	if parts := min(parallelParts(a.batch*a.heads*a.seq*a.seq/2*a.hs), units); parts > 1 {
+		parallelSplit(units, parts, func(lo, hi int) { forwardUnits[T](a, qkv, y, lse, lo, hi) })
 	} else {
-		body(0, units)
+		forwardUnits[T](a, qkv, y, lse, 0, units)
 	}
+}
+
+// forwardUnits computes the (b, h, query tile) units [lo, hi), numbered
+// in that order.
+func forwardUnits[T float](a attention, qkv, y, lse *Tensor, lo, hi int) {
+	var ws attnScratch[T]
+	ws.take(a, false)
+	ls := view[T](lse)
+	for u := lo; u < hi; u++ {
+		bh, qt := u/a.tiles(), u%a.tiles()
+		forwardTile(a, qkv, y, ls[bh*a.seq:], bh/a.heads, bh%a.heads, qt*attnTile, &ws)
+	}
+	ws.release()
 }
 
 // forwardTile computes queries [i0, i0+attnTile) of head (b, h) into y and
@@ -305,23 +304,26 @@ func forwardTile[T float](a attention, qkv, y *Tensor, lse []T, b, h, i0 int, ws
 
 func attentionBackward[T float](a attention, qkv, y, lse, dy, dqkv *Tensor) {
 	units := a.batch * a.heads
+	if parts := min(parallelParts(units*a.seq*a.seq*a.hs), units); parts > 1 {
+		parallelSplit(units, parts, func(lo, hi int) { backwardUnits[T](a, qkv, y, lse, dy, dqkv, lo, hi) })
+	} else {
+		backwardUnits[T](a, qkv, y, lse, dy, dqkv, 0, units)
+	}
+}
+
+// backwardUnits computes the (b, h) units [lo, hi) of dqkv.
+func backwardUnits[T float](a attention, qkv, y, lse, dy, dqkv *Tensor, lo, hi int) {
+	var ws attnScratch[T]
+	ws.take(a, true)
 	ls := view[T](lse)
 	var ys, gs []T // y and dy in the compute type, for rowsum(dy∘y)
 	if a.exact {
 		ys, gs = view[T](y), view[T](dy)
 	}
-	body := func(lo, hi int) {
-		ws := newScratch[T](a, true)
-		for bh := lo; bh < hi; bh++ {
-			backwardHead(a, qkv, dy, dqkv, ys, gs, ls[bh*a.seq:][:a.seq], bh/a.heads, bh%a.heads, ws)
-		}
-		ws.release()
+	for bh := lo; bh < hi; bh++ {
+		backwardHead(a, qkv, dy, dqkv, ys, gs, ls[bh*a.seq:][:a.seq], bh/a.heads, bh%a.heads, &ws)
 	}
-	if parts := min(parallelParts(units*a.seq*a.seq*a.hs), units); parts > 1 {
-		parallelSplit(units, parts, body)
-	} else {
-		body(0, units)
-	}
+	ws.release()
 }
 
 // backwardHead writes head (b, h)'s part of dqkv.
