@@ -8,7 +8,7 @@ import (
 // CausalAttention returns multi-head causal self-attention over qkv
 // [B, T, 3C] (q, k and v side by side, as a Linear computes them) as one
 // fused op (tensor.CausalAttention): [B, T, C], the heads side by side. It
-// saves only the rows' log-sum-exp for backward, where the op-by-op path
+// saves only each row's softmax maximum and sum for backward, where the op-by-op path
 // (q·kᵀ, scale, masked_fill, softmax, ·v) keeps several [B, heads, T, T]
 // results.
 //
@@ -25,9 +25,9 @@ func (tp *Tape) CausalAttention(qkv *Var, heads int) (y *Var, ok bool) {
 		return nil, false
 	}
 	qkv = tp.Cast(qkv, gemmDT)
-	out, lse := tensor.CausalAttention(qkv.Value, heads, probs)
+	out, stats := tensor.CausalAttention(qkv.Value, heads, probs)
 	n := tp.record(out, causalAttentionBackward, qkv)
-	n.save(lse)
+	n.save(stats)
 	n.ints[0], n.ints[1] = heads, int(probs)
 	return &n.out, true
 }
@@ -57,5 +57,5 @@ func (tp *Tape) attentionProbs(gemmDT dtype.DType) (dtype.DType, bool) {
 
 func causalAttentionBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	qkv := n.in[0]
-	tp.accumulate(qkv, tensor.CausalAttentionBackward(qkv.Value, n.out.Value, n.saved[0], dy, n.ints[0], dtype.DType(n.ints[1])))
+	tp.accumulate(qkv, tensor.CausalAttentionBackward(qkv.Value, n.saved[0], dy, n.ints[0], dtype.DType(n.ints[1])))
 }

@@ -25,56 +25,58 @@ const attnTile = 64
 //	P = round_probs(softmax(S))     // softmax in the compute type
 //	y = round(round(P)·V)
 //
-// without materialising S or P: each tile of attnTile queries runs over
-// the key tiles up to its diagonal (the fully masked ones are skipped),
-// with an online softmax (running maximum and sum). When qkv or probs is
-// narrower than float32, P is rounded as the op-by-op path rounds it,
-// normalised, so those tiles take a second pass over the keys with the
-// row's final log-sum-exp. It also returns that log-sum-exp, lse
-// [B, heads, T] in the compute type, which is all the backward pass needs
-// besides qkv and y.
+// without materialising S or P for all of T: each tile of attnTile queries
+// sees only the keys up to its diagonal (the fully masked key tiles are
+// skipped). When nothing is rounded below the compute type it runs over
+// its key tiles with an online softmax (a running maximum and sum per row,
+// rescaling the accumulated P·V). Otherwise P must be rounded normalised,
+// as the op-by-op path rounds it, which needs a row's final maximum and
+// sum before any P·V: such a tile holds its strip of scores (attnTile×T,
+// linear in T) and normalises it as softmax does.
 //
-// The compute type is float64 for F64 qkv and float32 otherwise; probs
-// must be qkv's dtype or the compute type (F32 under autocast).
-// (b, h, query tile) units are split between cores; each is computed the
-// same way however they are split.
-func CausalAttention(qkv *Tensor, heads int, probs dtype.DType) (y, lse *Tensor) {
+// It also returns stats [B, heads, T, 2], each row's maximum and sum of
+// exponentials in the compute type, from which the backward pass
+// recomputes P exactly as the forward computed it: the only tensor besides
+// qkv it keeps. The compute type is float64 for F64 qkv and float32
+// otherwise; probs must be qkv's dtype or the compute type (F32 under
+// autocast). (b, h, query tile) units are split between cores; each is
+// computed the same way however they are split.
+func CausalAttention(qkv *Tensor, heads int, probs dtype.DType) (y, stats *Tensor) {
 	a := newAttention(qkv, heads, probs)
 	if qkv.meta {
-		return Meta(qkv.dtype, a.batch, a.seq, a.width), Meta(statsDType(qkv.dtype), a.batch, heads, a.seq)
+		return Meta(qkv.dtype, a.batch, a.seq, a.width), Meta(statsDType(qkv.dtype), a.batch, heads, a.seq, 2)
 	}
 	y = empty(qkv.dtype, a.batch, a.seq, a.width)
-	lse = empty(statsDType(qkv.dtype), a.batch, heads, a.seq)
+	stats = empty(statsDType(qkv.dtype), a.batch, heads, a.seq, 2)
 	if qkv.dtype == dtype.F64 {
-		attentionForward[float64](a, qkv, y, lse)
+		attentionForward[float64](a, qkv, y, stats)
 	} else {
-		attentionForward[float32](a, qkv, y, lse)
+		attentionForward[float32](a, qkv, y, stats)
 	}
-	return y, lse
+	return y, stats
 }
 
 // CausalAttentionBackward returns the gradient with respect to qkv of
-// CausalAttention's y, given its inputs, results and dy (y's gradient), in
-// FlashAttention-2's way: P is recomputed tile by tile from q, k and lse,
-// and the gradients are rounded where the op-by-op path's backward rounds
-// them (dP = dy·Vᵀ and the scores' gradient to qkv's dtype, the softmax's
-// gradient to probs). The softmax backward's row sums Σ dP∘P are
-// rowsum(dy∘y) when nothing is rounded; otherwise they take a first pass
-// over the key tiles, so that they sum the rounded dP as the op-by-op path
-// does. (b, h) units are split between cores.
-func CausalAttentionBackward(qkv, y, lse, dy *Tensor, heads int, probs dtype.DType) *Tensor {
+// CausalAttention's y, given its input, its stats and dy (y's gradient),
+// in the manner of FlashAttention-2: one query tile at a time, P is
+// recomputed from q, k and stats over the keys the tile sees, and dP,
+// dS, dq and the tile's share of dk and dv follow from it. The gradients
+// are rounded where the op-by-op path's backward rounds them (dP = dy·Vᵀ,
+// the scores' gradient and every product to qkv's dtype, the softmax's
+// gradient to probs). (b, h) units are split between cores.
+func CausalAttentionBackward(qkv, stats, dy *Tensor, heads int, probs dtype.DType) *Tensor {
 	a := newAttention(qkv, heads, probs)
-	if !EqualShape(y.shape, []int{a.batch, a.seq, a.width}) || !y.SameShape(dy) {
-		panic(fmt.Sprintf("tensor: attention backward of %v with y %v and dy %v", qkv, y, dy))
+	if !EqualShape(dy.shape, []int{a.batch, a.seq, a.width}) || !EqualShape(stats.shape, []int{a.batch, heads, a.seq, 2}) {
+		panic(fmt.Sprintf("tensor: attention backward of %v with stats %v and dy %v", qkv, stats, dy))
 	}
 	if anyMeta(qkv, dy) {
 		return Meta(qkv.dtype, qkv.shape...)
 	}
 	dqkv := empty(qkv.dtype, qkv.shape...) // every element is written
 	if qkv.dtype == dtype.F64 {
-		attentionBackward[float64](a, qkv, y, lse, dy, dqkv)
+		attentionBackward[float64](a, qkv, stats, dy, dqkv)
 	} else {
-		attentionBackward[float32](a, qkv, y, lse, dy, dqkv)
+		attentionBackward[float32](a, qkv, stats, dy, dqkv)
 	}
 	return dqkv
 }
@@ -84,7 +86,7 @@ type attention struct {
 	batch, seq, width, heads, hs int
 	dt, probs                    dtype.DType
 	// exact marks a call in which nothing is rounded below the compute
-	// type, so the forward takes one online pass.
+	// type, so the forward runs online.
 	exact bool
 }
 
@@ -105,12 +107,6 @@ func newAttention(qkv *Tensor, heads int, probs dtype.DType) attention {
 
 // tiles is the number of query (or key) tiles of a sequence.
 func (a attention) tiles() int { return (a.seq + attnTile - 1) / attnTile }
-
-// operand returns head h of part (0 q, 1 k, 2 v) of qkv from row t of
-// batch b on, for a tile product.
-func (a attention) operand(qkv *Tensor, part, b, h, t int, trans bool) gemm.Matrix {
-	return operand3(qkv, (b*a.seq+t)*3*a.width+part*a.width+h*a.hs, 3*a.width, trans)
-}
 
 // rows returns head h of y (or dy) from row t of batch b on.
 func (a attention) rows(y *Tensor, b, h, t int) gemm.Matrix {
@@ -160,238 +156,265 @@ func storeRows[T float](t *Tensor, off, ld int, src []T, rows, cols int) {
 	}
 }
 
-// attnScratch is one goroutine's tiles.
+// attnScratch is one goroutine's buffers.
 type attnScratch[T float] struct {
-	s, p    []T // attnTile² scores and probabilities (or their gradients)
+	s, p    []T // attnTile×T strips of scores and probabilities (or their gradients)
 	acc     []T // attnTile×hs output (or dq) accumulator
-	m, l, d []T // per query row: running max and sum; Σ dP∘P
-	dk, dv  []T // T×hs key and value gradient accumulators (backward only)
+	d       []T // per query row: Σ dP∘P
+	q, k, v []T // a head's T×hs operands decoded to T, for narrow qkv
+	dk, dv  []T // T×hs key and value gradient accumulators (backward)
 }
 
 func (ws *attnScratch[T]) take(a attention, backward bool) {
-	ws.s, ws.p, ws.acc = scratch[T](attnTile*attnTile), scratch[T](attnTile*attnTile), scratch[T](attnTile*a.hs)
-	ws.m, ws.l, ws.d = scratch[T](attnTile), scratch[T](attnTile), scratch[T](attnTile)
+	ws.s, ws.p = scratch[T](attnTile*a.seq), scratch[T](attnTile*a.seq)
+	ws.acc, ws.d = scratch[T](attnTile*a.hs), scratch[T](attnTile)
+	if !a.exact {
+		ws.q, ws.k, ws.v = scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs)
+	}
 	if backward {
 		ws.dk, ws.dv = scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs)
 	}
 }
 
 func (ws *attnScratch[T]) release() {
-	for _, s := range [...][]T{ws.s, ws.p, ws.acc, ws.m, ws.l, ws.d, ws.dk, ws.dv} {
+	for _, s := range [...][]T{ws.s, ws.p, ws.acc, ws.d, ws.q, ws.k, ws.v, ws.dk, ws.dv} {
 		if s != nil {
 			release(s)
 		}
 	}
 }
 
-// scores computes the scaled, masked scores of queries [i0, i0+bq) against
-// keys [j0, j0+bk) of head (b, h) into s (bq×bk), rounded as the op-by-op
-// path rounds its q·kᵀ and its scaling.
-func scores[T float](a attention, qkv *Tensor, b, h, i0, bq, j0, bk int, s []T) {
+// head returns rows [t0, t0+n) of head h of part (0 q, 1 k, 2 v) of
+// batch b of qkv as a product operand: where they lie when dst is nil
+// (qkv stores T), else decoded into dst (exactly: every narrower float
+// widens to float32), so that the tile products read them in place rather
+// than each decode them again.
+func head[T float](a attention, qkv *Tensor, part, b, h, t0, n int, dst []T) gemm.Matrix {
+	m := operand3(qkv, (b*a.seq+t0)*3*a.width+part*a.width+h*a.hs, 3*a.width, false)
+	if dst == nil {
+		return m
+	}
+	size := a.dt.StorageBytes(1)
+	for r := range n {
+		dtype.Decode(a.dt, any(dst[r*a.hs:(r+1)*a.hs]).([]float32), m.Data[r*m.LD*size:][:a.hs*size])
+	}
+	return local(dst, a.hs, false)
+}
+
+// from returns m from row r on, transposed if trans.
+func from(m gemm.Matrix, r int, trans bool) gemm.Matrix {
+	m.Data, m.Trans = m.Data[m.DType.StorageBytes(r*m.LD):], trans
+	return m
+}
+
+// scores computes the scaled, masked scores of the bq queries of q (from
+// query i0 on) against keys [j0, j0+bk) of k into s (bq rows of ld),
+// rounded as the op-by-op path rounds its q·kᵀ and its scaling.
+func scores[T float](a attention, q, k gemm.Matrix, i0, bq, j0, bk int, s []T, ld int) {
 	round := roundTo[T](a.dt)
-	tileMul(bq, bk, a.hs, a.operand(qkv, 0, b, h, i0, false), a.operand(qkv, 1, b, h, j0, true), 0, s, bk)
-	round.all(s[:bq*bk])
+	tileMul(bq, bk, a.hs, q, from(k, j0, true), 0, s, ld)
 	scale := T(1 / math.Sqrt(float64(a.hs)))
 	if !isF64[T]() {
 		scale = T(float32(1 / math.Sqrt(float64(a.hs)))) // a Python scalar in a float32 op
 	}
-	for i := range s[:bq*bk] {
-		s[i] *= scale
-	}
-	round.all(s[:bq*bk])
 	inf := T(math.Inf(-1))
 	for r := range bq {
+		row := s[r*ld:][:bk]
+		round.all(row)
+		for c := range row {
+			row[c] *= scale
+		}
+		round.all(row)
 		for c := max(i0+r+1-j0, 0); c < bk; c++ {
-			s[r*bk+c] = inf
+			row[c] = inf
 		}
 	}
 }
 
-// probabilities sets p to exp(s - lse) row by row (zero where masked),
-// rounded to probs: the softmax the op-by-op path would have computed.
-func probabilities[T float](a attention, s, p, lse []T, bq, bk int) {
+// probabilities sets p to exp(s - max)/sum row by row over kv columns (of
+// ld), as the op-by-op softmax computes it, from each row's maximum and
+// sum in stats; with fresh, it first computes those from s.
+func probabilities[T float](s, p, stats []T, bq, kv, ld int, fresh bool) {
 	for r := range bq {
-		for c, v := range s[r*bk : (r+1)*bk] {
-			p[r*bk+c] = T(math.Exp(float64(v - lse[r])))
+		row, out := s[r*ld:][:kv], p[r*ld:][:kv]
+		if fresh {
+			mx := T(math.Inf(-1))
+			for _, v := range row {
+				mx = max(mx, v)
+			}
+			var sum T
+			for c, v := range row {
+				out[c] = T(math.Exp(float64(v - mx)))
+				sum += out[c]
+			}
+			stats[2*r], stats[2*r+1] = mx, sum
+			for c := range out {
+				out[c] /= sum
+			}
+			continue
+		}
+		mx, sum := stats[2*r], stats[2*r+1]
+		for c, v := range row {
+			out[c] = T(math.Exp(float64(v-mx))) / sum
 		}
 	}
-	roundTo[T](a.probs).all(p[:bq*bk])
 }
 
-// diagonal returns the end of the keys the queries [i0, i0+bq) see.
-func diagonal(i0, bq int) int { return i0 + bq }
-
-func attentionForward[T float](a attention, qkv, y, lse *Tensor) {
+func attentionForward[T float](a attention, qkv, y, stats *Tensor) {
 	units := a.batch * a.heads * a.tiles()
 	// Units are split when the causal half of the products is worth it.
 	if parts := min(parallelParts(a.batch*a.heads*a.seq*a.seq/2*a.hs), units); parts > 1 {
-		parallelSplit(units, parts, func(lo, hi int) { forwardUnits[T](a, qkv, y, lse, lo, hi) })
+		parallelSplit(units, parts, func(lo, hi int) { forwardUnits[T](a, qkv, y, stats, lo, hi) })
 	} else {
-		forwardUnits[T](a, qkv, y, lse, 0, units)
+		forwardUnits[T](a, qkv, y, stats, 0, units)
 	}
 }
 
 // forwardUnits computes the (b, h, query tile) units [lo, hi), numbered
-// in that order.
-func forwardUnits[T float](a attention, qkv, y, lse *Tensor, lo, hi int) {
+// in that order, into y and stats.
+func forwardUnits[T float](a attention, qkv, y, stats *Tensor, lo, hi int) {
 	var ws attnScratch[T]
 	ws.take(a, false)
-	ls := view[T](lse)
+	st := view[T](stats)
 	for u := lo; u < hi; u++ {
-		bh, qt := u/a.tiles(), u%a.tiles()
-		forwardTile(a, qkv, y, ls[bh*a.seq:], bh/a.heads, bh%a.heads, qt*attnTile, &ws)
+		bh, i0 := u/a.tiles(), u%a.tiles()*attnTile
+		b, h := bh/a.heads, bh%a.heads
+		bq := min(attnTile, a.seq-i0)
+		kv := i0 + bq // the keys these queries see: the tiles beyond are skipped
+		q, k, v := head(a, qkv, 0, b, h, i0, bq, ws.q), head(a, qkv, 1, b, h, 0, kv, ws.k), head(a, qkv, 2, b, h, 0, kv, ws.v)
+		rowStats := st[2*(bh*a.seq+i0):][:2*bq]
+		if a.exact {
+			forwardOnline(a, q, k, v, i0, bq, rowStats, &ws)
+		} else {
+			forwardRounded(a, q, k, v, i0, bq, rowStats, &ws)
+		}
+		storeRows(y, (b*a.seq+i0)*a.width+h*a.hs, a.width, ws.acc, bq, a.hs)
 	}
 	ws.release()
 }
 
-// forwardTile computes queries [i0, i0+attnTile) of head (b, h) into y and
-// their log-sum-exp into lse (the head's T entries).
-func forwardTile[T float](a attention, qkv, y *Tensor, lse []T, b, h, i0 int, ws *attnScratch[T]) {
-	bq, hs := min(attnTile, a.seq-i0), a.hs
-	s, p, acc, m, l := ws.s, ws.p, ws.acc[:bq*hs], ws.m[:bq], ws.l[:bq]
-	for r := range bq {
-		m[r], l[r] = T(math.Inf(-1)), 0
-	}
+// forwardOnline computes a query tile key tile by key tile with a running
+// maximum and sum per row, rescaling the accumulated P·V as the maximum
+// grows, and leaves the output in ws.acc.
+func forwardOnline[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats []T, ws *attnScratch[T]) {
+	hs, s, p := a.hs, ws.s, ws.p
+	acc := ws.acc[:bq*hs]
 	clear(acc)
-	for j0 := 0; j0 < diagonal(i0, bq); j0 += attnTile {
-		bk := min(attnTile, a.seq-j0)
-		scores(a, qkv, b, h, i0, bq, j0, bk, s)
+	for r := range bq {
+		stats[2*r], stats[2*r+1] = T(math.Inf(-1)), 0
+	}
+	for j0 := 0; j0 < i0+bq; j0 += attnTile {
+		bk := min(attnTile, i0+bq-j0)
+		scores(a, q, k, i0, bq, j0, bk, s, bk)
 		for r := range bq {
-			row := s[r*bk : (r+1)*bk]
-			mx := m[r]
-			for _, v := range row {
-				mx = max(mx, v)
+			row, out := s[r*bk:][:bk], p[r*bk:][:bk]
+			mx := stats[2*r]
+			for _, x := range row {
+				mx = max(mx, x)
 			}
-			alpha := T(math.Exp(float64(m[r] - mx)))
+			alpha := T(math.Exp(float64(stats[2*r] - mx)))
 			var sum T
-			for c, v := range row {
-				p[r*bk+c] = T(math.Exp(float64(v - mx)))
-				sum += p[r*bk+c]
+			for c, x := range row {
+				out[c] = T(math.Exp(float64(x - mx)))
+				sum += out[c]
 			}
-			m[r], l[r] = mx, l[r]*alpha+sum
-			if a.exact {
-				for c := range acc[r*hs : (r+1)*hs] {
-					acc[r*hs+c] *= alpha
-				}
+			stats[2*r], stats[2*r+1] = mx, stats[2*r+1]*alpha+sum
+			for c := range acc[r*hs : (r+1)*hs] {
+				acc[r*hs+c] *= alpha
 			}
 		}
-		if a.exact {
-			tileMul(bq, hs, bk, local(p, bk, false), a.operand(qkv, 2, b, h, j0, false), 1, acc, hs)
-		}
+		tileMul(bq, hs, bk, local(p, bk, false), from(v, j0, false), 1, acc, hs)
 	}
 	for r := range bq {
-		lse[i0+r] = m[r] + T(math.Log(float64(l[r])))
-	}
-	if a.exact {
-		for r := range bq {
-			for c := range acc[r*hs : (r+1)*hs] {
-				acc[r*hs+c] /= l[r]
-			}
-		}
-	} else {
-		// The op-by-op path rounds the normalised P: a second pass makes
-		// it with the final log-sum-exp.
-		for j0 := 0; j0 < diagonal(i0, bq); j0 += attnTile {
-			bk := min(attnTile, a.seq-j0)
-			scores(a, qkv, b, h, i0, bq, j0, bk, s)
-			probabilities(a, s, p, lse[i0:], bq, bk)
-			roundTo[T](a.dt).all(p[:bq*bk]) // cast for the P·V GEMM
-			tileMul(bq, hs, bk, local(p, bk, false), a.operand(qkv, 2, b, h, j0, false), 1, acc, hs)
+		for c := range acc[r*hs : (r+1)*hs] {
+			acc[r*hs+c] /= stats[2*r+1]
 		}
 	}
-	storeRows(y, (b*a.seq+i0)*a.width+h*hs, a.width, acc, bq, hs)
 }
 
-func attentionBackward[T float](a attention, qkv, y, lse, dy, dqkv *Tensor) {
+// forwardRounded computes a query tile whose probabilities are rounded:
+// the op-by-op path rounds them normalised, which needs each row's final
+// maximum and sum before any P·V, so the tile's strip of scores (bq×kv,
+// linear in T) is held and normalised as softmax does it.
+func forwardRounded[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats []T, ws *attnScratch[T]) {
+	kv, s, p := i0+bq, ws.s, ws.p
+	scores(a, q, k, i0, bq, 0, kv, s, kv)
+	probabilities(s, p, stats, bq, kv, kv, true)
+	roundTo[T](a.probs).all(p[:bq*kv])
+	roundTo[T](a.dt).all(p[:bq*kv]) // cast for the P·V GEMM
+	tileMul(bq, a.hs, kv, local(p, kv, false), v, 0, ws.acc, a.hs)
+}
+
+func attentionBackward[T float](a attention, qkv, stats, dy, dqkv *Tensor) {
 	units := a.batch * a.heads
 	if parts := min(parallelParts(units*a.seq*a.seq*a.hs), units); parts > 1 {
-		parallelSplit(units, parts, func(lo, hi int) { backwardUnits[T](a, qkv, y, lse, dy, dqkv, lo, hi) })
+		parallelSplit(units, parts, func(lo, hi int) { backwardUnits[T](a, qkv, stats, dy, dqkv, lo, hi) })
 	} else {
-		backwardUnits[T](a, qkv, y, lse, dy, dqkv, 0, units)
+		backwardUnits[T](a, qkv, stats, dy, dqkv, 0, units)
 	}
 }
 
 // backwardUnits computes the (b, h) units [lo, hi) of dqkv.
-func backwardUnits[T float](a attention, qkv, y, lse, dy, dqkv *Tensor, lo, hi int) {
+func backwardUnits[T float](a attention, qkv, stats, dy, dqkv *Tensor, lo, hi int) {
 	var ws attnScratch[T]
 	ws.take(a, true)
-	ls := view[T](lse)
-	var ys, gs []T // y and dy in the compute type, for rowsum(dy∘y)
-	if a.exact {
-		ys, gs = view[T](y), view[T](dy)
-	}
+	st := view[T](stats)
 	for bh := lo; bh < hi; bh++ {
-		backwardHead(a, qkv, dy, dqkv, ys, gs, ls[bh*a.seq:][:a.seq], bh/a.heads, bh%a.heads, &ws)
+		backwardHead(a, qkv, dy, dqkv, st[2*bh*a.seq:][:2*a.seq], bh/a.heads, bh%a.heads, &ws)
 	}
 	ws.release()
 }
 
-// backwardHead writes head (b, h)'s part of dqkv.
-func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, ys, gs, lse []T, b, h int, ws *attnScratch[T]) {
+// backwardHead writes head (b, h)'s part of dqkv, one query tile at a
+// time over the strip of keys it sees.
+func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, stats []T, b, h int, ws *attnScratch[T]) {
 	hs, round, roundP := a.hs, roundTo[T](a.dt), roundTo[T](a.probs)
 	scale := T(1 / math.Sqrt(float64(hs)))
 	if !isF64[T]() {
 		scale = T(float32(1 / math.Sqrt(float64(hs))))
 	}
+	q, k, v := head(a, qkv, 0, b, h, 0, a.seq, ws.q), head(a, qkv, 1, b, h, 0, a.seq, ws.k), head(a, qkv, 2, b, h, 0, a.seq, ws.v)
 	dk, dv := ws.dk[:a.seq*hs], ws.dv[:a.seq*hs]
 	clear(dk)
 	clear(dv)
 	s, p := ws.s, ws.p
 	for i0 := 0; i0 < a.seq; i0 += attnTile {
 		bq := min(attnTile, a.seq-i0)
-		dq, d, dO := ws.acc[:bq*hs], ws.d[:bq], a.rows(dy, b, h, i0)
-		rowLSE := lse[i0:]
-		clear(d)
-		if a.exact {
-			for r := range bq {
-				off := (b*a.seq+i0+r)*a.width + h*hs
-				for c, g := range gs[off : off+hs] {
-					d[r] += g * ys[off+c]
-				}
+		kv, qi, dO, dq, d := i0+bq, from(q, i0, false), a.rows(dy, b, h, i0), ws.acc[:bq*hs], ws.d[:bq]
+		scores(a, qi, k, i0, bq, 0, kv, s, kv)
+		probabilities(s, p, stats[2*i0:], bq, kv, kv, false)
+		roundP.all(p[:bq*kv])                               // P as softmax left it
+		tileMul(bq, kv, hs, dO, from(v, 0, true), 0, s, kv) // s becomes dP = dy·Vᵀ
+		round.all(s[:bq*kv])
+		// dS = P∘(dP - Σ dP∘P), summed in the op-by-op path's order
+		// rather than as rowsum(dy∘y): both are at hand, and it rounds alike.
+		for r := range bq {
+			var dot T
+			for c := range kv {
+				dot += s[r*kv+c] * p[r*kv+c]
 			}
-		} else {
-			// Σ dP∘P over the rounded dP and P, in the op-by-op path's order.
-			for j0 := 0; j0 < diagonal(i0, bq); j0 += attnTile {
-				bk := min(attnTile, a.seq-j0)
-				scores(a, qkv, b, h, i0, bq, j0, bk, s)
-				probabilities(a, s, p, rowLSE, bq, bk)
-				tileMul(bq, bk, hs, dO, a.operand(qkv, 2, b, h, j0, true), 0, s, bk) // dP
-				round.all(s[:bq*bk])
-				for r := range bq {
-					for c := range bk {
-						d[r] += s[r*bk+c] * p[r*bk+c]
-					}
-				}
+			d[r] = dot
+		}
+		for r := range bq {
+			for c := range kv {
+				s[r*kv+c] = p[r*kv+c] * (s[r*kv+c] - d[r])
 			}
 		}
-		clear(dq)
-		for j0 := 0; j0 < diagonal(i0, bq); j0 += attnTile {
-			bk := min(attnTile, a.seq-j0)
-			scores(a, qkv, b, h, i0, bq, j0, bk, s)
-			probabilities(a, s, p, rowLSE, bq, bk)
-			tileMul(bq, bk, hs, dO, a.operand(qkv, 2, b, h, j0, true), 0, s, bk) // dP
-			round.all(s[:bq*bk])
-			for r := range bq { // s becomes dS = P∘(dP - D)
-				for c := range bk {
-					s[r*bk+c] = p[r*bk+c] * (s[r*bk+c] - d[r])
-				}
+		roundP.all(s[:bq*kv]) // the softmax's gradient
+		round.all(s[:bq*kv])  // cast back to the scores' dtype
+		for r := range bq {
+			for c := i0 + r + 1; c < kv; c++ {
+				s[r*kv+c] = 0 // masked_fill's gradient
 			}
-			roundP.all(s[:bq*bk]) // the softmax's gradient
-			round.all(s[:bq*bk])  // cast back to the scores' dtype
-			for r := range bq {
-				for c := max(i0+r+1-j0, 0); c < bk; c++ {
-					s[r*bk+c] = 0 // masked_fill's gradient
-				}
-			}
-			for i := range s[:bq*bk] {
-				s[i] *= scale
-			}
-			round.all(s[:bq*bk])
-			round.all(p[:bq*bk]) // P as the P·V GEMM took it
-			tileMul(bk, hs, bq, local(p, bk, true), dO, 1, dv[j0*hs:], hs)
-			tileMul(bq, hs, bk, local(s, bk, false), a.operand(qkv, 1, b, h, j0, false), 1, dq, hs)
-			tileMul(bk, hs, bq, local(s, bk, true), a.operand(qkv, 0, b, h, i0, false), 1, dk[j0*hs:], hs)
 		}
+		for i := range s[:bq*kv] {
+			s[i] *= scale
+		}
+		round.all(s[:bq*kv])
+		round.all(p[:bq*kv]) // P as the P·V GEMM took it
+		tileMul(kv, hs, bq, local(p, kv, true), dO, 1, dv, hs)
+		tileMul(bq, hs, kv, local(s, kv, false), k, 0, dq, hs)
+		tileMul(kv, hs, bq, local(s, kv, true), qi, 1, dk, hs)
 		storeRows(dqkv, (b*a.seq+i0)*3*a.width+h*hs, 3*a.width, dq, bq, hs)
 	}
 	storeRows(dqkv, b*a.seq*3*a.width+a.width+h*hs, 3*a.width, dk, a.seq, hs)

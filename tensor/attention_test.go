@@ -12,7 +12,8 @@ import (
 )
 
 // naiveAttention is CausalAttention's reference loop in float64 over
-// qkv [B, T, 3C]: it returns y [B, T, C], lse [B, heads, T] and, for
+// qkv [B, T, 3C]: it returns y [B, T, C], the rows' log-sum-exp
+// [B, heads, T] and, for
 // y's gradient dy, the gradient of qkv.
 func naiveAttention(qkv, dy []float64, b, t, c, heads int) (y, lse, dqkv []float64) {
 	hs := c / heads
@@ -96,15 +97,20 @@ func TestCausalAttentionMatchesReferenceLoop(t *testing.T) {
 		const b, c, heads = 2, 12, 3
 		qkvVals, dyVals := gaussians(rng, b*seq*3*c), gaussians(rng, b*seq*c)
 		qkv, dy := tensor.FromFloat64(qkvVals, b, seq, 3*c), tensor.FromFloat64(dyVals, b, seq, c)
-		y, lse := tensor.CausalAttention(qkv, heads, dtype.F64)
-		dqkv := tensor.CausalAttentionBackward(qkv, y, lse, dy, heads, dtype.F64)
+		y, stats := tensor.CausalAttention(qkv, heads, dtype.F64)
+		dqkv := tensor.CausalAttentionBackward(qkv, stats, dy, heads, dtype.F64)
 		wantY, wantLSE, wantD := naiveAttention(qkvVals, dyVals, b, seq, c, heads)
 		closeTo(t, "y", y.Float64s(), wantY, 1e-12)
-		closeTo(t, "lse", lse.Float64s(), wantLSE, 1e-12)
-		closeTo(t, "dqkv", dqkv.Float64s(), wantD, 1e-12)
-		if !slices.Equal(lse.Shape(), []int{b, heads, seq}) {
-			t.Fatalf("lse shape %v", lse.Shape())
+		if !slices.Equal(stats.Shape(), []int{b, heads, seq, 2}) {
+			t.Fatalf("stats shape %v", stats.Shape())
 		}
+		st := stats.Float64s()
+		lse := make([]float64, len(st)/2)
+		for i := range lse {
+			lse[i] = st[2*i] + math.Log(st[2*i+1]) // max + log Σ exp(s - max)
+		}
+		closeTo(t, "log-sum-exp", lse, wantLSE, 1e-12)
+		closeTo(t, "dqkv", dqkv.Float64s(), wantD, 1e-12)
 	}
 }
 
@@ -122,14 +128,14 @@ func TestCausalAttentionIndependentOfGOMAXPROCS(t *testing.T) {
 		var first [][]byte
 		for _, procs := range []int{1, 2, 3} {
 			runtime.GOMAXPROCS(procs)
-			y, lse := tensor.CausalAttention(qkv, heads, probs)
-			dqkv := tensor.CausalAttentionBackward(qkv, y, lse, dy, heads, probs)
-			got := [][]byte{slices.Clone(y.Data()), slices.Clone(lse.Data()), slices.Clone(dqkv.Data())}
+			y, stats := tensor.CausalAttention(qkv, heads, probs)
+			dqkv := tensor.CausalAttentionBackward(qkv, stats, dy, heads, probs)
+			got := [][]byte{slices.Clone(y.Data()), slices.Clone(stats.Data()), slices.Clone(dqkv.Data())}
 			if first == nil {
 				first = got
 				continue
 			}
-			for i, name := range []string{"y", "lse", "dqkv"} {
+			for i, name := range []string{"y", "stats", "dqkv"} {
 				if !slices.Equal(got[i], first[i]) {
 					t.Errorf("%s: %s with GOMAXPROCS=%d differs from GOMAXPROCS=1", dt, name, procs)
 				}
@@ -140,9 +146,9 @@ func TestCausalAttentionIndependentOfGOMAXPROCS(t *testing.T) {
 
 // Meta tensors get the results' shapes, and bad input a message.
 func TestCausalAttentionShapes(t *testing.T) {
-	y, lse := tensor.CausalAttention(tensor.Meta(dtype.BF16, 2, 9, 24), 4, dtype.F32)
-	if !slices.Equal(y.Shape(), []int{2, 9, 8}) || y.DType() != dtype.BF16 || !slices.Equal(lse.Shape(), []int{2, 4, 9}) || lse.DType() != dtype.F32 {
-		t.Fatalf("meta results %v and %v", y, lse)
+	y, stats := tensor.CausalAttention(tensor.Meta(dtype.BF16, 2, 9, 24), 4, dtype.F32)
+	if !slices.Equal(y.Shape(), []int{2, 9, 8}) || y.DType() != dtype.BF16 || !slices.Equal(stats.Shape(), []int{2, 4, 9, 2}) || stats.DType() != dtype.F32 {
+		t.Fatalf("meta results %v and %v", y, stats)
 	}
 	defer func() {
 		if r := recover(); r == nil {
