@@ -9,9 +9,9 @@ import (
 	"github.com/weftml/weft/internal/gemm"
 )
 
-// attnTile is the number of queries and of keys in one tile: a 64×64
-// score tile (16 KiB in float32) and its operands stay in L2 while a
-// query tile runs over its key tiles.
+// attnTile is the number of queries and of keys in one tile: a tile's
+// scores (16 KiB in float32), or its strip of them at T=256, stay in L2
+// with their operands while it runs.
 const attnTile = 64
 
 // CausalAttention is multi-head causal self-attention over qkv [B, T, 3C],
@@ -110,12 +110,13 @@ func (a attention) tiles() int { return (a.seq + attnTile - 1) / attnTile }
 
 // rows returns head h of y (or dy) from row t of batch b on.
 func (a attention) rows(y *Tensor, b, h, t int) gemm.Matrix {
-	return operand3(y, (b*a.seq+t)*a.width+h*a.hs, a.width, false)
+	return strided(y, (b*a.seq+t)*a.width+h*a.hs, a.width)
 }
 
-func operand3(t *Tensor, off, ld int, trans bool) gemm.Matrix {
-	start := t.dtype.StorageBytes(off)
-	return gemm.Matrix{DType: t.dtype, Data: t.data[start:], LD: ld, Trans: trans}
+// strided is t from element off on as a product operand with rows ld
+// elements apart.
+func strided(t *Tensor, off, ld int) gemm.Matrix {
+	return gemm.Matrix{DType: t.dtype, Data: t.data[t.dtype.StorageBytes(off):], LD: ld}
 }
 
 // local describes a scratch tile of ld columns as a tile product's operand.
@@ -190,7 +191,7 @@ func (ws *attnScratch[T]) release() {
 // widens to float32), so that the tile products read them in place rather
 // than each decode them again.
 func head[T float](a attention, qkv *Tensor, part, b, h, t0, n int, dst []T) gemm.Matrix {
-	m := operand3(qkv, (b*a.seq+t0)*3*a.width+part*a.width+h*a.hs, 3*a.width, false)
+	m := strided(qkv, (b*a.seq+t0)*3*a.width+part*a.width+h*a.hs, 3*a.width)
 	if dst == nil {
 		return m
 	}
