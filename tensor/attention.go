@@ -232,12 +232,16 @@ func scores[T float](a attention, q, k gemm.Matrix, i0, bq, j0, bk int, s []T, l
 	}
 }
 
-// probabilities sets p to exp(s - max)/sum row by row over kv columns (of
-// ld), as the op-by-op softmax computes it, from each row's maximum and
-// sum in stats; with fresh, it first computes those from s.
-func probabilities[T float](s, p, stats []T, bq, kv, ld int, fresh bool) {
+// probabilities sets p to exp(s - max)/sum row by row for the strip of
+// queries from i0 on against keys [0, i0+bq) (rows ld apart), as the
+// op-by-op softmax computes it, from each row's maximum and sum in stats;
+// with fresh, it first computes those from s. The masked entries are
+// zero, without an exp.
+func probabilities[T float](s, p, stats []T, i0, bq, ld int, fresh bool) {
 	for r := range bq {
-		row, out := s[r*ld:][:kv], p[r*ld:][:kv]
+		seen := i0 + r + 1 // keys [0, seen) are not masked
+		row, out := s[r*ld:][:seen], p[r*ld:][:seen]
+		clear(p[r*ld+seen : r*ld+i0+bq])
 		if fresh {
 			mx := T(math.Inf(-1))
 			for _, v := range row {
@@ -308,20 +312,24 @@ func forwardOnline[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats 
 		bk := min(attnTile, i0+bq-j0)
 		scores(a, q, k, i0, bq, j0, bk, s, bk)
 		for r := range bq {
-			row, out := s[r*bk:][:bk], p[r*bk:][:bk]
+			seen := min(i0+r+1-j0, bk) // keys j0+[0, seen) are not masked
+			row, out := s[r*bk:][:seen], p[r*bk:][:seen]
+			clear(p[r*bk+seen : (r+1)*bk])
 			mx := stats[2*r]
 			for _, x := range row {
 				mx = max(mx, x)
 			}
-			alpha := T(math.Exp(float64(stats[2*r] - mx)))
 			var sum T
 			for c, x := range row {
 				out[c] = T(math.Exp(float64(x - mx)))
 				sum += out[c]
 			}
+			alpha := T(math.Exp(float64(stats[2*r] - mx)))
 			stats[2*r], stats[2*r+1] = mx, stats[2*r+1]*alpha+sum
-			for c := range acc[r*hs : (r+1)*hs] {
-				acc[r*hs+c] *= alpha
+			if alpha != 1 {
+				for c := range acc[r*hs : (r+1)*hs] {
+					acc[r*hs+c] *= alpha
+				}
 			}
 		}
 		tileMul(bq, hs, bk, local(p, bk, false), from(v, j0, false), 1, acc, hs)
@@ -340,7 +348,7 @@ func forwardOnline[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats 
 func forwardRounded[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats []T, ws *attnScratch[T]) {
 	kv, s, p := i0+bq, ws.s, ws.p
 	scores(a, q, k, i0, bq, 0, kv, s, kv)
-	probabilities(s, p, stats, bq, kv, kv, true)
+	probabilities(s, p, stats, i0, bq, kv, true)
 	roundTo[T](a.probs).all(p[:bq*kv])
 	roundTo[T](a.dt).all(p[:bq*kv]) // cast for the P·V GEMM
 	tileMul(bq, a.hs, kv, local(p, kv, false), v, 0, ws.acc, a.hs)
@@ -383,7 +391,7 @@ func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, stats []T, b, h i
 		bq := min(attnTile, a.seq-i0)
 		kv, qi, dO, dq, d := i0+bq, from(q, i0, false), a.rows(dy, b, h, i0), ws.acc[:bq*hs], ws.d[:bq]
 		scores(a, qi, k, i0, bq, 0, kv, s, kv)
-		probabilities(s, p, stats[2*i0:], bq, kv, kv, false)
+		probabilities(s, p, stats[2*i0:], i0, bq, kv, false)
 		roundP.all(p[:bq*kv])                               // P as softmax left it
 		tileMul(bq, kv, hs, dO, from(v, 0, true), 0, s, kv) // s becomes dP = dy·Vᵀ
 		round.all(s[:bq*kv])
