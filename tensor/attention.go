@@ -243,15 +243,7 @@ func probabilities[T float](s, p, stats []T, i0, bq, ld int, fresh bool) {
 		row, out := s[r*ld:][:seen], p[r*ld:][:seen]
 		clear(p[r*ld+seen : r*ld+i0+bq])
 		if fresh {
-			mx := T(math.Inf(-1))
-			for _, v := range row {
-				mx = max(mx, v)
-			}
-			var sum T
-			for c, v := range row {
-				out[c] = T(math.Exp(float64(v - mx)))
-				sum += out[c]
-			}
+			mx, sum := expRow(out, row, T(math.Inf(-1)))
 			stats[2*r], stats[2*r+1] = mx, sum
 			for c := range out {
 				out[c] /= sum
@@ -315,15 +307,7 @@ func forwardOnline[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats 
 			seen := min(i0+r+1-j0, bk) // keys j0+[0, seen) are not masked
 			row, out := s[r*bk:][:seen], p[r*bk:][:seen]
 			clear(p[r*bk+seen : (r+1)*bk])
-			mx := stats[2*r]
-			for _, x := range row {
-				mx = max(mx, x)
-			}
-			var sum T
-			for c, x := range row {
-				out[c] = T(math.Exp(float64(x - mx)))
-				sum += out[c]
-			}
+			mx, sum := expRow(out, row, stats[2*r])
 			alpha := T(math.Exp(float64(stats[2*r] - mx)))
 			stats[2*r], stats[2*r+1] = mx, stats[2*r+1]*alpha+sum
 			if alpha != 1 {
