@@ -159,18 +159,19 @@ func storeRows[T float](t *Tensor, off, ld int, src []T, rows, cols int) {
 
 // attnScratch is one goroutine's buffers.
 type attnScratch[T float] struct {
-	s, p    []T // attnTile×T strips of scores and probabilities (or their gradients)
-	acc     []T // attnTile×hs output (or dq) accumulator
-	d       []T // per query row: Σ dP∘P
-	q, k, v []T // a head's T×hs operands decoded to T, for narrow qkv
-	dk, dv  []T // T×hs key and value gradient accumulators (backward)
+	s, p   []T // attnTile×T strips of scores and probabilities (or their gradients)
+	acc    []T // attnTile×hs output (or dq) accumulator
+	d      []T // per query row: Σ dP∘P
+	dk, dv []T // T×hs key and value gradient accumulators (backward)
+	// ps and ss hold p and s stored in qkv's dtype, for narrow qkv.
+	ps, ss []float32
 }
 
 func (ws *attnScratch[T]) take(a attention, backward bool) {
 	ws.s, ws.p = scratch[T](attnTile*a.seq), scratch[T](attnTile*a.seq)
 	ws.acc, ws.d = scratch[T](attnTile*a.hs), scratch[T](attnTile)
 	if !a.exact {
-		ws.q, ws.k, ws.v = scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs)
+		ws.ps, ws.ss = scratch[float32](attnTile*a.seq), scratch[float32](attnTile*a.seq)
 	}
 	if backward {
 		ws.dk, ws.dv = scratch[T](a.seq*a.hs), scratch[T](a.seq*a.hs)
@@ -178,28 +179,35 @@ func (ws *attnScratch[T]) take(a attention, backward bool) {
 }
 
 func (ws *attnScratch[T]) release() {
-	for _, s := range [...][]T{ws.s, ws.p, ws.acc, ws.d, ws.q, ws.k, ws.v, ws.dk, ws.dv} {
+	for _, s := range [...][]T{ws.s, ws.p, ws.acc, ws.d, ws.dk, ws.dv} {
+		if s != nil {
+			release(s)
+		}
+	}
+	for _, s := range [...][]float32{ws.ps, ws.ss} {
 		if s != nil {
 			release(s)
 		}
 	}
 }
 
-// head returns rows [t0, t0+n) of head h of part (0 q, 1 k, 2 v) of
-// batch b of qkv as a product operand: where they lie when dst is nil
-// (qkv stores T), else decoded into dst (exactly: every narrower float
-// widens to float32), so that the tile products read them in place rather
-// than each decode them again.
-func head[T float](a attention, qkv *Tensor, part, b, h, t0, n int, dst []T) gemm.Matrix {
-	m := strided(qkv, (b*a.seq+t0)*3*a.width+part*a.width+h*a.hs, 3*a.width)
-	if dst == nil {
-		return m
+// head returns rows from t0 on of head h of part (0 q, 1 k, 2 v) of batch
+// b of qkv as a product operand, where they lie.
+func head(a attention, qkv *Tensor, part, b, h, t0 int) gemm.Matrix {
+	return strided(qkv, (b*a.seq+t0)*3*a.width+part*a.width+h*a.hs, 3*a.width)
+}
+
+// stored returns the strip x (n elements, rows ld apart, already rounded
+// to qkv's dtype) as a product operand: x itself when nothing is rounded,
+// else x stored in qkv's dtype in buf, so that a product of two bf16
+// operands runs on the bf16 kernel as the op-by-op path's does.
+func stored[T float](a attention, x []T, n, ld int, buf []float32, trans bool) gemm.Matrix {
+	if a.exact {
+		return local(x, ld, trans)
 	}
-	size := a.dt.StorageBytes(1)
-	for r := range n {
-		dtype.Decode(a.dt, any(dst[r*a.hs:(r+1)*a.hs]).([]float32), m.Data[r*m.LD*size:][:a.hs*size])
-	}
-	return local(dst, a.hs, false)
+	data := bytesOf(buf)[:a.dt.StorageBytes(n)]
+	dtype.Encode(a.dt, data, any(x[:n]).([]float32), false)
+	return gemm.Matrix{DType: a.dt, Data: data, LD: ld, Trans: trans}
 }
 
 // from returns m from row r on, transposed if trans.
@@ -276,9 +284,8 @@ func forwardUnits[T float](a attention, qkv, y, stats *Tensor, lo, hi int) {
 	for u := lo; u < hi; u++ {
 		bh, i0 := u/a.tiles(), u%a.tiles()*attnTile
 		b, h := bh/a.heads, bh%a.heads
-		bq := min(attnTile, a.seq-i0)
-		kv := i0 + bq // the keys these queries see: the tiles beyond are skipped
-		q, k, v := head(a, qkv, 0, b, h, i0, bq, ws.q), head(a, qkv, 1, b, h, 0, kv, ws.k), head(a, qkv, 2, b, h, 0, kv, ws.v)
+		bq := min(attnTile, a.seq-i0) // seeing keys [0, i0+bq): the tiles beyond are skipped
+		q, k, v := head(a, qkv, 0, b, h, i0), head(a, qkv, 1, b, h, 0), head(a, qkv, 2, b, h, 0)
 		rowStats := st[2*(bh*a.seq+i0):][:2*bq]
 		if a.exact {
 			forwardOnline(a, q, k, v, i0, bq, rowStats, &ws)
@@ -335,7 +342,7 @@ func forwardRounded[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats
 	probabilities(s, p, stats, i0, bq, kv, true)
 	roundTo[T](a.probs).all(p[:bq*kv])
 	roundTo[T](a.dt).all(p[:bq*kv]) // cast for the P·V GEMM
-	tileMul(bq, a.hs, kv, local(p, kv, false), v, 0, ws.acc, a.hs)
+	tileMul(bq, a.hs, kv, stored(a, p, bq*kv, kv, ws.ps, false), v, 0, ws.acc, a.hs)
 }
 
 func attentionBackward[T float](a attention, qkv, stats, dy, dqkv *Tensor) {
@@ -366,7 +373,7 @@ func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, stats []T, b, h i
 	if !isF64[T]() {
 		scale = T(float32(1 / math.Sqrt(float64(hs))))
 	}
-	q, k, v := head(a, qkv, 0, b, h, 0, a.seq, ws.q), head(a, qkv, 1, b, h, 0, a.seq, ws.k), head(a, qkv, 2, b, h, 0, a.seq, ws.v)
+	q, k, v := head(a, qkv, 0, b, h, 0), head(a, qkv, 1, b, h, 0), head(a, qkv, 2, b, h, 0)
 	dk, dv := ws.dk[:a.seq*hs], ws.dv[:a.seq*hs]
 	clear(dk)
 	clear(dv)
@@ -405,9 +412,10 @@ func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, stats []T, b, h i
 		}
 		round.all(s[:bq*kv])
 		round.all(p[:bq*kv]) // P as the P·V GEMM took it
-		tileMul(kv, hs, bq, local(p, kv, true), dO, 1, dv, hs)
-		tileMul(bq, hs, kv, local(s, kv, false), k, 0, dq, hs)
-		tileMul(kv, hs, bq, local(s, kv, true), qi, 1, dk, hs)
+		pm, sm := stored(a, p, bq*kv, kv, ws.ps, false), stored(a, s, bq*kv, kv, ws.ss, false)
+		tileMul(kv, hs, bq, from(pm, 0, true), dO, 1, dv, hs)
+		tileMul(bq, hs, kv, sm, k, 0, dq, hs)
+		tileMul(kv, hs, bq, from(sm, 0, true), qi, 1, dk, hs)
 		storeRows(dqkv, (b*a.seq+i0)*3*a.width+h*hs, 3*a.width, dq, bq, hs)
 	}
 	storeRows(dqkv, b*a.seq*3*a.width+a.width+h*hs, 3*a.width, dk, a.seq, hs)
