@@ -120,11 +120,11 @@ func strided(t *Tensor, off, ld int) gemm.Matrix {
 }
 
 // local describes a scratch tile of ld columns as a tile product's operand.
-func local[T float](s []T, ld int, trans bool) gemm.Matrix {
+func local[T float](s []T, ld int) gemm.Matrix {
 	if isF64[T]() {
-		return gemm.Matrix{DType: dtype.F64, Data: bytesOf(any(s).([]float64)), LD: ld, Trans: trans}
+		return gemm.Matrix{DType: dtype.F64, Data: bytesOf(any(s).([]float64)), LD: ld}
 	}
-	return gemm.Matrix{DType: dtype.F32, Data: bytesOf(any(s).([]float32)), LD: ld, Trans: trans}
+	return gemm.Matrix{DType: dtype.F32, Data: bytesOf(any(s).([]float32)), LD: ld}
 }
 
 // tileMul computes c = op(a)·op(b) + beta·c for one tile, accumulating in
@@ -201,13 +201,22 @@ func head(a attention, qkv *Tensor, part, b, h, t0 int) gemm.Matrix {
 // to qkv's dtype) as a product operand: x itself when nothing is rounded,
 // else x stored in qkv's dtype in buf, so that a product of two bf16
 // operands runs on the bf16 kernel as the op-by-op path's does.
-func stored[T float](a attention, x []T, n, ld int, buf []float32, trans bool) gemm.Matrix {
+func stored[T float](a attention, x []T, n, ld int, buf []float32) gemm.Matrix {
 	if a.exact {
-		return local(x, ld, trans)
+		return local(x, ld)
 	}
 	data := bytesOf(buf)[:a.dt.StorageBytes(n)]
 	dtype.Encode(a.dt, data, any(x[:n]).([]float32), false)
-	return gemm.Matrix{DType: a.dt, Data: data, LD: ld, Trans: trans}
+	return gemm.Matrix{DType: a.dt, Data: data, LD: ld}
+}
+
+// scaleOf is 1/√hs in T: a Python scalar, rounded to float32 in a float32 op.
+func scaleOf[T float](hs int) T {
+	s := 1 / math.Sqrt(float64(hs))
+	if isF64[T]() {
+		return T(s)
+	}
+	return T(float32(s))
 }
 
 // from returns m from row r on, transposed if trans.
@@ -222,11 +231,7 @@ func from(m gemm.Matrix, r int, trans bool) gemm.Matrix {
 func scores[T float](a attention, q, k gemm.Matrix, i0, bq, j0, bk int, s []T, ld int) {
 	round := roundTo[T](a.dt)
 	tileMul(bq, bk, a.hs, q, from(k, j0, true), 0, s, ld)
-	scale := T(1 / math.Sqrt(float64(a.hs)))
-	if !isF64[T]() {
-		scale = T(float32(1 / math.Sqrt(float64(a.hs)))) // a Python scalar in a float32 op
-	}
-	inf := T(math.Inf(-1))
+	scale, inf := scaleOf[T](a.hs), T(math.Inf(-1))
 	for r := range bq {
 		row := s[r*ld:][:bk]
 		round.all(row)
@@ -323,7 +328,7 @@ func forwardOnline[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats 
 				}
 			}
 		}
-		tileMul(bq, hs, bk, local(p, bk, false), from(v, j0, false), 1, acc, hs)
+		tileMul(bq, hs, bk, local(p, bk), from(v, j0, false), 1, acc, hs)
 	}
 	for r := range bq {
 		for c := range acc[r*hs : (r+1)*hs] {
@@ -342,7 +347,7 @@ func forwardRounded[T float](a attention, q, k, v gemm.Matrix, i0, bq int, stats
 	probabilities(s, p, stats, i0, bq, kv, true)
 	roundTo[T](a.probs).all(p[:bq*kv])
 	roundTo[T](a.dt).all(p[:bq*kv]) // cast for the P·V GEMM
-	tileMul(bq, a.hs, kv, stored(a, p, bq*kv, kv, ws.ps, false), v, 0, ws.acc, a.hs)
+	tileMul(bq, a.hs, kv, stored(a, p, bq*kv, kv, ws.ps), v, 0, ws.acc, a.hs)
 }
 
 func attentionBackward[T float](a attention, qkv, stats, dy, dqkv *Tensor) {
@@ -368,11 +373,7 @@ func backwardUnits[T float](a attention, qkv, stats, dy, dqkv *Tensor, lo, hi in
 // backwardHead writes head (b, h)'s part of dqkv, one query tile at a
 // time over the strip of keys it sees.
 func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, stats []T, b, h int, ws *attnScratch[T]) {
-	hs, round, roundP := a.hs, roundTo[T](a.dt), roundTo[T](a.probs)
-	scale := T(1 / math.Sqrt(float64(hs)))
-	if !isF64[T]() {
-		scale = T(float32(1 / math.Sqrt(float64(hs))))
-	}
+	hs, round, roundP, scale := a.hs, roundTo[T](a.dt), roundTo[T](a.probs), scaleOf[T](a.hs)
 	q, k, v := head(a, qkv, 0, b, h, 0), head(a, qkv, 1, b, h, 0), head(a, qkv, 2, b, h, 0)
 	dk, dv := ws.dk[:a.seq*hs], ws.dv[:a.seq*hs]
 	clear(dk)
@@ -412,7 +413,7 @@ func backwardHead[T float](a attention, qkv, dy, dqkv *Tensor, stats []T, b, h i
 		}
 		round.all(s[:bq*kv])
 		round.all(p[:bq*kv]) // P as the P·V GEMM took it
-		pm, sm := stored(a, p, bq*kv, kv, ws.ps, false), stored(a, s, bq*kv, kv, ws.ss, false)
+		pm, sm := stored(a, p, bq*kv, kv, ws.ps), stored(a, s, bq*kv, kv, ws.ss)
 		tileMul(kv, hs, bq, from(pm, 0, true), dO, 1, dv, hs)
 		tileMul(bq, hs, kv, sm, k, 0, dq, hs)
 		tileMul(kv, hs, bq, from(sm, 0, true), qi, 1, dk, hs)
