@@ -121,8 +121,10 @@ func TestCausalAttentionIndependentOfGOMAXPROCS(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	const b, seq, c, heads = 2, 130, 48, 3
 	qkvVals, dyVals := gaussians(rng, b*seq*3*c), gaussians(rng, b*seq*c)
-	for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
-		probs := dtype.F32
+	for _, p := range []struct{ dt, probs dtype.DType }{
+		{dtype.F64, dtype.F64}, {dtype.F32, dtype.F32}, {dtype.BF16, dtype.F32}, {dtype.F16, dtype.F16},
+	} {
+		dt, probs := p.dt, p.probs
 		qkv := tensor.FromFloat64(qkvVals, b, seq, 3*c).To(dt)
 		dy := tensor.FromFloat64(dyVals, b, seq, c).To(dt)
 		var first [][]byte
