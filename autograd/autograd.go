@@ -399,14 +399,18 @@ func (tp *Tape) forget() { tp.used = 0 }
 // autocast returns x cast for op by the Caster, recording the cast so the
 // gradient flows back in x's dtype.
 func (tp *Tape) autocast(op Op, x *Var) *Var {
-	if tp.Caster == nil || x == nil {
+	if x == nil {
 		return x
 	}
-	in := x.Value.DType()
-	if !in.IsFloat() {
-		return x
+	return tp.Cast(x, tp.castFor(op, x.Value.DType()))
+}
+
+// castFor is the dtype the Caster gives op's input of dtype in.
+func (tp *Tape) castFor(op Op, in dtype.DType) dtype.DType {
+	if tp.Caster == nil || !in.IsFloat() {
+		return in
 	}
-	return tp.Cast(x, tp.Caster.CastInput(op, in))
+	return tp.Caster.CastInput(op, in)
 }
 
 // Enter opens module's precision scope, returning x as the module should

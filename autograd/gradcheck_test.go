@@ -153,6 +153,15 @@ func gradCases() []gradCase {
 	broadcast := func(from int) buildFunc {
 		return func(tp *autograd.Tape, v []*autograd.Var) *autograd.Var { return tp.AddBroadcast(v[0], v[1], from) }
 	}
+	attention := func(heads int) buildFunc {
+		return func(tp *autograd.Tape, v []*autograd.Var) *autograd.Var {
+			y, ok := tp.CausalAttention(v[0], heads)
+			if !ok {
+				panic("float64 attention is not fused")
+			}
+			return y
+		}
+	}
 	idx := []int{1, 3, 1, 0, 1, 4}
 	targets := []int{2, 0, 4, 4}
 	manyTargets := make([]int, 20)
@@ -168,6 +177,9 @@ func gradCases() []gradCase {
 		{name: "MatMul/4d_transB", build: matmul(true), inputs: []*tensor.Tensor{x(2, 3, 4, 5), x(2, 3, 2, 5)}},
 		{name: "MatMul/sharedB", build: matmul(false), inputs: []*tensor.Tensor{x(2, 3, 4), x(4, 5)}},
 		{name: "MatMul/sharedB_transB", build: matmul(true), inputs: []*tensor.Tensor{x(2, 3, 4), x(5, 4)}},
+		// Two tiles of keys at T=70, the second one ragged and cut by the diagonal.
+		{name: "CausalAttention/one_tile", build: attention(2), inputs: []*tensor.Tensor{x(2, 6, 12)}},
+		{name: "CausalAttention/two_tiles", build: attention(1), inputs: []*tensor.Tensor{x(1, 70, 6)}},
 		{name: "Add", inputs: []*tensor.Tensor{x(3, 4), x(3, 4)},
 			build: func(tp *autograd.Tape, v []*autograd.Var) *autograd.Var { return tp.Add(v[0], v[1]) }},
 		{name: "AddBroadcast/from0", build: broadcast(0), inputs: []*tensor.Tensor{x(3, 4, 2), x(3)}},

@@ -154,20 +154,26 @@ func softmax[T float](y, x *Tensor) {
 // softmaxRows normalises each row of c elements of xs into ys.
 func softmaxRows[T float](ys, xs []T, c int) {
 	for r := 0; r < len(xs); r += c {
-		row, out := xs[r:r+c], ys[r:r+c]
-		mx := T(math.Inf(-1))
-		for _, v := range row {
-			mx = max(mx, v)
-		}
-		var sum T
-		for j, v := range row {
-			out[j] = T(math.Exp(float64(v - mx)))
-			sum += out[j]
-		}
+		out := ys[r : r+c]
+		_, sum := expRow(out, xs[r:r+c], T(math.Inf(-1)))
 		for j := range out {
 			out[j] /= sum
 		}
 	}
+}
+
+// expRow sets out to exp(row - mx), where mx is the larger of from and
+// row's maximum, and returns mx and the sum of out, summed in order.
+func expRow[T float](out, row []T, from T) (mx, sum T) {
+	mx = from
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	for j, v := range row {
+		out[j] = T(math.Exp(float64(v - mx)))
+		sum += out[j]
+	}
+	return mx, sum
 }
 
 // SoftmaxBackward returns y·(dy - Σ dy·y) over the last axis, y being Softmax's output.
