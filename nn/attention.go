@@ -11,10 +11,15 @@ import (
 // every rounding point matches PyTorch's).
 //
 // B = batch, T = sequence length, C = embedding width, nh = heads, hs = C/nh.
+//
+// Under tensor parallelism QKV holds the q, k and v columns of the rank's
+// heads only and Proj the matching input columns: the head count the
+// forward pass runs is the one QKV's output has room for, so that a split
+// needs no change here.
 type CausalSelfAttention struct {
 	QKV   *Linear // C -> 3C, split into q, k, v in that order
 	Proj  *Linear // C -> C
-	Heads int     // 2
+	Heads int     // 2: of the whole layer, which fix the head size
 }
 
 func NewCausalSelfAttention(init *Init, width, heads int) *CausalSelfAttention {
@@ -25,16 +30,18 @@ func (a *CausalSelfAttention) Forward(tp *autograd.Tape, x *autograd.Var) *autog
 	shape := x.Value.Shape()
 	b, t, c := shape[0], shape[1], shape[2]
 	hs := c / a.Heads
-	qkv := a.QKV.Forward(tp, x) // (B, T, 3C)
+	qkv := a.QKV.Forward(tp, x) // (B, T, 3·nh·hs): nh is a.Heads, or this rank's share of them
+	nh := qkv.Value.Dim(-1) / (3 * hs)
+	w := nh * hs // C unless split
 	head := func(i int) *autograd.Var {
-		part := tp.Reshape(tp.Narrow(qkv, i*c, c), b, t, a.Heads, hs) // (B, T, nh, hs)
-		return tp.Permute(part, 0, 2, 1, 3)                           // (B, nh, T, hs)
+		part := tp.Reshape(tp.Narrow(qkv, i*w, w), b, t, nh, hs) // (B, T, nh, hs)
+		return tp.Permute(part, 0, 2, 1, 3)                      // (B, nh, T, hs)
 	}
 	q, k, v := head(0), head(1), head(2)
 	att := tp.Scale(tp.MatMul(q, k, true), 1/math.Sqrt(float64(hs))) // (B, nh, T, T)
 	att = tp.Softmax(tp.CausalMask(att))
 	y := tp.MatMul(att, v, false)                      // (B, nh, T, hs)
-	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), b, t, c) // (B, T, C)
+	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), b, t, w) // (B, T, nh·hs)
 	return a.Proj.Forward(tp, y)
 }
 
