@@ -157,7 +157,7 @@ func (s Linear) split() []*autograd.Var {
 }
 
 func (c Colwise) String() string { return "column" }
-func (Rowwise) String() string  { return "row" }
+func (Rowwise) String() string   { return "row" }
 
 func (c Colwise) parts() int { return max(c.Parts, 1) }
 
