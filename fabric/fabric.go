@@ -31,6 +31,7 @@ type Fabric struct {
 	scaler  precision.Scaler
 	dist    *strategy.Rank   // nil on one device
 	tensors *parallel.Layout // nil unless SplitTensors
+	mesh    meshAgreement    // SplitTensors'
 	spy     *nanSpy          // set while FirstNonFinite looks for a blow-up
 	distCfg *distConfig
 	meter   *meter // a plan's pass on meta tensors: cuts it at units
@@ -175,6 +176,9 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 		}
 		opt.SetParams(f.dist.OptimizerParams())
 		plan.AgreeOver(f.dist)
+	}
+	if f.tensors != nil {
+		plan.AgreeOver(f.mesh)
 	}
 	f.model, f.opt = m, opt
 	return nil

@@ -2,16 +2,26 @@ package fabric
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/parallel"
+	"github.com/weftml/weft/tensor"
 )
 
 // SplitTensors tells the fabric that its model is split across a
 // tensor-parallel group by l (see parallel.Parallelize), so that its
 // passes run the group's collectives on the step's context and return
-// their errors; call it before the first step. The data-parallel strategy
+// their errors; mesh is every rank of the mesh (tensor- and
+// data-parallel), over which the loss scaler's inf/NaN check and every FP8
+// amax agree, so that all ranks skip together and use one scale (the max
+// over the mesh is the amax one device would see of a split tensor and of
+// the global batch). Call it before Setup; the data-parallel strategy
 // (Distribute) then runs over the mesh's other axis.
-func (f *Fabric) SplitTensors(l *parallel.Layout) { f.tensors = l }
+func (f *Fabric) SplitTensors(l *parallel.Layout, mesh comm.Communicator) {
+	f.tensors, f.mesh = l, meshAgreement{mesh}
+}
 
 // guardTensors runs pass under the tensor-parallel layout's guard, if the
 // model is split.
@@ -20,4 +30,28 @@ func (f *Fabric) guardTensors(ctx context.Context, pass func() error) error {
 		return pass()
 	}
 	return f.tensors.Guard(ctx, pass)
+}
+
+// meshAgreement is comm.Agreement over every rank of a mesh. Its
+// collectives run outside any step's context (a scaler agrees in Step);
+// the communicator's timeout bounds them.
+type meshAgreement struct{ c comm.Communicator }
+
+func (m meshAgreement) Any(found bool) (bool, error) {
+	v := float32(0)
+	if found {
+		v = 1
+	}
+	v, err := m.Max(v)
+	return v != 0, err
+}
+
+func (m meshAgreement) Max(v float32) (float32, error) {
+	t := tensor.New(dtype.F32, 1)
+	defer tensor.Free(t)
+	t.Fill(float64(v))
+	if err := comm.AllReduceTensor(context.Background(), m.c, t, comm.Max); err != nil {
+		return 0, fmt.Errorf("fabric: agreeing over the mesh: %w", err)
+	}
+	return t.Float32s()[0], nil
 }

@@ -240,7 +240,7 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 		f.Distribute(info, dp)
 	}
 	if tensors != nil {
-		f.SplitTensors(tensors)
+		f.SplitTensors(tensors, c)
 	}
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err

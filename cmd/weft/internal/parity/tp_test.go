@@ -3,9 +3,11 @@ package parity
 import (
 	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/precision"
 )
 
 // lossesOf is a run's losses as the reference trajectory compareLosses
@@ -138,5 +140,66 @@ func TestParityTensorParallelBF16(t *testing.T) {
 	}
 	if err := compareLosses(res.Losses, lossesOf(single), Tolerance{c.Tol.Rest, c.Tol.Rest}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFP8TensorParallel: transformer-engine on --tp 2 (and on a 2×2
+// mesh under ddp): every rank ends with the same FP8 amax histories and
+// scales, although each holds its own shares of the split weights and
+// gradients, and the run follows the one-device FP8 trajectory within the
+// bf16-mixed tolerance.
+func TestFP8TensorParallel(t *testing.T) {
+	ref, traj := loadReference(t)
+	steps := traj.Models["gpt"].Steps
+	base := mustSpec(t, "transformer-engine")
+	single, err := TrainOn(ref, "gpt", steps, base, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := CaseFor("bf16-mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []Dist{{Strategy: "single", Devices: 2, TP: 2}, {Strategy: "ddp", Devices: 4, TP: 2}} {
+		d.Backend = "local"
+		var (
+			mu      sync.Mutex
+			plugins []precision.Plugin
+		)
+		spec := precision.SpecFunc(base.String(), func() precision.Plugin { // called by each rank's goroutine
+			p, _ := base.New()
+			mu.Lock()
+			defer mu.Unlock()
+			plugins = append(plugins, p)
+			return p
+		})
+		res, err := TrainOn(ref, "gpt", steps, spec, d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := compareLosses(res.Losses, lossesOf(single), Tolerance{c.Tol.Rest, c.Tol.Rest}); err != nil {
+			t.Errorf("%d devices, tp %d: %v", d.Devices, d.TP, err)
+		}
+		var states []string
+		for _, p := range plugins {
+			for name, st := range precision.States(p) {
+				b, err := st.MarshalState()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(b) < 100 {
+					t.Fatalf("plugin state %s is %q: no amax histories to compare", name, b)
+				}
+				states = append(states, string(b))
+			}
+		}
+		if len(states) != d.Devices {
+			t.Fatalf("%d plugin states from %d ranks", len(states), d.Devices)
+		}
+		for i, s := range states[1:] {
+			if s != states[0] {
+				t.Errorf("%d devices, tp %d: rank-%d plugin's FP8 state differs from the first's", d.Devices, d.TP, i+1)
+			}
+		}
 	}
 }
