@@ -49,7 +49,12 @@ func (l *Layout) copyIn(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 // outputs; its gradient passes unchanged (each rank's share of the GEMM
 // needs all of it).
 func (l *Layout) reduceOut(tp *autograd.Tape, y *autograd.Var) *autograd.Var {
-	sum := y.Value.Clone()
+	var sum *tensor.Tensor
+	if y.Value.IsMeta() { // a plan's pass on shapes
+		sum = tensor.Meta(y.Value.DType(), y.Value.Shape()...)
+	} else {
+		sum = y.Value.Clone()
+	}
 	l.allReduce(sum, "the partial outputs of a row-parallel Linear")
 	return tp.Record(sum, func(dy *tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{dy} }, y)
 }
@@ -59,6 +64,9 @@ func (l *Layout) reduceOut(tp *autograd.Tape, y *autograd.Var) *autograd.Var {
 type failure struct{ err error }
 
 func (l *Layout) allReduce(t *tensor.Tensor, what string) {
+	if t.IsMeta() {
+		return
+	}
 	ctx := l.ctx
 	if ctx == nil { // a pass outside Guard
 		ctx = context.Background()

@@ -10,48 +10,73 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// Whole gathers the full value of every split parameter from the group's
-// shares, keyed by the parameter: what a one-device model would hold
-// (for a checkpoint, or to compare). Every rank of the group must call
-// it; the shares stay as they are. Free the values when done.
+// splitOf returns the split Linear v is a split parameter of.
+func (l *Layout) splitOf(v *autograd.Var) (Linear, bool) {
+	for _, s := range l.Linears {
+		if slices.Contains(s.split(), v) {
+			return s, true
+		}
+	}
+	return Linear{}, false
+}
+
+// WholeShape is the shape one device holds of parameter v: v's own
+// unless v is split.
+func (l *Layout) WholeShape(v *autograd.Var) []int {
+	s, ok := l.splitOf(v)
+	switch {
+	case !ok:
+		return v.Value.Shape()
+	case v == s.Linear.Weight:
+		return s.Full
+	}
+	return s.Full[:1] // a split bias
+}
+
+// Gather returns the whole of t, a tensor shaped like this rank's share
+// of parameter v (its value, gradient or an optimizer moment), from every
+// rank's share of it; t itself if v is not split. Every rank of the group
+// must call it for the same v; free the result when done.
+func (l *Layout) Gather(ctx context.Context, v *autograd.Var, t *tensor.Tensor) (*tensor.Tensor, error) {
+	s, ok := l.splitOf(v)
+	if !ok {
+		return t, nil
+	}
+	stacked := tensor.New(t.DType(), append([]int{l.Group.Size()}, t.Shape()...)...)
+	defer tensor.Free(stacked)
+	if err := comm.AllGatherTensor(ctx, l.Group, t, stacked); err != nil {
+		return nil, fmt.Errorf("tensor parallel: gathering %s: %w", s.Path, err)
+	}
+	return s.Style.whole(stacked), nil
+}
+
+// Share returns this rank's share of whole, a tensor of the shape one
+// device holds of parameter v (a checkpoint's, saved from any mesh);
+// whole itself if v is not split.
+func (l *Layout) Share(v *autograd.Var, whole *tensor.Tensor) (*tensor.Tensor, error) {
+	s, ok := l.splitOf(v)
+	if !ok {
+		return whole, nil
+	}
+	if want := l.WholeShape(v); !slices.Equal(whole.Shape(), want) {
+		return nil, fmt.Errorf("tensor parallel: %s: a whole value of %v, want %v", s.Path, whole.Shape(), want)
+	}
+	return s.Style.share(whole, l.Group.Rank(), l.Group.Size()), nil
+}
+
+// Whole gathers the whole value of every split parameter, keyed by the
+// parameter: what one device would hold. Every rank of the group must
+// call it; the shares stay as they are. Free the values when done.
 func (l *Layout) Whole(ctx context.Context) (map[*autograd.Var]*tensor.Tensor, error) {
 	out := map[*autograd.Var]*tensor.Tensor{}
 	for _, s := range l.Linears {
 		for _, v := range s.split() {
-			share := v.Value
-			stacked := tensor.New(share.DType(), append([]int{l.Group.Size()}, share.Shape()...)...)
-			if err := comm.AllGatherTensor(ctx, l.Group, share, stacked); err != nil {
-				tensor.Free(stacked)
-				return nil, fmt.Errorf("tensor parallel: gathering %s: %w", s.Path, err)
+			w, err := l.Gather(ctx, v, v.Value)
+			if err != nil {
+				return nil, err
 			}
-			out[v] = s.Style.whole(stacked)
-			tensor.Free(stacked)
+			out[v] = w
 		}
 	}
 	return out, nil
-}
-
-// Load replaces this rank's share of every split parameter with its share
-// of the full value get returns for it (a checkpoint's, saved whole from
-// any mesh), converted to the share's dtype.
-func (l *Layout) Load(get func(v *autograd.Var) (*tensor.Tensor, error)) error {
-	for _, s := range l.Linears {
-		for _, v := range s.split() {
-			full, err := get(v)
-			if err != nil {
-				return err
-			}
-			want := s.Full
-			if v != s.Linear.Weight {
-				want = s.Full[:1] // a split bias
-			}
-			if !slices.Equal(full.Shape(), want) {
-				return fmt.Errorf("tensor parallel: %s: a whole value of %v, want %v", s.Path, full.Shape(), want)
-			}
-			share := s.Style.share(full, l.Group.Rank(), l.Group.Size())
-			v.Value.CopyFrom(share)
-			tensor.Free(share)
-		}
-	}
-	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -60,6 +61,9 @@ type checkpointer struct {
 	opt    *optim.AdamW
 	fabric *fabric.Fabric
 	comm   comm.Communicator // every rank takes part in save and load
+	// tensors is the layout of a tensor-parallel model (nil for none),
+	// whose split tensors a checkpoint holds whole.
+	tensors *parallel.Layout
 }
 
 // shardFile names rank r's optimizer shard.
@@ -100,11 +104,39 @@ func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, e
 	m := Manifest{Format: manifestFormat, Step: step, Config: c, OptimizerSteps: map[string]int{},
 		Precision: map[string]json.RawMessage{}, FabricSteps: k.fabric.StepCount()}
 	var tensors, moments []checkpoint.Tensor
+	var gathered []*tensor.Tensor // the whole values of split tensors
+	defer func() {
+		for _, t := range gathered {
+			tensor.Free(t)
+		}
+	}()
+	whole := func(p nn.NamedParam, t *tensor.Tensor) (*tensor.Tensor, error) {
+		w, err := k.wholeTensor(ctx, p, t)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint: %w", err)
+		}
+		if w != t {
+			gathered = append(gathered, w)
+		}
+		return w, nil
+	}
 	for i, p := range nn.Parameters(k.model) {
-		tensors = append(tensors, k.whole(ctx, "model."+p.Path, i, p.Var.Value))
+		v, err := whole(p, p.Var.Value)
+		if err != nil {
+			return "", err
+		}
+		tensors = append(tensors, k.whole(ctx, "model."+p.Path, i, v))
 		if st := k.opt.State(p.Path); st != nil {
 			m.OptimizerSteps[p.Path] = st.Step
-			moments = append(moments, stored("optim."+p.Path+".exp_avg", st.ExpAvg), stored("optim."+p.Path+".exp_avg_sq", st.ExpAvgSq))
+			avg, err := whole(p, st.ExpAvg)
+			if err != nil {
+				return "", err
+			}
+			avgSq, err := whole(p, st.ExpAvgSq)
+			if err != nil {
+				return "", err
+			}
+			moments = append(moments, stored("optim."+p.Path+".exp_avg", avg), stored("optim."+p.Path+".exp_avg_sq", avgSq))
 		}
 	}
 	if k.sharded() {
@@ -233,11 +265,13 @@ func (k *checkpointer) load(c Config) (int, error) {
 		return t, nil
 	}
 	for i, p := range nn.Parameters(k.model) {
-		v, err := get("model."+p.Path, p.Var.Value, s.tensor)
+		v, err := get("model."+p.Path, k.wholeLike(p, p.Var.Value), s.tensor)
 		if err != nil {
 			return 0, err
 		}
-		p.Var.Value = v
+		if p.Var.Value, err = k.share(p, v); err != nil {
+			return 0, err
+		}
 		steps, ok := m.OptimizerSteps[p.Path]
 		if !ok {
 			continue
@@ -246,12 +280,19 @@ func (k *checkpointer) load(c Config) (int, error) {
 		if dt := k.opt.StateDType; dt != 0 {
 			like = tensor.New(dt, like.Shape()...)
 		}
+		like = k.wholeLike(p, like)
 		st := &optim.AdamState{Step: steps}
-		if st.ExpAvg, err = get("optim."+p.Path+".exp_avg", like, s.moment); err != nil {
-			return 0, err
-		}
-		if st.ExpAvgSq, err = get("optim."+p.Path+".exp_avg_sq", like, s.moment); err != nil {
-			return 0, err
+		for _, moment := range []struct {
+			name string
+			to   **tensor.Tensor
+		}{{"exp_avg", &st.ExpAvg}, {"exp_avg_sq", &st.ExpAvgSq}} {
+			t, err := get("optim."+p.Path+"."+moment.name, like, s.moment)
+			if err != nil {
+				return 0, err
+			}
+			if *moment.to, err = k.share(p, t); err != nil {
+				return 0, err
+			}
 		}
 		if k.sharded() {
 			st.ExpAvg, st.ExpAvgSq = k.fabric.Rank().Shard(i, st.ExpAvg), k.fabric.Rank().Shard(i, st.ExpAvgSq)

@@ -183,7 +183,16 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		}
 		pol.Default = root
 	}
-	plan, err := fabric.MakePlan(r.t.metaModel(), pol, scaling, c.Strategy, r.comm.Size())
+	mesh, err := newRankMesh(r.stop.work, c, r.comm)
+	if err != nil {
+		return nil, err
+	}
+	defer mesh.close()
+	meta := r.t.metaModel()
+	if err := mesh.split(c, meta, false); err != nil {
+		return nil, err
+	}
+	plan, err := fabric.MakePlan(meta, pol, scaling, c.Strategy, mesh.data.Size())
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +200,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	// from the initialisers (strategy.Rank.Reshard). Weights read from a
 	// run, quantized (their codes come from whole values) or beside LoRA
 	// adapters are built whole.
-	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 {
+	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 && mesh.mesh == nil {
 		r.model = r.t.metaModel()
 	} else {
 		r.model = r.t.newModel()
@@ -203,6 +212,9 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		if err := loadWeights(c.InitFrom, r.model); err != nil {
 			return nil, err
 		}
+	}
+	if err := mesh.split(c, r.model, true); err != nil {
+		return nil, err
 	}
 	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {
@@ -217,8 +229,11 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if c.OnNaN == "skip" {
 		r.f.OnNonFinite = fabric.SkipNonFinite
 	}
-	if r.comm.Size() > 1 || info.Sharding.OptimizerState {
-		r.f.Distribute(info, r.comm)
+	if mesh.data.Size() > 1 || info.Sharding.OptimizerState {
+		r.f.Distribute(info, mesh.data)
+	}
+	if mesh.layout != nil {
+		r.f.SplitTensors(mesh.layout, r.comm)
 	}
 	if err := r.f.Setup(r.model, opt); err != nil {
 		return nil, err
@@ -230,7 +245,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm}
+	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm, tensors: mesh.layout}
 	start := 0
 	if resume {
 		if start, err = ckpt.load(c); err != nil {

@@ -1,0 +1,140 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/parallel"
+	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/tensor"
+)
+
+// A run with TP above 1 arranges its Devices ranks as a mesh of
+// Devices/TP rows of TP (comm.NewMesh): each row splits the model by its
+// tensor-parallel plan (models.TensorPlan) and sees the same data; the
+// strategy runs over each column, among whose ranks the batch is shared.
+// Checkpoints hold whole weights and optimizer moments, so a run resumes
+// (and consolidates) on any mesh shape.
+
+// dataRanks is the number of data-parallel ranks: the mesh's rows.
+func (c Config) dataRanks() int { return c.Devices / max(c.TP, 1) }
+
+// validateTP reports a tensor-parallel setting that cannot run.
+func (c Config) validateTP() error {
+	if c.TP <= 1 {
+		if c.TP < 0 {
+			return fmt.Errorf("tp %d: must be at least 1", c.TP)
+		}
+		return nil
+	}
+	if _, err := models.TensorPlan(c.Model); err != nil {
+		return fmt.Errorf("tp %d: %w", c.TP, err)
+	}
+	info, err := strategy.Lookup(c.Strategy)
+	switch {
+	case c.Devices%c.TP != 0:
+		return fmt.Errorf("tp %d does not divide devices %d: a mesh row holds tp ranks", c.TP, c.Devices)
+	case err == nil && info.Sharding.OptimizerState:
+		return fmt.Errorf("tp %d with strategy %s: weft train runs tensor parallelism with single or ddp on the data-parallel axis (weft parity runs the sharded strategies too, but their checkpoints cannot hold split tensors yet)", c.TP, c.Strategy)
+	case len(c.LoRA.Targets) > 0:
+		return fmt.Errorf("tp %d: lora runs on one device", c.TP)
+	}
+	return nil
+}
+
+// rankMesh is one rank's place in a run's mesh: the communicator its
+// strategy runs over, and the layout of its model's split tensors (nil
+// without tensor parallelism).
+type rankMesh struct {
+	data   comm.Communicator
+	mesh   *comm.Mesh // nil without tensor parallelism
+	layout *parallel.Layout
+}
+
+// newRankMesh places world's rank on c's mesh.
+func newRankMesh(ctx context.Context, c Config, world comm.Communicator) (*rankMesh, error) {
+	if c.TP <= 1 {
+		return &rankMesh{data: world}, nil
+	}
+	mesh, err := comm.NewMesh(ctx, world, c.TP)
+	if err != nil {
+		return nil, err
+	}
+	return &rankMesh{data: mesh.Data, mesh: mesh}, nil
+}
+
+// split splits m across the mesh row; the first model split (the run's)
+// is the layout kept, a plan's meta model passes keep=false.
+func (r *rankMesh) split(c Config, m nn.Module, keep bool) error {
+	if r.mesh == nil {
+		return nil
+	}
+	plan, err := models.TensorPlan(c.Model)
+	if err != nil {
+		return err
+	}
+	l, err := parallel.Parallelize(m, r.mesh.Tensor, plan)
+	if err != nil {
+		return err
+	}
+	if keep {
+		r.layout = l
+	}
+	return nil
+}
+
+func (r *rankMesh) close() error {
+	if r.mesh == nil {
+		return nil
+	}
+	return r.mesh.Close()
+}
+
+// wholeTensor is t, shaped like this rank's share of parameter p (its
+// value or a moment), as one device holds it: gathered over the mesh row
+// when p is split (every rank of the row must ask), else t itself.
+func (k *checkpointer) wholeTensor(ctx context.Context, p nn.NamedParam, t *tensor.Tensor) (*tensor.Tensor, error) {
+	if k.tensors == nil {
+		return t, nil
+	}
+	return k.tensors.Gather(ctx, p.Var, t)
+}
+
+// wholeLike is like's dtype in the shape one device holds of parameter p.
+func (k *checkpointer) wholeLike(p nn.NamedParam, like *tensor.Tensor) *tensor.Tensor {
+	if k.tensors == nil {
+		return like
+	}
+	return tensor.Meta(like.DType(), k.tensors.WholeShape(p.Var)...)
+}
+
+// share is this rank's share of whole, a checkpoint's value of parameter p.
+func (k *checkpointer) share(p nn.NamedParam, whole *tensor.Tensor) (*tensor.Tensor, error) {
+	if k.tensors == nil {
+		return whole, nil
+	}
+	s, err := k.tensors.Share(p.Var, whole)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return s, nil
+}
+
+// sum is the sum of v over every rank of the run: through the strategy
+// when it runs over them all (its collectives keep their order on its
+// communicator), else over the world communicator, which a mesh's
+// strategy does not use.
+func (r *rankRun) sum(ctx context.Context, v float64) (float64, error) {
+	if d := r.f.Rank(); d != nil && d.Comm() == r.comm {
+		return d.Sum(ctx, v)
+	}
+	t := tensor.FromFloat64([]float64{v}, 1)
+	defer tensor.Free(t)
+	if err := comm.AllReduceTensor(ctx, r.comm, t, comm.Sum); err != nil {
+		return 0, err
+	}
+	return t.Float64s()[0], nil
+}
