@@ -93,3 +93,20 @@ func TestTensorParallelBadInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestTensorParallelHybrid: the hybrid's decoder splits by the gpt's plan
+// under "decoder." (its vision encoder stays replicated) and trains as on
+// one device, to 1e-9.
+func TestTensorParallelHybrid(t *testing.T) {
+	c := Defaults()
+	c.Model, c.Precision, c.Steps, c.EvalEvery, c.EvalBatches, c.SaveEvery, c.Out = "hybrid", "64-true", 3, 3, 1, 3, t.TempDir()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	tp := c
+	tp.Devices, tp.TP, tp.Out = 2, 2, t.TempDir()
+	if _, err := Run(context.Background(), tp, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	closeLosses(t, tp.Out, c.Out, 1e-9)
+}

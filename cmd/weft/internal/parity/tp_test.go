@@ -3,6 +3,7 @@ package parity
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 
@@ -70,9 +71,39 @@ func TestParityTensorParallel(t *testing.T) {
 			}
 			sameFinal(t, res, single, 1e-9)
 			checkTensorBytes(t, res, models.ReferenceGPT, 8/(d.Devices/d.TP), steps, 8)
+			if d.Strategy == "single" || d.Strategy == "ddp" {
+				checkSplitBytes(t, res, single, d.TP)
+			}
 		})
 	}
 }
+
+// checkSplitBytes: each rank of a tensor-parallel run without sharding
+// holds the one-device parameters, gradients and AdamW moments less
+// (T-1)/T of every split tensor's: the weights of qkv, proj, fc and out
+// and the biases of qkv and fc (a row-parallel Linear's stays whole).
+func checkSplitBytes(t *testing.T, res, single *Result, tp int) {
+	t.Helper()
+	var saved int64
+	for _, p := range single.Params {
+		if parts := strings.SplitN(p.Path, ".", 3); parts[0] == "blocks" && splitInBlock[parts[2]] {
+			saved += int64(p.Var.Value.Bytes()) * int64(tp-1) / int64(tp)
+		}
+	}
+	if saved == 0 {
+		t.Fatal("no split tensor among the parameters")
+	}
+	one := single.Ranks[0]
+	for _, r := range res.Ranks {
+		if one.ParamBytes-r.ParamBytes != saved || one.GradBytes-r.GradBytes != saved || one.OptimizerBytes-r.OptimizerBytes != 2*saved {
+			t.Errorf("rank %d holds params %d, grads %d, optimizer %d bytes; one device %d, %d, %d; the split saves %d (twice for the moments)",
+				r.Rank, r.ParamBytes, r.GradBytes, r.OptimizerBytes, one.ParamBytes, one.GradBytes, one.OptimizerBytes, saved)
+		}
+	}
+}
+
+// splitInBlock are the gpt block's split tensors.
+var splitInBlock = map[string]bool{"qkv.weight": true, "qkv.bias": true, "proj.weight": true, "fc.weight": true, "fc.bias": true, "out.weight": true}
 
 // checkTensorBytes: each rank's tensor-parallel all-reduces sent what
 // Megatron's count gives: per layer and step, 2 forward and 2 backward
