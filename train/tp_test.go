@@ -110,3 +110,22 @@ func TestTensorParallelHybrid(t *testing.T) {
 	}
 	closeLosses(t, tp.Out, c.Out, 1e-9)
 }
+
+// TestTensorParallelPrecisions: FP8 (transformer-engine) and NF4 frozen
+// weights (each rank quantizing its own shares) train on --tp 2 through
+// weft train: the validation loss falls.
+func TestTensorParallelPrecisions(t *testing.T) {
+	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq"} {
+		t.Run(spec, func(t *testing.T) {
+			c := tinyConfig(t, spec)
+			c.Steps, c.EvalEvery, c.SaveEvery, c.Devices, c.TP = 8, 8, 8, 2, 2
+			sum, err := Run(context.Background(), c, false, quiet{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !(sum.LastValLoss < sum.FirstValLoss) {
+				t.Errorf("validation loss %v -> %v", sum.FirstValLoss, sum.LastValLoss)
+			}
+		})
+	}
+}
