@@ -4,12 +4,25 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/precision"
 )
+
+// gptOnOneDevice replays the reference gpt's schedule in spec on one
+// device.
+func gptOnOneDevice(t *testing.T, spec string) (*models.Reference, precision.Spec, int, *Result) {
+	t.Helper()
+	ref, traj := loadReference(t)
+	s := mustSpec(t, spec)
+	steps := traj.Models["gpt"].Steps
+	single, err := TrainOn(ref, "gpt", steps, s, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref, s, steps, single
+}
 
 // lossesOf is a run's losses as the reference trajectory compareLosses
 // takes.
@@ -47,13 +60,7 @@ func sameFinal(t *testing.T, got, want *Result, tol float64) {
 // replays the one-device 64-true trajectory to 1e-9 and ends at its
 // weights; the tensor-parallel group moves Megatron's bytes.
 func TestParityTensorParallel(t *testing.T) {
-	ref, traj := loadReference(t)
-	spec := mustSpec(t, "64-true")
-	steps := traj.Models["gpt"].Steps
-	single, err := TrainOn(ref, "gpt", steps, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, spec, steps, single := gptOnOneDevice(t, "64-true")
 	meshes := []Dist{{Strategy: "single", Devices: 2, TP: 2}}
 	for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
 		meshes = append(meshes, Dist{Strategy: st, Devices: 4, TP: 2})
@@ -154,13 +161,7 @@ func TestParityGPTSized(t *testing.T) {
 // bf16 before the all-reduce (as Megatron's do), which moves the first
 // loss by ~3e-5.
 func TestParityTensorParallelBF16(t *testing.T) {
-	ref, traj := loadReference(t)
-	spec := mustSpec(t, "bf16-mixed")
-	steps := traj.Models["gpt"].Steps
-	single, err := TrainOn(ref, "gpt", steps, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, spec, steps, single := gptOnOneDevice(t, "bf16-mixed")
 	res, err := TrainOn(ref, "gpt", steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -180,30 +181,14 @@ func TestParityTensorParallelBF16(t *testing.T) {
 // gradients, and the run follows the one-device FP8 trajectory within the
 // bf16-mixed tolerance.
 func TestFP8TensorParallel(t *testing.T) {
-	ref, traj := loadReference(t)
-	steps := traj.Models["gpt"].Steps
-	base := mustSpec(t, "transformer-engine")
-	single, err := TrainOn(ref, "gpt", steps, base, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, base, steps, single := gptOnOneDevice(t, "transformer-engine")
 	c, err := CaseFor("bf16-mixed")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []Dist{{Strategy: "single", Devices: 2, TP: 2}, {Strategy: "ddp", Devices: 4, TP: 2}} {
 		d.Backend = "local"
-		var (
-			mu      sync.Mutex
-			plugins []precision.Plugin
-		)
-		spec := precision.SpecFunc(base.String(), func() precision.Plugin { // called by each rank's goroutine
-			p, _ := base.New()
-			mu.Lock()
-			defer mu.Unlock()
-			plugins = append(plugins, p)
-			return p
-		})
+		spec, plugins := recording(base)
 		res, err := TrainOn(ref, "gpt", steps, spec, d, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -212,7 +197,7 @@ func TestFP8TensorParallel(t *testing.T) {
 			t.Errorf("%d devices, tp %d: %v", d.Devices, d.TP, err)
 		}
 		var states []string
-		for _, p := range plugins {
+		for _, p := range *plugins {
 			for name, st := range precision.States(p) {
 				b, err := st.MarshalState()
 				if err != nil {
