@@ -18,13 +18,14 @@ package parallel
 import (
 	"context"
 	"fmt"
+	pathpkg "path"
 	"reflect"
 	"slices"
+	"strings"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -59,9 +60,19 @@ type Colwise struct {
 // whole, is added once after the reduction.
 type Rowwise struct{}
 
-// Plan maps module paths, in precision rules' syntax ("blocks.*.qkv"), to
-// how the modules they name are split.
+// Plan maps module paths to how the modules they name are split. A
+// pattern is a dotted path whose segments may hold path.Match's wildcards
+// ("blocks.*.qkv": * stands for one segment, "0", "1", ...).
 type Plan map[string]Style
+
+// named is a module under its dotted path.
+type named struct {
+	path string
+	mod  nn.Module
+}
+
+// slashed is a dotted path with slashes, path.Match's separator.
+func slashed(dotted string) string { return strings.ReplaceAll(dotted, ".", "/") }
 
 // Linear is one split Linear of a Layout.
 type Linear struct {
@@ -95,12 +106,25 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 		patterns = append(patterns, p)
 	}
 	slices.Sort(patterns)
-	for _, p := range patterns {
-		named, err := precision.Select(m, []string{p})
-		if err != nil {
-			return nil, fmt.Errorf("parallel: plan %w", err)
+	var all []named
+	nn.Walk(m, func(path string, mod nn.Module) {
+		if reflect.TypeOf(mod).Comparable() { // containers (nn.List) split nothing themselves
+			all = append(all, named{path, mod})
 		}
-		for mod := range named {
+	})
+	for _, p := range patterns {
+		var matched []nn.Module
+		for _, n := range all {
+			if ok, err := pathpkg.Match(slashed(p), slashed(n.path)); err != nil {
+				return nil, fmt.Errorf("parallel: plan %q: %w", p, err)
+			} else if ok {
+				matched = append(matched, n.mod)
+			}
+		}
+		if len(matched) == 0 {
+			return nil, fmt.Errorf("parallel: plan %q matches no module", p)
+		}
+		for _, mod := range matched {
 			if s, ok := styles[mod]; ok && s.String() != plan[p].String() {
 				return nil, fmt.Errorf("parallel: plan: %q makes a %s-parallel module %s-parallel", p, s, plan[p])
 			}
@@ -108,32 +132,23 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 		}
 	}
 	l := &Layout{Group: group}
-	var err error
-	nn.Walk(m, func(path string, mod nn.Module) {
-		if err != nil || !reflect.TypeOf(mod).Comparable() { // containers (nn.List) split nothing themselves
-			return
-		}
-		s, ok := styles[mod]
+	for _, n := range all {
+		s, ok := styles[n.mod]
 		if !ok {
-			return
+			continue
 		}
-		lin, isLinear := mod.(*nn.Linear)
+		lin, isLinear := n.mod.(*nn.Linear)
 		switch {
 		case !isLinear:
-			err = fmt.Errorf("parallel: plan names %s, a %s; only Linears split", path, nn.Kind(mod))
+			return nil, fmt.Errorf("parallel: plan names %s, a %s; only Linears split", n.path, nn.Kind(n.mod))
 		case lin.GEMM != nil || lin.Split != nil:
-			err = fmt.Errorf("parallel: %s: split a Linear before precision replaces its arithmetic, and only once", path)
-		default:
-			full := slices.Clone(lin.Weight.Value.Shape())
-			if err = s.check(full[0], full[1], group.Size()); err != nil {
-				err = fmt.Errorf("parallel: %s %v: %w", path, full, err)
-				return
-			}
-			l.Linears = append(l.Linears, Linear{Path: path, Style: s, Linear: lin, Full: full})
+			return nil, fmt.Errorf("parallel: %s: split a Linear before precision replaces its arithmetic, and only once", n.path)
 		}
-	})
-	if err != nil {
-		return nil, err
+		full := slices.Clone(lin.Weight.Value.Shape())
+		if err := s.check(full[0], full[1], group.Size()); err != nil {
+			return nil, fmt.Errorf("parallel: %s %v: %w", n.path, full, err)
+		}
+		l.Linears = append(l.Linears, Linear{Path: n.path, Style: s, Linear: lin, Full: full})
 	}
 	for _, s := range l.Linears {
 		for _, v := range s.split() {

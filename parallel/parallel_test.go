@@ -150,7 +150,7 @@ func TestParallelizeRejects(t *testing.T) {
 	}{
 		{parallel.Plan{"blocks.*.qkv": parallel.Colwise{Parts: 3}}, "blocks.0.qkv [96 32]: 96 output features in 3 fused parts do not split evenly over 3 ranks"},
 		{parallel.Plan{"blocks.*.ln1": parallel.Rowwise{}}, "plan names blocks.0.ln1, a LayerNorm; only Linears split"},
-		{parallel.Plan{"blocks.*.qvk": parallel.Rowwise{}}, `"blocks.*.qvk": matches no module`},
+		{parallel.Plan{"blocks.*.qvk": parallel.Rowwise{}}, `plan "blocks.*.qvk" matches no module`},
 		{parallel.Plan{"blocks.*.fc": parallel.Colwise{}, "blocks.0.fc": parallel.Rowwise{}}, "column-parallel module row-parallel"},
 	}
 	err = comm.Each(comms, func(_ int, c comm.Communicator) error {

@@ -110,8 +110,9 @@ func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, e
 			tensor.Free(t)
 		}
 	}()
-	whole := func(p nn.NamedParam, t *tensor.Tensor) (*tensor.Tensor, error) {
-		w, err := k.wholeTensor(ctx, p, t)
+	// whole is what k.wholeParam or k.wholeMoment makes of t.
+	whole := func(t *tensor.Tensor, make func() (*tensor.Tensor, error)) (*tensor.Tensor, error) {
+		w, err := make()
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}
@@ -121,25 +122,25 @@ func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, e
 		return w, nil
 	}
 	for i, p := range nn.Parameters(k.model) {
-		v, err := whole(p, p.Var.Value)
+		v, err := whole(p.Var.Value, func() (*tensor.Tensor, error) { return k.wholeParam(ctx, i, p) })
 		if err != nil {
 			return "", err
 		}
 		tensors = append(tensors, k.whole(ctx, "model."+p.Path, i, v))
 		if st := k.opt.State(p.Path); st != nil {
 			m.OptimizerSteps[p.Path] = st.Step
-			avg, err := whole(p, st.ExpAvg)
+			avg, err := whole(st.ExpAvg, func() (*tensor.Tensor, error) { return k.wholeMoment(ctx, p, st.ExpAvg) })
 			if err != nil {
 				return "", err
 			}
-			avgSq, err := whole(p, st.ExpAvgSq)
+			avgSq, err := whole(st.ExpAvgSq, func() (*tensor.Tensor, error) { return k.wholeMoment(ctx, p, st.ExpAvgSq) })
 			if err != nil {
 				return "", err
 			}
 			moments = append(moments, stored("optim."+p.Path+".exp_avg", avg), stored("optim."+p.Path+".exp_avg_sq", avgSq))
 		}
 	}
-	if k.sharded() {
+	if k.sharded() && k.tensors == nil { // a mesh's moments are gathered whole
 		m.OptimizerShards = k.comm.Size()
 		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, shardFile(k.comm.Rank())), moments, nil); err != nil {
 			return "", err

@@ -8,7 +8,6 @@ import (
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/parallel"
-	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -33,12 +32,9 @@ func (c Config) validateTP() error {
 	if _, err := models.TensorPlan(c.Model); err != nil {
 		return fmt.Errorf("tp %d: %w", c.TP, err)
 	}
-	info, err := strategy.Lookup(c.Strategy)
 	switch {
 	case c.Devices%c.TP != 0:
 		return fmt.Errorf("tp %d does not divide devices %d: a mesh row holds tp ranks", c.TP, c.Devices)
-	case err == nil && info.Sharding.OptimizerState:
-		return fmt.Errorf("tp %d with strategy %s: weft train runs tensor parallelism with single or ddp on the data-parallel axis (weft parity runs the sharded strategies too, but their checkpoints cannot hold split tensors yet)", c.TP, c.Strategy)
 	case len(c.LoRA.Targets) > 0:
 		return fmt.Errorf("tp %d: lora runs on one device", c.TP)
 	}
@@ -93,14 +89,62 @@ func (r *rankMesh) close() error {
 	return r.mesh.Close()
 }
 
-// wholeTensor is t, shaped like this rank's share of parameter p (its
-// value or a moment), as one device holds it: gathered over the mesh row
-// when p is split (every rank of the row must ask), else t itself.
-func (k *checkpointer) wholeTensor(ctx context.Context, p nn.NamedParam, t *tensor.Tensor) (*tensor.Tensor, error) {
+// wholeParam is parameter i's value as one device holds it: under a mesh,
+// gathered along the column if the strategy holds a chunk of it (fsdp)
+// and along the row if it is split (every rank of the mesh must ask);
+// else p's value itself.
+func (k *checkpointer) wholeParam(ctx context.Context, i int, p nn.NamedParam) (*tensor.Tensor, error) {
+	v := p.Var.Value
 	if k.tensors == nil {
-		return t, nil
+		return v, nil
 	}
-	return k.tensors.Gather(ctx, p.Var, t)
+	if rank := k.fabric.Rank(); v.IsMeta() && rank != nil {
+		t, release, err := rank.Whole(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		v = t
+	}
+	w, err := k.tensors.Gather(ctx, p.Var, v)
+	if err == nil && w == v && v != p.Var.Value {
+		w = v.Clone() // v is released on return
+	}
+	return w, err
+}
+
+// wholeMoment is an AdamW moment of parameter p as one device holds it:
+// under a mesh, gathered along the column if the optimizer holds a chunk
+// of it (zero1 and up: a chunk of the flattened, padded share) and along
+// the row if p is split; else the moment itself.
+func (k *checkpointer) wholeMoment(ctx context.Context, p nn.NamedParam, moment *tensor.Tensor) (*tensor.Tensor, error) {
+	if k.tensors == nil {
+		return moment, nil
+	}
+	share := moment
+	if k.sharded() {
+		shape := p.Var.Value.Shape() // the share's (a meta stand-in under fsdp)
+		var padded *tensor.Tensor
+		err := k.fabric.Rank().Collective(ctx, func(ctx context.Context, c comm.Communicator) error {
+			padded = tensor.New(moment.DType(), moment.Len()*c.Size())
+			return comm.AllGatherTensor(ctx, c, moment, padded)
+		})
+		if err != nil {
+			tensor.Free(padded)
+			return nil, err
+		}
+		flat := padded.Flat(0, tensor.Numel(shape))
+		shaped := flat.Reshape(shape...)
+		share = shaped.Clone()
+		tensor.FreeView(shaped)
+		tensor.FreeView(flat)
+		tensor.Free(padded)
+	}
+	w, err := k.tensors.Gather(ctx, p.Var, share)
+	if share != moment && w != share {
+		tensor.Free(share)
+	}
+	return w, err
 }
 
 // wholeLike is like's dtype in the shape one device holds of parameter p.
