@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/tensor"
 )
 
 // closeLosses requires the losses logged in two run folders to agree to
@@ -47,6 +49,17 @@ func TestTensorParallelTrain(t *testing.T) {
 				t.Fatal(err)
 			}
 			closeLosses(t, tp.Out, c.Out, 1e-9)
+			whole := filepath.Join(t.TempDir(), "whole.safetensors")
+			if err := Consolidate(tp.Out, whole); err != nil {
+				t.Fatal(err)
+			}
+			f, err := checkpoint.ReadSafetensors(whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w, ok := f.Tensor("model.blocks.0.proj.weight"); !ok || !tensor.EqualShape(w.Shape, []int{c.GPT.Width, c.GPT.Width}) {
+				t.Fatalf("the consolidated proj weight is %v, want the whole [%d %d]", w.Shape, c.GPT.Width, c.GPT.Width)
+			}
 		})
 	}
 	t.Run("resume/fsdp-2x2-then-tp2", func(t *testing.T) {
