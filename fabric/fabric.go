@@ -282,17 +282,9 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var sq float64
-	for _, p := range params {
-		if p.Var.Grad != nil {
-			n := p.Var.Grad.Norm()
-			sq += n * n
-		}
-	}
-	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
-		if sq, err = f.dist.Sum(context.Background(), sq); err != nil {
-			return 0, err
-		}
+	sq, err := f.gradSquares(params)
+	if err != nil {
+		return 0, err
 	}
 	norm := math.Sqrt(sq)
 	if coef := maxNorm / (norm + 1e-6); coef < 1 {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/tensor"
 )
@@ -54,4 +55,37 @@ func (m meshAgreement) Max(v float32) (float32, error) {
 		return 0, fmt.Errorf("fabric: agreeing over the mesh: %w", err)
 	}
 	return t.Float32s()[0], nil
+}
+
+// gradSquares is the sum of the squares of every gradient element of the
+// model, as one device holds it: over the chunks of every data-parallel
+// rank when the optimizer shards, and over the shares of every rank of the
+// tensor-parallel group for a split tensor (a replicated one counts once).
+func (f *Fabric) gradSquares(params []nn.NamedParam) (float64, error) {
+	ctx := context.Background()
+	var sq, split float64
+	for _, p := range params {
+		if p.Var.Grad == nil {
+			continue
+		}
+		n := p.Var.Grad.Norm()
+		if f.tensors != nil && f.tensors.Splits(p.Path) {
+			split += n * n
+		} else {
+			sq += n * n
+		}
+	}
+	var err error
+	if f.tensors != nil {
+		if split, err = comm.SumFloat64(ctx, f.tensors.Group, split); err != nil {
+			return 0, fmt.Errorf("fabric: the gradient norm: %w", err)
+		}
+	}
+	sq += split
+	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
+		if sq, err = f.dist.Sum(ctx, sq); err != nil {
+			return 0, err
+		}
+	}
+	return sq, nil
 }

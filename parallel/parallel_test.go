@@ -30,8 +30,8 @@ func newGPT() *models.GPT {
 
 func batch() data.Batch {
 	rng := rand.New(rand.NewPCG(1, 2))
-	b := data.Batch{Shape: []int{3, eightHeads.Context}}
-	for range 3 * eightHeads.Context {
+	b := data.Batch{Shape: []int{4, eightHeads.Context}}
+	for range 4 * eightHeads.Context {
 		b.Tokens = append(b.Tokens, rng.IntN(eightHeads.Vocab))
 		b.Targets = append(b.Targets, rng.IntN(eightHeads.Vocab))
 	}

@@ -20,6 +20,17 @@ func (l *Layout) splitOf(v *autograd.Var) (Linear, bool) {
 	return Linear{}, false
 }
 
+// Splits reports whether the parameter at path (its dotted path in the
+// model, "blocks.0.qkv.weight") is split.
+func (l *Layout) Splits(path string) bool {
+	for _, s := range l.Linears {
+		if path == s.Path+".weight" || s.Style.splitsBias() && path == s.Path+".bias" {
+			return true
+		}
+	}
+	return false
+}
+
 // WholeShape is the shape one device holds of parameter v: v's own
 // unless v is split.
 func (l *Layout) WholeShape(v *autograd.Var) []int {
