@@ -195,6 +195,7 @@ func TestTrainUnderMpirun(t *testing.T) {
 		"hybrid-ddp":     {"--model", "hybrid", "--precision", "bf16-true", "--precision-for", "vision.**=16-mixed", "--strategy", "ddp"},
 		"cnn-bf16-zero2": {"--model", "cnn", "--precision", "bf16-true", "--strategy", "zero2"},
 		"nf4-fsdp":       {"--precision", "bf16-true+nf4-dq", "--strategy", "fsdp"},
+		"te-tp2":         {"--precision", "transformer-engine", "--strategy", "single", "--tp", "2"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			train := func(comm string) (losses string, state []byte) {
