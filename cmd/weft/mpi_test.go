@@ -65,6 +65,8 @@ func TestTensorParallelUnderMpirun(t *testing.T) {
 	}{
 		{2, "--model gpt --tp 2 --strategy single"},
 		{4, "--model gpt --tp 2 --strategy ddp"},
+		{4, "--model gpt --tp 2 --strategy zero1"},
+		{4, "--model gpt --tp 2 --strategy zero2"},
 		{4, "--model gpt --tp 2 --strategy fsdp"},
 		{4, "--gpt 2,32,8,8 --tp 4 --strategy single"},
 	} {

@@ -127,8 +127,8 @@ func checkTensorBytes(t *testing.T, res *Result, cfg models.GPTConfig, rows, ste
 }
 
 // TestParityGPTSized: a gpt of 8 heads from weft's initialisation, split
-// over --tp 4, follows its one-device 64-true trajectory to 1e-9, and
-// each rank holds a quarter of every qkv weight.
+// over --tp 4 and --tp 8 (a head per rank), follows its one-device 64-true
+// trajectory to 1e-9, and each rank holds 1/T of every qkv weight.
 func TestParityGPTSized(t *testing.T) {
 	cfg := models.GPTConfig{Vocab: 48, Context: 8, Width: 32, Heads: 8, Layers: 2}
 	spec := mustSpec(t, "64-true")
@@ -137,21 +137,23 @@ func TestParityGPTSized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := TrainGPT(cfg, steps, spec, Dist{Strategy: "single", Devices: 4, TP: 4, Backend: "local"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := compareLosses(res.Losses, lossesOf(single), Tolerance{1e-9, 1e-9}); err != nil {
-		t.Error(err)
-	}
-	sameFinal(t, res, single, 1e-9)
-	whole := single.Ranks[0].QKVBytes
-	for _, r := range res.Ranks {
-		if r.QKVBytes*4 != whole {
-			t.Errorf("rank %d holds %d bytes of qkv, want a quarter of %d", r.Rank, r.QKVBytes, whole)
+	for _, n := range []int{4, 8} {
+		res, err := TrainGPT(cfg, steps, spec, Dist{Strategy: "single", Devices: n, TP: n, Backend: "local"}, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if err := compareLosses(res.Losses, lossesOf(single), Tolerance{1e-9, 1e-9}); err != nil {
+			t.Errorf("tp %d: %v", n, err)
+		}
+		sameFinal(t, res, single, 1e-9)
+		whole := single.Ranks[0].QKVBytes
+		for _, r := range res.Ranks {
+			if r.QKVBytes*int64(n) != whole {
+				t.Errorf("tp %d: rank %d holds %d bytes of qkv, want 1/%d of %d", n, r.Rank, r.QKVBytes, n, whole)
+			}
+		}
+		checkTensorBytes(t, res, cfg, 8, steps, 8)
 	}
-	checkTensorBytes(t, res, cfg, 8, steps, 8)
 }
 
 // TestParityTensorParallelBF16: bf16-mixed on --tp 2 follows the
