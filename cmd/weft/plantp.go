@@ -15,6 +15,9 @@ import (
 // of tp ranks would hold it (tp ≤ 1 leaves it whole and returns nil),
 // so that the plan measures a rank's shares.
 func planSplit(m models.Model, model string, tp, devices int) (*parallel.Layout, error) {
+	if tp < 0 {
+		return nil, fmt.Errorf("tp %d: must be at least 1", tp)
+	}
 	if tp <= 1 {
 		return nil, nil
 	}

@@ -192,6 +192,9 @@ func trainOn(src source, steps int, spec precision.Spec, d Dist, onStep func(ste
 	if d.Devices < 0 || (d.Devices == 0 && d.Backend != "mpi") {
 		return nil, fmt.Errorf("devices %d: must be at least 1", d.Devices)
 	}
+	if d.TP < 0 {
+		return nil, fmt.Errorf("tp %d: must be at least 1", d.TP)
+	}
 	comms, err := comm.Open(d.Backend, d.Devices, 0)
 	if err != nil {
 		return nil, err
