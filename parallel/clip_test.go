@@ -13,24 +13,21 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/parallel"
-	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 )
+
+// asIs is a precision plugin with no roles: the model computes in the
+// dtype of its parameters.
+type asIs struct{}
+
+func (asIs) Name() string { return "as-is" }
 
 // gradNorm is the gradient norm the fabric's ClipGradNorm reports for one
 // backward of the 8-head gpt on the test batch, on c's ranks as a mesh of
 // tp columns with strategy st on its columns (c nil: one device).
 func gradNorm(c comm.Communicator, tp int, st string) (float64, error) {
-	g := newGPT()
-	spec, err := precision.ParseSpec("64-true", precision.Options{})
-	if err != nil {
-		return 0, err
-	}
-	p, err := spec.New()
-	if err != nil {
-		return 0, err
-	}
-	f := fabric.New(p)
+	g := newGPT() // float64 already
+	f := fabric.New(asIs{})
 	if c != nil {
 		mesh, err := comm.NewMesh(context.Background(), c, tp)
 		if err != nil {
@@ -53,6 +50,7 @@ func gradNorm(c comm.Communicator, tp int, st string) (float64, error) {
 	}
 	b := batch()
 	if f.Rank() != nil { // the strategy averages the shares' gradients
+		var err error
 		if b, err = b.Share(f.Rank().Comm().Rank(), f.Rank().Comm().Size()); err != nil {
 			return 0, err
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,15 +48,7 @@ func TestTensorParallelTrain(t *testing.T) {
 				t.Fatal(err)
 			}
 			closeLosses(t, tp.Out, c.Out, 1e-9)
-			whole := filepath.Join(t.TempDir(), "whole.safetensors")
-			if err := Consolidate(tp.Out, whole); err != nil {
-				t.Fatal(err)
-			}
-			f, err := checkpoint.ReadSafetensors(whole)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if w, ok := f.Tensor("model.blocks.0.proj.weight"); !ok || !tensor.EqualShape(w.Shape, []int{c.GPT.Width, c.GPT.Width}) {
+			if w, ok := consolidated(t, tp.Out).Tensor("model.blocks.0.proj.weight"); !ok || !tensor.EqualShape(w.Shape, []int{c.GPT.Width, c.GPT.Width}) {
 				t.Fatalf("the consolidated proj weight is %v, want the whole [%d %d]", w.Shape, c.GPT.Width, c.GPT.Width)
 			}
 		})
