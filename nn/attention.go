@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/weftml/weft/autograd"
@@ -51,4 +52,13 @@ func (a *CausalSelfAttention) Params() []Param { return nil }
 // at its own level (as the reference gpt does) lists these as its children.
 func (a *CausalSelfAttention) Children() []Child {
 	return []Child{{Name: "qkv", Module: a.QKV}, {Name: "proj", Module: a.Proj}}
+}
+
+// CheckSplit accepts a split of the projections by whole heads only: a
+// rank runs the heads its qkv holds.
+func (a *CausalSelfAttention) CheckSplit(ranks int) error {
+	if a.Heads%ranks != 0 {
+		return fmt.Errorf("%d attention heads do not split evenly over %d ranks", a.Heads, ranks)
+	}
+	return nil
 }

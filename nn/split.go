@@ -10,3 +10,10 @@ import "github.com/weftml/weft/autograd"
 type Split interface {
 	Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bias *autograd.Var) *autograd.Var) *autograd.Var
 }
+
+// A SplitChecker is a module whose children split only in some ways: a
+// tensor-parallel split of any of its children asks it first whether
+// ranks ranks may share it.
+type SplitChecker interface {
+	CheckSplit(ranks int) error
+}

@@ -150,6 +150,20 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 		}
 		l.Linears = append(l.Linears, Linear{Path: n.path, Style: s, Linear: lin, Full: full})
 	}
+	for _, n := range all {
+		c, ok := n.mod.(nn.SplitChecker)
+		if !ok {
+			continue
+		}
+		for _, child := range n.mod.Children() {
+			if _, split := styles[child.Module]; split && reflect.TypeOf(child.Module).Comparable() {
+				if err := c.CheckSplit(group.Size()); err != nil {
+					return nil, fmt.Errorf("parallel: %s: %w", n.path, err)
+				}
+				break
+			}
+		}
+	}
 	for _, s := range l.Linears {
 		for _, v := range s.split() {
 			old := v.Value

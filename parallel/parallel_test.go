@@ -137,6 +137,28 @@ func maxDiff(a, b *tensor.Tensor) float64 {
 	return d
 }
 
+// TestParallelizeRejectsHalfHeads: 2 heads over 4 ranks would give each
+// rank half a head's q, k and v columns; the attention refuses the split
+// although every Linear's features divide.
+func TestParallelizeRejectsHalfHeads(t *testing.T) {
+	comms, err := comm.Open("local", 4, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = comm.Each(comms, func(_ int, c comm.Communicator) error {
+		cfg := eightHeads
+		cfg.Heads = 2
+		_, err := parallel.Parallelize(models.NewGPT(nn.NewInit(7), cfg), c, models.GPTPlan)
+		if want := "parallel: blocks.0: 2 attention heads do not split evenly over 4 ranks"; err == nil || err.Error() != want {
+			return fmt.Errorf("error %v, want %q", err, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestParallelizeRejects: plans that cannot apply fail with the module
 // named, before any weight changes.
 func TestParallelizeRejects(t *testing.T) {
@@ -148,6 +170,8 @@ func TestParallelizeRejects(t *testing.T) {
 		plan parallel.Plan
 		want string
 	}{
+		{parallel.Plan{"head": parallel.Colwise{Parts: 3}}, "head [20 32]: 20 output features in 3 fused parts do not split evenly over 3 ranks"},
+		{parallel.Plan{"head": parallel.Rowwise{}}, "head [20 32]: 32 input features do not split evenly over 3 ranks"},
 		{parallel.Plan{"blocks.*.qkv": parallel.Colwise{Parts: 3}}, "blocks.0.qkv [96 32]: 96 output features in 3 fused parts do not split evenly over 3 ranks"},
 		{parallel.Plan{"blocks.*.ln1": parallel.Rowwise{}}, "plan names blocks.0.ln1, a LayerNorm; only Linears split"},
 		{parallel.Plan{"blocks.*.qvk": parallel.Rowwise{}}, `plan "blocks.*.qvk" matches no module`},
