@@ -69,6 +69,9 @@ const (
 	OpReLU         Op = "relu"
 	OpMaskedFill   Op = "masked_fill"
 	OpEmbedding    Op = "embedding"
+	OpRMSNorm      Op = "rms_norm"
+	OpSiLU         Op = "silu"
+	OpRotary       Op = "rotary"
 )
 
 // A Caster decides the dtype an op's floating inputs are cast to before it

@@ -261,3 +261,68 @@ func crossEntropyBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	logits := n.in[0]
 	tp.accumulate(logits, tensor.CrossEntropyBackward(logits.Value, n.idx, dy))
 }
+
+// GELUTanh is GPT-2's tanh approximation of GELU.
+func (tp *Tape) GELUTanh(x *Var) *Var {
+	x = tp.autocast(OpGELU, x)
+	return &tp.record(tensor.GELUTanh(x.Value), geluTanhBackward, x).out
+}
+
+func geluTanhBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.GELUTanhBackward(n.in[0].Value, dy))
+}
+
+// SiLU returns x·σ(x).
+func (tp *Tape) SiLU(x *Var) *Var {
+	x = tp.autocast(OpSiLU, x)
+	return &tp.record(tensor.SiLU(x.Value), siluBackward, x).out
+}
+
+func siluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.SiLUBackward(n.in[0].Value, dy))
+}
+
+// Mul returns a·b elementwise for same-shaped a and b.
+func (tp *Tape) Mul(a, b *Var) *Var {
+	a, b = tp.autocast(OpMul, a), tp.autocast(OpMul, b)
+	return &tp.record(tensor.Mul(a.Value, b.Value), mulBackward, a, b).out
+}
+
+func mulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	a, b := n.in[0], n.in[1]
+	if a.requiresGrad {
+		tp.accumulate(a, tensor.Mul(dy, b.Value))
+	}
+	if b.requiresGrad {
+		tp.accumulate(b, tensor.Mul(dy, a.Value))
+	}
+}
+
+// RMSNorm normalises over the last axis: x/sqrt(mean(x²)+eps)·w.
+func (tp *Tape) RMSNorm(x, w *Var, eps float64) *Var {
+	x, w = tp.autocast(OpRMSNorm, x), tp.autocast(OpRMSNorm, w)
+	y, rstd := tensor.RMSNorm(x.Value, w.Value, eps)
+	n := tp.record(y, rmsNormBackward, x, w)
+	n.save(rstd)
+	return &n.out
+}
+
+func rmsNormBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	x, w := n.in[0], n.in[1]
+	dx, dw := tensor.RMSNormBackward(x.Value, w.Value, n.saved[0], dy)
+	tp.accumulate(x, dx)
+	tp.accumulate(w, dw)
+}
+
+// Rotary turns x (..., T, hs) by rotary position embeddings of base theta
+// (tensor.Rotary, HF Llama's rotate_half convention).
+func (tp *Tape) Rotary(x *Var, theta float64) *Var {
+	x = tp.autocast(OpRotary, x)
+	n := tp.record(tensor.Rotary(x.Value, theta, false), rotaryBackward, x)
+	n.scale = theta
+	return &n.out
+}
+
+func rotaryBackward(tp *Tape, n *node, dy *tensor.Tensor) {
+	tp.accumulate(n.in[0], tensor.Rotary(dy, n.scale, true))
+}

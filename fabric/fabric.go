@@ -38,7 +38,11 @@ type Fabric struct {
 	tape    autograd.Tape
 	model   nn.Module
 	opt     optim.Optimizer
-	steps   int // optimizer steps taken
+	// stateDType is the optimizer-state dtype the precision set (Invalid:
+	// each parameter's own).
+	stateDType dtype.DType
+	steps      int    // optimizer steps taken
+	seed       uint64 // SeedEverything's
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
@@ -145,43 +149,81 @@ func (f *Fabric) Plan() *precision.Resolution { return f.plan }
 // fabric's Setup).
 func (f *Fabric) Precision() precision.Plugin { return f.plugin }
 
-// Setup converts the model for the precision (cast, layer replacement) and
-// gives the optimizer the precision's optimizer-state dtype. opt must
-// already hold the model's parameters; they keep their identity. Its
-// precision errors are MakePlan's, word for word; what the conversion
-// left undone is in Plan().Warnings.
+// Setup is SetupModule then SetupOptimizers; it checks that opt can hold
+// the precision's optimizer-state dtype before the model is converted.
 func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
-	stater, canHold := opt.(interface{ SetStateDType(dtype.DType) })
-	var stateDType dtype.DType
-	var setsState bool
-	plan, err := prepare(m, f.policy, f.scaling, func(res *precision.Resolution) error {
-		if stateDType, setsState = precision.OptimizerStateDType(res.Root); setsState && !canHold {
-			return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", res.Root.Name(), opt)
-		}
-		return nil
-	})
+	if err := f.setupModule(m, func(res *precision.Resolution) error { _, _, err := stateDType(res, opt); return err }); err != nil {
+		return err
+	}
+	return f.SetupOptimizers(opt)
+}
+
+// SetupModule converts the model for the precision (cast, layer
+// replacement) and, after Distribute, hands it to the strategy, which
+// keeps this rank's share (under fsdp its chunks, drawn from the
+// initialisers for a model built by InitModule). Its precision errors are
+// MakePlan's, word for word; what the conversion left undone is in
+// Plan().Warnings.
+func (f *Fabric) SetupModule(m nn.Module) error { return f.setupModule(m, nil) }
+
+func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) error) error {
+	plan, err := prepare(m, f.policy, f.scaling, check)
 	if err != nil {
+		return err
+	}
+	if err := materialize(m, f.distCfg == nil || !f.distCfg.info.Sharding.Parameters); err != nil {
 		return err
 	}
 	if f.tape.Recompute, err = recomputed(m, f.ActivationCheckpointing); err != nil {
 		return err
-	}
-	if setsState {
-		stater.SetStateDType(stateDType)
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
 	if f.distCfg != nil {
 		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
-		opt.SetParams(f.dist.OptimizerParams())
 		plan.AgreeOver(f.dist)
 	}
 	if f.tensors != nil {
 		plan.AgreeOver(f.mesh)
 	}
-	f.model, f.opt = m, opt
+	f.model = m
 	return nil
+}
+
+// SetupOptimizers gives opt, which holds the model's parameters (they
+// keep their identity), the precision's optimizer-state dtype and, under
+// a strategy that shards optimizer state, this rank's chunks to update.
+func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
+	if f.model == nil {
+		return errors.New("fabric: SetupOptimizers before SetupModule")
+	}
+	dt, sets, err := stateDType(f.plan, opt)
+	if err != nil {
+		return err
+	}
+	if sets {
+		opt.(stateDTyper).SetStateDType(dt)
+		f.stateDType = dt
+	}
+	if f.dist != nil {
+		opt.SetParams(f.dist.OptimizerParams())
+	}
+	f.opt = opt
+	return nil
+}
+
+// stateDTyper is an optimizer whose state dtype the precision can set.
+type stateDTyper interface{ SetStateDType(dtype.DType) }
+
+// stateDType is the optimizer-state dtype res's precision sets, if it sets
+// one; an error if opt cannot hold it.
+func stateDType(res *precision.Resolution, opt optim.Optimizer) (dtype.DType, bool, error) {
+	dt, sets := precision.OptimizerStateDType(res.Root)
+	if _, ok := opt.(stateDTyper); sets && !ok {
+		return 0, false, fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", res.Root.Name(), opt)
+	}
+	return dt, sets, nil
 }
 
 // Tape is the tape ops are recorded on; compute the loss on it, outside

@@ -47,20 +47,33 @@ type StepResult struct {
 }
 
 // TrainStep is the training step every weft command runs: this rank takes
-// its share of the global batch, casts the input, runs the forward pass in
-// the precision's scope, computes the cross-entropy of the logits outside
-// it, runs backward through the loss scaler (syncing gradients across
-// ranks), clips the gradients to ClipValue, if set, and steps the
-// optimizer; with Accumulation, it does all before the clipping once per
-// micro-batch. Every rank must call it with the same global batch.
+// its share of the global batch and trains on it as TrainShare does. Every
+// rank must call it with the same global batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
-	if f.model == nil {
-		return StepResult{}, fmt.Errorf("fabric: TrainStep before Setup")
+	b, made, err := f.share(global)
+	if err != nil {
+		return StepResult{}, err
+	}
+	defer tensor.Free(made)
+	return f.TrainShare(ctx, m, b)
+}
+
+// TrainShare is the training step on this rank's share of a global batch
+// (a Loader's): it casts the input, runs the forward pass in the
+// precision's scope, computes the cross-entropy of the logits outside it,
+// runs backward through the loss scaler (syncing gradients across ranks),
+// clips the gradients to ClipValue, if set, and steps the optimizer; with
+// Accumulation, it does all before the clipping once per micro-batch of
+// the share. Every rank must call it, each with its share of the same
+// global batch.
+func (f *Fabric) TrainShare(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
+	if f.model == nil || f.opt == nil {
+		return StepResult{}, fmt.Errorf("fabric: a training step before SetupModule and SetupOptimizers")
 	}
 	n := max(f.Accumulation.MicroBatches, 1)
 	res := StepResult{}
 	for k := range n {
-		b, err := f.Accumulation.microBatch(global, k)
+		b, err := f.Accumulation.microBatch(share, k)
 		if err != nil {
 			return StepResult{}, err
 		}
@@ -94,15 +107,13 @@ func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (Ste
 	return res, nil
 }
 
-// microStep runs forward and backward on micro-batch k of n, the whole
-// global batch when n is 1, and returns its global loss; skip reports a
-// non-finite loss that SkipNonFinite skips, before backward.
-func (f *Fabric) microStep(ctx context.Context, m Model, global data.Batch, k, n int) (loss float64, skip bool, err error) {
-	b, made, err := f.share(global)
-	if err != nil {
-		return 0, false, err
-	}
-	defer freeAll(made)
+// microStep runs forward and backward on micro-batch k of n of this
+// rank's share, the whole share when n is 1, and returns its global loss;
+// skip reports a non-finite loss that SkipNonFinite skips, before
+// backward.
+func (f *Fabric) microStep(ctx context.Context, m Model, micro data.Batch, k, n int) (loss float64, skip bool, err error) {
+	b, made := f.cast(micro)
+	defer tensor.Free(made)
 	forward := func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) }
 	logits, err := f.forward(ctx, forward)
 	if err != nil {
@@ -112,7 +123,7 @@ func (f *Fabric) microStep(ctx context.Context, m Model, global data.Batch, k, n
 	if err != nil {
 		return 0, false, err
 	}
-	if loss, err = f.globalLoss(ctx, logits.Value, local.Value, global.Targets); err != nil {
+	if loss, err = f.globalLoss(ctx, logits.Value, local.Value, b.Targets); err != nil {
 		return 0, false, err
 	}
 	if !isFinite(loss) && !f.plan.ScalesLoss() && f.OnNonFinite != TrainOnNonFinite {
@@ -145,7 +156,14 @@ func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (floa
 	if err != nil {
 		return 0, err
 	}
-	defer freeAll(made)
+	defer tensor.Free(made)
+	return f.EvalShare(ctx, m, b)
+}
+
+// EvalShare is EvalLoss on this rank's share of the global batch.
+func (f *Fabric) EvalShare(ctx context.Context, m Model, share data.Batch) (float64, error) {
+	b, made := f.cast(share)
+	defer tensor.Free(made)
 	f.tape.NoGrad = true
 	defer func() { f.tape.NoGrad = false; f.tape.Reset() }()
 	logits, err := f.forward(ctx, func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
@@ -156,38 +174,47 @@ func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (floa
 	if err != nil {
 		return 0, err
 	}
-	return f.globalLoss(ctx, logits.Value, loss.Value, global.Targets)
+	return f.globalLoss(ctx, logits.Value, loss.Value, b.Targets)
 }
 
-// share is this rank's part of the global batch, its input cast to the
-// precision's input dtype, and the tensors made for it, to free after the
-// step.
-func (f *Fabric) share(global data.Batch) (b data.Batch, made [2]*tensor.Tensor, err error) {
-	b = global
-	if f.dist != nil {
-		if b, err = global.Share(f.dist.Comm().Rank(), f.dist.Comm().Size()); err != nil {
-			return data.Batch{}, made, fmt.Errorf("fabric: %w", err)
-		}
-		if b.X != global.X {
-			made[0] = b.X
-		}
+// share is this rank's part of the global batch and the tensor made for
+// it (nil on one rank), for the caller to free.
+func (f *Fabric) share(global data.Batch) (data.Batch, *tensor.Tensor, error) {
+	n, r := f.ranks()
+	if n == 1 {
+		return global, nil, nil
 	}
+	b, err := global.Share(r, n)
+	if err != nil {
+		return data.Batch{}, nil, fmt.Errorf("fabric: %w", err)
+	}
+	return b, b.X, nil
+}
+
+// ranks is the number of ranks and this one's (1 and 0 on one device).
+func (f *Fabric) ranks() (n, r int) {
+	switch {
+	case f.dist != nil:
+		return f.dist.Comm().Size(), f.dist.Comm().Rank()
+	case f.distCfg != nil:
+		return f.distCfg.comm.Size(), f.distCfg.comm.Rank()
+	}
+	return 1, 0
+}
+
+// cast is b with its input cast to the precision's input dtype, and the
+// tensor made for it (nil if none), to free after the step.
+func (f *Fabric) cast(b data.Batch) (data.Batch, *tensor.Tensor) {
 	if x := f.Input(b.X); x != b.X {
-		b.X, made[1] = x, x
+		b.X = x
+		return b, x
 	}
-	return b, made, nil
-}
-
-// freeAll frees what share made.
-func freeAll(made [2]*tensor.Tensor) {
-	for _, t := range made {
-		tensor.Free(t)
-	}
+	return b, nil
 }
 
 // globalLoss is the loss one device would compute over the global batch:
-// every rank's logits gathered in rank order (the batch's row order) and
-// reduced as one batch; on one rank, this rank's loss.
+// every rank's logits and targets gathered in rank order (the batch's row
+// order) and reduced as one batch; on one rank, this rank's loss.
 func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, targets []int) (float64, error) {
 	if f.dist == nil || f.dist.Comm().Size() == 1 {
 		return local.Item(), nil
@@ -198,12 +225,35 @@ func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, t
 	}
 	full := stacked.Reshape(-1, logits.Dim(-1)) // the ranks' rows, one batch
 	defer tensor.Discard(full)
-	l, err := tensor.CrossEntropy(full, targets)
+	all, err := f.gatherTargets(ctx, targets)
+	if err != nil {
+		return 0, err
+	}
+	l, err := tensor.CrossEntropy(full, all)
 	if err != nil {
 		return 0, err
 	}
 	defer tensor.Free(l)
 	return l.Item(), nil
+}
+
+// gatherTargets is every rank's targets in rank order, gathered as
+// float64 (exact for any class index).
+func (f *Fabric) gatherTargets(ctx context.Context, targets []int) ([]int, error) {
+	vals := make([]float64, len(targets))
+	for i, t := range targets {
+		vals[i] = float64(t)
+	}
+	stacked, err := f.AllGather(ctx, tensor.FromFloat64(vals, len(vals)))
+	if err != nil {
+		return nil, fmt.Errorf("gathering targets: %w", err)
+	}
+	defer tensor.Free(stacked)
+	all := make([]int, stacked.Len())
+	for i, v := range stacked.Float64s() {
+		all[i] = int(v)
+	}
+	return all, nil
 }
 
 // explainNonFinite is the error of a non-finite loss: the first module

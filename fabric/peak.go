@@ -81,11 +81,22 @@ type segment struct {
 	unit int
 	act  int64
 	// io is the unit's output and input bytes: their gradients are live
-	// through its backward.
-	io int64
+	// through its backward; out is the output's alone, all that a
+	// checkpointed unit keeps of its forward.
+	io, out int64
 	// fp8 is the largest FP8 GEMM's operands (x and w codes), which live
 	// while it runs, in the forward and again in the backward.
 	fp8 int64
+	// checkpointed is a unit whose forward is recomputed in backward.
+	checkpointed bool
+}
+
+// kept is what the segment leaves on the tape for backward.
+func (sg segment) kept() int64 {
+	if sg.checkpointed {
+		return sg.out
+	}
+	return sg.act
 }
 
 // meter is the Scoper of a plan's pass on meta tensors: it cuts the pass
@@ -117,25 +128,26 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 	if !ok {
 		return in, exit
 	}
-	mt.cut(tp, -1, 0)
+	mt.cut(tp, -1, 0, 0)
 	var io int64
 	if x != nil {
 		io = tensor.PoolBytes(x.Value.DType(), x.Value.Len())
 	}
 	return in, func(out *autograd.Var) *autograd.Var {
 		out = exit(out)
+		var outBytes int64
 		if out != nil {
-			io += tensor.PoolBytes(out.Value.DType(), out.Value.Len())
+			outBytes = tensor.PoolBytes(out.Value.DType(), out.Value.Len())
 		}
-		mt.cut(tp, i, io)
+		mt.cut(tp, i, io+outBytes, outBytes)
 		return out
 	}
 }
 
 // cut ends the running segment as one of unit's.
-func (mt *meter) cut(tp *autograd.Tape, unit int, io int64) {
+func (mt *meter) cut(tp *autograd.Tape, unit int, io, out int64) {
 	now := tp.RetainedPool()
-	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, fp8: mt.held})
+	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, out: out, fp8: mt.held})
 	mt.last, mt.held = now, 0
 }
 
@@ -167,7 +179,7 @@ func metaPass(m Model, res *precision.Resolution, global data.Batch, devices int
 	if _, err := f.tape.CrossEntropy(logits, b.Targets); err != nil {
 		return nil, nil, err
 	}
-	mt.cut(&f.tape, -1, 0)
+	mt.cut(&f.tape, -1, 0, 0)
 	return mt.segs, tensor.Meta(logits.Value.DType(), logits.Value.Shape()...), nil
 }
 
@@ -193,7 +205,10 @@ func metaShare(global data.Batch, devices int) (data.Batch, error) {
 
 // PredictPeak predicts the allocator's peak on each rank over a training
 // step on global (its shapes; values are not read) and sets p.Peak. The
-// forward runs on p's model, on meta tensors.
+// forward runs on p's model, on meta tensors. Units that
+// p.ActivationCheckpointing selects keep only their output from the
+// forward and recompute the rest in their backward; a checkpointed module
+// inside a unit is predicted as if it were not checkpointed.
 func (p *Plan) PredictPeak(global data.Batch) error {
 	m, ok := p.model.(Model)
 	if !ok {
@@ -203,6 +218,15 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 	segs, logits, err := metaPass(m, p.res, global, p.Devices, units)
 	if err != nil {
 		return err
+	}
+	if len(p.ActivationCheckpointing) > 0 {
+		selected, err := precision.Select(m, p.ActivationCheckpointing)
+		if err != nil {
+			return fmt.Errorf("fabric: activation checkpointing %w", err)
+		}
+		for i := range segs {
+			segs[i].checkpointed = segs[i].unit >= 0 && selected[units[segs[i].unit].Module]
+		}
 	}
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
@@ -321,7 +345,7 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 	fsdp := s.sh.Parameters
 	base := Peak{State: s.all.state + s.frozen}
 	for _, sg := range segs {
-		base.Saved += sg.act
+		base.Saved += sg.kept()
 	}
 	best := base
 	consider := func(at string, p Peak) {
@@ -344,13 +368,14 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 	p := base
 	p.Gathered = rootWhole
 	for _, sg := range segs {
-		p.Activations += sg.act
 		if sg.unit >= 0 {
 			q := p
+			q.Activations += sg.act // all of it until a checkpoint frees all but the output
 			q.Scratch = sg.fp8
 			q.Gathered += whole(sg.unit) + whole(sg.unit+1)
 			consider("forward of "+units[sg.unit].Path, q)
 		}
+		p.Activations += sg.kept()
 	}
 	// The loss over the global batch: every rank's logits gathered.
 	if s.dist && s.n > 1 {
@@ -373,6 +398,7 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 			consider("backward", q)
 		} else {
 			u := s.units[sg.unit]
+			q.Activations += sg.act - sg.kept() // recomputed
 			q.Gathered += whole(sg.unit) + whole(sg.unit-1)
 			q.Transient, q.Scratch = u.grad+sg.io, sg.fp8
 			consider("backward of "+units[sg.unit].Path, q)
@@ -383,7 +409,7 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 			}
 			p.Grads += u.held
 		}
-		p.Activations -= sg.act
+		p.Activations -= sg.kept()
 	}
 	// The root's gradients, reduced last.
 	p.Grads += s.root.held

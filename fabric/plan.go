@@ -68,6 +68,9 @@ type Plan struct {
 	// Warnings are what the conversion left undone that a user should
 	// hear of (precision.Resolution.Warnings).
 	Warnings []string `json:"warnings,omitempty"`
+	// ActivationCheckpointing names the modules PredictPeak takes as
+	// checkpointed (Fabric.ActivationCheckpointing).
+	ActivationCheckpointing []string `json:"activation_checkpointing,omitempty"`
 	// Peak is each rank's predicted allocator peak over a training step
 	// (PredictPeak); nil until predicted.
 	Peak *Peak `json:"peak_per_rank,omitempty"`

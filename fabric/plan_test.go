@@ -44,6 +44,8 @@ func tinyBatch(model string) data.Batch {
 		return data.Batch{X: image(2, 1, 12, 12), Targets: []int{1, 2}}
 	case "gpt":
 		return tokens(models.ReferenceGPT.Vocab)
+	case "llama":
+		return tokens(models.ReferenceLlama.Vocab)
 	}
 	b := tokens(models.DefaultHybrid.Decoder.Vocab) // hybrid
 	b.X = image(2, 1, models.DefaultHybrid.Height, models.DefaultHybrid.Width)

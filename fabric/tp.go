@@ -89,3 +89,68 @@ func (f *Fabric) gradSquares(params []nn.NamedParam) (float64, error) {
 	}
 	return sq, nil
 }
+
+// On a mesh a checkpoint holds every tensor as one device holds it, so
+// that it loads onto any mesh shape (and one device) through Load.
+
+// wholeParam is parameter i as one device holds it: gathered along the
+// mesh column if the strategy holds a chunk of it (fsdp), then along the
+// row if it is split. Every rank of the mesh must ask for the same
+// parameters in one order; the caller frees a result that is not p's
+// value.
+func (f *Fabric) wholeParam(ctx context.Context, i int, p nn.NamedParam) (*tensor.Tensor, error) {
+	v := p.Var.Value
+	if v.IsMeta() && f.dist != nil {
+		t, release, err := f.dist.Whole(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		v = t
+	}
+	w, err := f.tensors.Gather(ctx, p.Var, v)
+	if err == nil && w == v && v != p.Var.Value {
+		w = v.Clone() // v is released on return
+	}
+	return w, err
+}
+
+// wholeMoment is an optimizer moment of parameter p as one device holds
+// it: its chunks joined along the column if the optimizer shards (zero1
+// and up), then gathered along the row if p is split.
+func (f *Fabric) wholeMoment(ctx context.Context, p nn.NamedParam, moment *tensor.Tensor) (*tensor.Tensor, error) {
+	share := moment
+	if f.shardedOptimizer() {
+		var err error
+		if share, err = f.joinChunks(ctx, moment, p.Var.Value.Shape()); err != nil { // the share's shape (a stand-in under fsdp)
+			return nil, err
+		}
+	}
+	w, err := f.tensors.Gather(ctx, p.Var, share)
+	if share != moment && w != share {
+		tensor.Free(share)
+	}
+	return w, err
+}
+
+// wholeLike is like's dtype in the shape one device holds of parameter p
+// (like itself off a mesh).
+func (f *Fabric) wholeLike(p nn.NamedParam, like *tensor.Tensor) *tensor.Tensor {
+	if f.tensors == nil {
+		return like
+	}
+	return tensor.Meta(like.DType(), f.tensors.WholeShape(p.Var)...)
+}
+
+// shareOf is this rank's share of whole, a checkpoint's value of
+// parameter p or of its moment (whole itself off a mesh).
+func (f *Fabric) shareOf(p nn.NamedParam, whole *tensor.Tensor) (*tensor.Tensor, error) {
+	if f.tensors == nil {
+		return whole, nil
+	}
+	s, err := f.tensors.Share(p.Var, whole)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	return s, nil
+}

@@ -17,6 +17,11 @@ type GPTConfig struct {
 	Width   int // 32
 	Heads   int // 2
 	Layers  int // 2
+	// The zero values below are weft's reference gpt; GPT-2 (HF's layout,
+	// models/hf) sets them.
+	TiedHead bool    // true: the head is the token embedding (GPT-2's lm_head), no weights of its own
+	TanhGELU bool    // true: GPT-2's tanh approximation ("gelu_new"); false: the exact erf form
+	NormEps  float64 // 1e-5 (0 means 1e-5): every LayerNorm's epsilon
 }
 
 // GPT is a pre-norm transformer language model:
@@ -26,23 +31,30 @@ type GPT struct {
 	Pos    *nn.Embedding // (Context, C)
 	Blocks nn.List[*Block]
 	LnF    *nn.LayerNorm
-	Head   *nn.Linear // C -> V
+	Head   *nn.Linear // C -> V; nil when tied to Tok
 	// positions are the position ids 0, 1, ..., Context-1.
 	positions []int
+	cfg       GPTConfig
 }
+
+// Config is the configuration g was built from.
+func (g *GPT) Config() GPTConfig { return g.cfg }
 
 func NewGPT(init *nn.Init, cfg GPTConfig) *GPT {
 	g := &GPT{
-		Tok:  nn.NewEmbedding(init, cfg.Vocab, cfg.Width),
-		Pos:  nn.NewEmbedding(init, cfg.Context, cfg.Width),
-		LnF:  nn.NewLayerNorm(init, cfg.Width),
-		Head: nn.NewLinear(init, cfg.Width, cfg.Vocab, false),
+		Tok: nn.NewEmbedding(init, cfg.Vocab, cfg.Width),
+		Pos: nn.NewEmbedding(init, cfg.Context, cfg.Width),
+		LnF: cfg.layerNorm(init),
+		cfg: cfg,
+	}
+	if !cfg.TiedHead {
+		g.Head = nn.NewLinear(init, cfg.Width, cfg.Vocab, false)
 	}
 	for i := range cfg.Context {
 		g.positions = append(g.positions, i)
 	}
 	for range cfg.Layers {
-		g.Blocks = append(g.Blocks, NewBlock(init, cfg.Width, cfg.Heads))
+		g.Blocks = append(g.Blocks, NewBlock(init, cfg))
 	}
 	return g
 }
@@ -78,38 +90,74 @@ func (g *GPT) ForwardWith(tp *autograd.Tape, b data.Batch, extra *autograd.Var) 
 		x = tp.Checkpoint(blk, x) // (B, T, C): blk.Forward, recomputed in backward if selected
 	}
 	x = g.LnF.Forward(tp, x)
-	logits := g.Head.Forward(tp, x)                // (B, T, V)
+	logits := headLogits(tp, x, g.Head, g.Tok)     // (B, T, V)
 	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
 }
 
 func (g *GPT) Params() []nn.Param { return nil }
 func (g *GPT) Children() []nn.Child {
-	return []nn.Child{{Name: "tok", Module: g.Tok}, {Name: "pos", Module: g.Pos}, {Name: "blocks", Module: g.Blocks}, {Name: "ln_f", Module: g.LnF}, {Name: "head", Module: g.Head}}
+	children := []nn.Child{{Name: "tok", Module: g.Tok}, {Name: "pos", Module: g.Pos}, {Name: "blocks", Module: g.Blocks}, {Name: "ln_f", Module: g.LnF}}
+	return withHead(children, g.Head)
+}
+
+// headLogits is head(x), or x·Tokᵀ when head is nil: tied to the token
+// embedding.
+func headLogits(tp *autograd.Tape, x *autograd.Var, head *nn.Linear, tok *nn.Embedding) *autograd.Var {
+	if head == nil {
+		return tp.Linear(x, tok.Weight, nil)
+	}
+	return head.Forward(tp, x)
+}
+
+// withHead appends head to a language model's children unless it is tied
+// (nil).
+func withHead(children []nn.Child, head *nn.Linear) []nn.Child {
+	if head == nil {
+		return children
+	}
+	return append(children, nn.Child{Name: "head", Module: head})
+}
+
+// layerNorm is a LayerNorm of the configured width and epsilon.
+func (cfg GPTConfig) layerNorm(init *nn.Init) *nn.LayerNorm {
+	n := nn.NewLayerNorm(init, cfg.Width)
+	if cfg.NormEps != 0 {
+		n.Eps = cfg.NormEps
+	}
+	return n
 }
 
 // Block is x = x + proj(attn(ln1(x))); x = x + out(GELU(fc(ln2(x)))).
 type Block struct {
-	Ln1  *nn.LayerNorm
-	Attn *nn.CausalSelfAttention // its qkv and proj sit at the block's level
-	Ln2  *nn.LayerNorm
-	FC   *nn.Linear // C -> 4C
-	Out  *nn.Linear // 4C -> C
+	Ln1      *nn.LayerNorm
+	Attn     *nn.CausalSelfAttention // its qkv and proj sit at the block's level
+	Ln2      *nn.LayerNorm
+	FC       *nn.Linear // C -> 4C
+	Out      *nn.Linear // 4C -> C
+	TanhGELU bool       // GPT-2's approximation instead of the erf form
 }
 
-func NewBlock(init *nn.Init, width, heads int) *Block {
+func NewBlock(init *nn.Init, cfg GPTConfig) *Block {
 	return &Block{
-		Ln1:  nn.NewLayerNorm(init, width),
-		Attn: nn.NewCausalSelfAttention(init, width, heads),
-		Ln2:  nn.NewLayerNorm(init, width),
-		FC:   nn.NewLinear(init, width, 4*width, true),
-		Out:  nn.NewLinear(init, 4*width, width, true),
+		Ln1:      cfg.layerNorm(init),
+		Attn:     nn.NewCausalSelfAttention(init, cfg.Width, cfg.Heads),
+		Ln2:      cfg.layerNorm(init),
+		FC:       nn.NewLinear(init, cfg.Width, 4*cfg.Width, true),
+		Out:      nn.NewLinear(init, 4*cfg.Width, cfg.Width, true),
+		TanhGELU: cfg.TanhGELU,
 	}
 }
 
 func (b *Block) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	x, exit := tp.Enter(b, x)
-	x = tp.Add(x, b.Attn.Forward(tp, b.Ln1.Forward(tp, x)))                           // (B, T, C)
-	x = tp.Add(x, b.Out.Forward(tp, tp.GELU(b.FC.Forward(tp, b.Ln2.Forward(tp, x))))) // (B, T, C)
+	x = tp.Add(x, b.Attn.Forward(tp, b.Ln1.Forward(tp, x))) // (B, T, C)
+	h := b.FC.Forward(tp, b.Ln2.Forward(tp, x))             // (B, T, 4C)
+	if b.TanhGELU {
+		h = tp.GELUTanh(h)
+	} else {
+		h = tp.GELU(h)
+	}
+	x = tp.Add(x, b.Out.Forward(tp, h)) // (B, T, C)
 	return exit(x)
 }
 

@@ -25,6 +25,7 @@ var constructors = map[string]func(init *nn.Init) Model{
 	"mlp":    func(init *nn.Init) Model { return NewMLP(init) },
 	"cnn":    func(init *nn.Init) Model { return NewCNN(init) },
 	"gpt":    func(init *nn.Init) Model { return NewGPT(init, ReferenceGPT) },
+	"llama":  func(init *nn.Init) Model { return NewLlama(init, ReferenceLlama) },
 	"hybrid": func(init *nn.Init) Model { return NewHybrid(init, DefaultHybrid) },
 	"mlp784": func(init *nn.Init) Model { return NewMLP784(init) },
 }

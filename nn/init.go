@@ -89,9 +89,7 @@ func InitRange(v *autograd.Var, start, n int) (*tensor.Tensor, error) {
 	if start < 0 || n < 0 || start+n > v.Value.Len() {
 		return nil, fmt.Errorf("nn: elements [%d, %d) of a parameter of %d", start, start+n, v.Value.Len())
 	}
-	vals := make([]float32, n)
-	v.Init.Fill(vals, start)
-	return tensor.FromFloat32(vals, n), nil
+	return tensor.Generate(func(dst []float32) { v.Init.Fill(dst, start) }, n), nil
 }
 
 // param returns the build's next parameter, float32 of shape, drawn from
@@ -100,12 +98,8 @@ func (in *Init) param(dist Dist, a, b float64, shape ...int) *autograd.Var {
 	p := ParamInit{Dist: dist, A: a, B: b, Seed: in.seed, Stream: in.next}
 	in.next++
 	t := tensor.Meta(dtype.F32, shape...)
-	if !in.meta { // copied into pool storage, so that tensor.Memory counts the weights
-		vals := make([]float32, tensor.Numel(shape))
-		p.Fill(vals, 0)
-		wrapped := tensor.FromFloat32(vals, shape...)
-		t = wrapped.Clone()
-		tensor.Free(wrapped)
+	if !in.meta { // in pool storage, so that tensor.Memory counts the weights
+		t = tensor.Generate(func(dst []float32) { p.Fill(dst, 0) }, shape...)
 	}
 	v := autograd.Param(t)
 	v.Init = p

@@ -138,6 +138,26 @@ func (n *LayerNorm) Params() []Param {
 }
 func (n *LayerNorm) Children() []Child { return nil }
 
+// RMSNorm scales the last axis by its reciprocal root mean square, then by
+// Weight (Llama's norm: no mean subtracted, no bias).
+type RMSNorm struct {
+	Weight *autograd.Var // [dim]
+	Eps    float64       // 1e-5
+}
+
+// NewRMSNorm starts with weight 1, as HF's LlamaRMSNorm does.
+func NewRMSNorm(init *Init, dim int, eps float64) *RMSNorm {
+	return &RMSNorm{Weight: init.param(Const, 1, 0, dim), Eps: eps}
+}
+
+func (n *RMSNorm) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(n, x)
+	return exit(tp.RMSNorm(x, n.Weight, n.Eps))
+}
+
+func (n *RMSNorm) Params() []Param   { return params(Param{Name: "weight", Var: n.Weight}) }
+func (n *RMSNorm) Children() []Child { return nil }
+
 // Conv2d is a 2-D cross-correlation with square stride and zero padding.
 type Conv2d struct {
 	Weight      *autograd.Var // [out, in, k, k]

@@ -74,7 +74,8 @@ var lowPrecisionOps = map[autograd.Op]bool{
 }
 
 // float32Ops run in float32 under autocast: CUDA autocast's fp32 list
-// (layer_norm, softmax, log_softmax, the losses, exp/log/pow/sum).
+// (layer_norm, softmax, log_softmax, the losses, exp/log/pow/sum), and
+// rms_norm, which HF's Llama computes in float32 under any autocast.
 var float32Ops = map[autograd.Op]bool{
-	autograd.OpLayerNorm: true, autograd.OpSoftmax: true, autograd.OpCrossEntropy: true,
+	autograd.OpLayerNorm: true, autograd.OpRMSNorm: true, autograd.OpSoftmax: true, autograd.OpCrossEntropy: true,
 }

@@ -205,14 +205,14 @@ func (r *Rank) chunk(i int) *tensor.Tensor {
 		return r.Shard(i, (*s.slot))
 	}
 	start := min(r.comm.Rank()*s.chunk, s.n)
-	vals := make([]float32, s.chunk) // past the parameter's end: zero padding
-	s.full.Init.Fill(vals[:min(s.chunk, s.n-start)], start)
-	wrapped := tensor.FromFloat32(vals, s.chunk)
-	defer tensor.Free(wrapped)
+	drawn := tensor.Generate(func(dst []float32) { // past the parameter's end: zero padding
+		s.full.Init.Fill(dst[:min(s.chunk, s.n-start)], start)
+	}, s.chunk)
 	if s.dt == dtype.F32 {
-		return wrapped.Clone() // into pool storage, which the allocator counts
+		return drawn
 	}
-	return wrapped.To(s.dt)
+	defer tensor.Free(drawn)
+	return drawn.To(s.dt)
 }
 
 // install makes padded (chunk·Size elements) the storage of s's whole

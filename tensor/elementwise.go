@@ -324,3 +324,48 @@ func broadcastDims(a, b []int, from int) (outer, mid, inner int) {
 
 // Add returns a + b for same-shaped tensors.
 func Add(a, b *Tensor) *Tensor { return AddBroadcast(a, b, 0) }
+
+// GELUTanh is GPT-2's approximation of GELU (PyTorch's approximate="tanh",
+// HF's "gelu_new"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated
+// in float64 for every dtype and rounded once.
+func GELUTanh(x *Tensor) *Tensor {
+	return unary(x, func(v float32) float32 { return float32(geluTanh(float64(v))) }, geluTanh)
+}
+
+// GELUTanhBackward returns dy·d/dx GELUTanh(x).
+func GELUTanhBackward(x, dy *Tensor) *Tensor {
+	return binary(x, dy, func(v, g float32) float32 { return float32(float64(g) * geluTanhSlope(float64(v))) },
+		func(v, g float64) float64 { return g * geluTanhSlope(v) })
+}
+
+// geluTanhK is √(2/π).
+const geluTanhK = 0.7978845608028654
+
+func geluTanh(x float64) float64 {
+	return 0.5 * x * (1 + math.Tanh(geluTanhK*(x+0.044715*x*x*x)))
+}
+
+// geluTanhSlope is ½(1+t) + ½x(1−t²)·√(2/π)(1 + 3·0.044715·x²), t the tanh above.
+func geluTanhSlope(x float64) float64 {
+	t := math.Tanh(geluTanhK * (x + 0.044715*x*x*x))
+	return 0.5*(1+t) + 0.5*x*(1-t*t)*geluTanhK*(1+3*0.044715*x*x)
+}
+
+// SiLU is x·σ(x) (Llama's activation), evaluated in float64 for every
+// dtype and rounded once.
+func SiLU(x *Tensor) *Tensor {
+	return unary(x, func(v float32) float32 { return float32(silu(float64(v))) }, silu)
+}
+
+// SiLUBackward returns dy·σ(x)·(1 + x·(1−σ(x))).
+func SiLUBackward(x, dy *Tensor) *Tensor {
+	return binary(x, dy, func(v, g float32) float32 { return float32(float64(g) * siluSlope(float64(v))) },
+		func(v, g float64) float64 { return g * siluSlope(v) })
+}
+
+func silu(x float64) float64 { return x / (1 + math.Exp(-x)) }
+
+func siluSlope(x float64) float64 {
+	s := 1 / (1 + math.Exp(-x))
+	return s * (1 + x*(1-s))
+}

@@ -43,22 +43,16 @@ func anyMeta(ts ...*Tensor) bool {
 }
 
 // PoolBytes is what the pool hands out for a tensor of n elements of dt,
-// as Memory counts it: its storage rounded up to the buffer's size class.
+// as Memory counts it: its storage rounded up to the buffer's size class,
+// or to the slab granule for a large one.
 func PoolBytes(dt dtype.DType, n int) int64 {
-	words := (dt.StorageBytes(n) + 7) / 8
-	if words == 0 {
-		return 0
-	}
-	return 8 * int64(classSize(sizeClass(words)))
+	return held((dt.StorageBytes(n)+7)/8, 8)
 }
 
 // ScratchBytes is what a kernel's float32 scratch of n elements holds in
 // the pool (decoding a tensor stored in another dtype to compute on it).
 func ScratchBytes(n int) int64 {
-	if n == 0 {
-		return 0
-	}
-	return 4 * int64(classSize(sizeClass(n)))
+	return held(n, 4)
 }
 
 // IsMeta reports whether t is a meta tensor (see Meta).

@@ -328,3 +328,93 @@ func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Ten
 	put(dz, out)
 	drop(logits, zs)
 }
+
+// RMSNorm scales each row of the last axis by its reciprocal root mean
+// square: y = x·rstd·w, rstd = 1/sqrt(mean(x²)+eps) (Llama's norm, no mean
+// subtracted, no bias). It also returns rstd (one per row, in the compute
+// type) for the backward pass.
+func RMSNorm(x, w *Tensor, eps float64) (y, rstd *Tensor) {
+	rows := x.Len() / x.Dim(-1)
+	if anyMeta(x, w) {
+		dt := promoteAll(x, w)
+		return Meta(dt, x.shape...), Meta(statsDType(dt), rows)
+	}
+	y = empty(promoteAll(x, w), x.shape...)
+	rstd = New(statsDType(y.dtype), rows)
+	if y.dtype == dtype.F64 {
+		rmsNorm[float64](y, x, w, rstd, eps)
+	} else {
+		rmsNorm[float32](y, x, w, rstd, eps)
+	}
+	return y, rstd
+}
+
+func rmsNorm[T float](y, x, w, rstd *Tensor, eps float64) {
+	c := x.Dim(-1)
+	xs, ws, ys, rs := get[T](x), get[T](w), buf[T](y), view[T](rstd)
+	if parts := parallelParts(len(xs)); parts <= 1 {
+		rmsNormRows(ys, xs, ws, rs, eps)
+	} else {
+		parallelSplit(len(rs), parts, func(lo, hi int) { rmsNormRows(ys[lo*c:hi*c], xs[lo*c:hi*c], ws, rs[lo:hi], eps) })
+	}
+	put(y, ys)
+	drop(x, xs)
+	drop(w, ws)
+}
+
+// rmsNormRows normalises the rows of xs (of len(ws) elements each).
+func rmsNormRows[T float](ys, xs, ws, rs []T, eps float64) {
+	c := len(ws)
+	for r := range rs {
+		row := xs[r*c : (r+1)*c]
+		var sq T
+		for _, v := range row {
+			sq += v * v
+		}
+		rs[r] = T(1 / math.Sqrt(float64(sq/T(c))+eps))
+		out := ys[r*c : (r+1)*c]
+		for j, v := range row {
+			out[j] = v * rs[r] * ws[j]
+		}
+	}
+}
+
+// RMSNormBackward returns the gradients of x and w: with x̂ = x·rstd,
+// dx = rstd·(dy·w − x̂·mean(dy·w·x̂)) and dw = Σ_rows dy·x̂.
+func RMSNormBackward(x, w, rstd, dy *Tensor) (dx, dw *Tensor) {
+	dx = New(promoteAll(x, w, dy), x.shape...)
+	dw = New(w.dtype, w.shape...)
+	if dx.dtype == dtype.F64 {
+		rmsNormBackward[float64](dx, dw, x, w, rstd, dy)
+	} else {
+		rmsNormBackward[float32](dx, dw, x, w, rstd, dy)
+	}
+	return dx, dw
+}
+
+func rmsNormBackward[T float](dx, dw, x, w, rstd, dy *Tensor) {
+	c := x.Dim(-1)
+	xs, ws, gs, rs, dxs := get[T](x), get[T](w), get[T](dy), get[T](rstd), buf[T](dx)
+	dws := scratch[T](c)
+	clear(dws)
+	for r := range rs {
+		row, g := xs[r*c:(r+1)*c], gs[r*c:(r+1)*c]
+		var dot T
+		for j := range c {
+			xhat := row[j] * rs[r]
+			dot += g[j] * ws[j] * xhat
+			dws[j] += g[j] * xhat
+		}
+		mean := dot / T(c)
+		for j := range c {
+			dxs[r*c+j] = rs[r] * (g[j]*ws[j] - row[j]*rs[r]*mean)
+		}
+	}
+	put(dx, dxs)
+	storeAs(dw, dws)
+	release(dws)
+	drop(x, xs)
+	drop(w, ws)
+	drop(dy, gs)
+	drop(rstd, rs)
+}

@@ -59,7 +59,7 @@ func runs(lists ...[][]dtype.DType) [][]dtype.DType {
 func opCases() []opCase {
 	var cases []opCase
 	for _, family := range [][]opCase{elementwiseCases(), castCases(), matmulCases(), convCases(),
-		rowCases(), layerNormCases(), shapeCases(), updateOpCases()} {
+		rowCases(), layerNormCases(), shapeCases(), updateOpCases(), transformerCases()} {
 		cases = append(cases, family...)
 	}
 	return cases

@@ -24,6 +24,17 @@ func TestPoisonedPool(t *testing.T) {
 			t.Fatalf("scratch holds %v, want NaN", v)
 		}
 	}
+	big := scratch[float32](slabMin) // a slab block
+	for i := range big {
+		if !math.IsNaN(float64(big[i])) {
+			t.Fatalf("slab block element %d holds %v, want NaN", i, big[i])
+		}
+		big[i] = 1
+	}
+	release(big)
+	if v := big[len(big)-1]; !math.IsNaN(float64(v)) {
+		t.Errorf("a released slab block still reads %v", v)
+	}
 	for _, dt := range []dtype.DType{dtype.F64, dtype.F32, dtype.BF16, dtype.F16, dtype.E4M3FN, dtype.E5M2} {
 		x := empty(dt, 3, 5)
 		for i, v := range x.Float64s() {

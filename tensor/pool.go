@@ -84,7 +84,7 @@ var liveBytes, requestedBytes, peakBytes, reservedBytes atomic.Int64
 type MemStats struct {
 	// Live is the capacity of the buffers handed out and not yet given
 	// back (torch.cuda.memory_allocated): requests rounded up to their
-	// size class.
+	// size class, or to the 512-byte slab granule for a large one.
 	Live int64
 	// Requested is what those buffers were asked for, at most Live.
 	Requested int64
@@ -92,8 +92,9 @@ type MemStats struct {
 	// (torch.cuda.max_memory_allocated).
 	Peak int64
 	// Reserved is every byte the pool has allocated, live or idle in its
-	// free lists for reuse (torch.cuda.memory_reserved); the pool never
-	// returns memory, so it only grows.
+	// free lists and slabs for reuse (torch.cuda.memory_reserved); only
+	// Drop returns memory, of a class buffer or a slab it leaves wholly
+	// free.
 	Reserved int64
 }
 
@@ -121,17 +122,36 @@ func acquired(capacity, requested int64) {
 	}
 }
 
-// scratch returns a []T of length n from the free lists (contents
-// undefined: NaN under the weftpoison tag).
+// held is what scratch hands out, in bytes, for n elements of esize
+// bytes: the request rounded up to its class, or to slabAlign from a slab.
+func held(n int, esize int64) int64 {
+	switch {
+	case n == 0:
+		return 0
+	case int64(n)*esize >= slabMin:
+		return (int64(n)*esize + slabAlign - 1) / slabAlign * slabAlign
+	}
+	return esize * int64(classSize(sizeClass(n)))
+}
+
+// scratch returns a []T of length n from the free lists, or from a slab
+// for n·size(T) ≥ slabMin (contents undefined: NaN under the weftpoison
+// tag).
 func scratch[T float](n int) []T {
 	if n == 0 {
 		return nil
 	}
-	c := sizeClass(n)
-	s := freeListOf[T](c).pop()
-	if s == nil {
-		s = make([]T, n, classSize(c))
-		reservedBytes.Add(sizeOf(s[:cap(s)]))
+	var s []T
+	var z T
+	if int64(n)*int64(unsafe.Sizeof(z)) >= slabMin {
+		s = slabAlloc[T](n)
+	} else {
+		c := sizeClass(n)
+		s = freeListOf[T](c).pop()
+		if s == nil {
+			s = make([]T, n, classSize(c))
+			reservedBytes.Add(sizeOf(s[:cap(s)]))
+		}
 	}
 	acquired(sizeOf(s[:cap(s)]), sizeOf(s[:n]))
 	if poisonPool {
@@ -141,34 +161,58 @@ func scratch[T float](n int) []T {
 }
 
 // release returns a buffer from scratch, as scratch returned it, to the
-// free lists (filled with NaN under the weftpoison tag, so that a later
-// read through a stale slice shows).
+// free lists or its slab (filled with NaN under the weftpoison tag, so
+// that a later read through a stale slice shows).
 func release[T float](s []T) {
-	if cap(s) == 0 {
+	slabbed, ok := ours(s, false)
+	if !ok {
 		return
-	}
-	c := sizeClass(cap(s))
-	if classSize(c) != cap(s) {
-		return // not from scratch
 	}
 	liveBytes.Add(-sizeOf(s[:cap(s)]))
 	requestedBytes.Add(-sizeOf(s))
-	if poisonPool {
-		poison(s[:cap(s)])
+	if !slabbed {
+		if poisonPool {
+			poison(s[:cap(s)])
+		}
+		freeListOf[T](sizeClass(cap(s))).push(s[:0])
 	}
-	freeListOf[T](c).push(s[:0])
 }
 
 // forget takes a buffer from scratch out of the pool's account for the
 // garbage collector to reclaim: storage no step will ask for again, which
-// idle in a free list would only hold memory.
+// idle in a free list would only hold memory. A slab block is freed in
+// its slab, for other requests, and the slab goes to the collector once
+// wholly free.
 func forget[T float](s []T) {
-	if cap(s) == 0 || classSize(sizeClass(cap(s))) != cap(s) {
+	slabbed, ok := ours(s, true)
+	if !ok {
 		return
 	}
 	liveBytes.Add(-sizeOf(s[:cap(s)]))
 	requestedBytes.Add(-sizeOf(s))
-	reservedBytes.Add(-sizeOf(s[:cap(s)]))
+	if !slabbed {
+		reservedBytes.Add(-sizeOf(s[:cap(s)]))
+	}
+}
+
+// ours reports whether s came from scratch, and whether from a slab, in
+// which it frees the block (dropping a slab left wholly free, with drop). A block's capacity
+// is at least slabMin bytes and a class buffer's at most slabMin, so only
+// buffers of exactly slabMin are looked for in both.
+func ours[T float](s []T, drop bool) (slabbed, ok bool) {
+	if cap(s) == 0 {
+		return false, false
+	}
+	if sizeOf(s[:cap(s)]) >= slabMin && slabFree(s, drop) {
+		return true, true
+	}
+	return false, classed(s)
+}
+
+// classed reports whether s has the capacity of a class that scratch
+// serves from the free lists.
+func classed[T float](s []T) bool {
+	return sizeOf(s[:cap(s)]) <= slabMin && classSize(sizeClass(cap(s))) == cap(s)
 }
 
 // sizeOf is the size of s's elements in bytes.

@@ -83,6 +83,15 @@ func empty(dt dtype.DType, shape ...int) *Tensor {
 	return t
 }
 
+// Generate returns a float32 tensor of shape whose elements fill writes,
+// in pool storage: how a value drawn from an initialiser becomes a tensor
+// without a garbage copy. dst starts zeroed.
+func Generate(fill func(dst []float32), shape ...int) *Tensor {
+	t := New(dtype.F32, shape...)
+	fill(t.f32())
+	return t
+}
+
 // Release returns t's storage to the pool and leaves t empty, so that a
 // later use fails loudly. Only tensors from New have storage to return;
 // views of them must not be used afterwards.

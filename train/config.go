@@ -20,14 +20,15 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/optim"
 )
 
 // Config is one training run. Every field has a YAML key; a config file may
 // set any subset, and flags override it.
 type Config struct {
-	Model     string      `yaml:"model"`      // gpt, cnn or hybrid
-	GPT       GPTSize     `yaml:"gpt"`        // size of the gpt model
+	Model     string      `yaml:"model"`      // gpt, llama, cnn or hybrid
+	GPT       GPTSize     `yaml:"gpt"`        // size of the gpt (or llama) model
 	Precision string      `yaml:"precision"`  // "bf16-mixed"
 	Modules   []ModuleFor `yaml:"modules"`    // per-module precision rules
 	LossScale string      `yaml:"loss_scale"` // auto or none
@@ -46,11 +47,14 @@ type Config struct {
 	SaveEvery   int           `yaml:"save_every"`   // steps between checkpoints (and at the end)
 	Out         string        `yaml:"out"`          // run folder: checkpoints, metrics.jsonl, loss.png
 	Seed        uint64        `yaml:"seed"`         // data order and initial weights
-	CorpusBytes int           `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
-	CorpusPart  string        `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
-	OnNaN       string        `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
-	InitFrom    string        `yaml:"init_from"`    // a run folder whose latest weights start this run (fine-tuning)
-	LoRA        LoRA          `yaml:"lora"`         // adapters to train instead of the whole model
+	// HF is the config of the model an HF folder InitFrom names, which the
+	// run trains; set by Run, never read from YAML.
+	HF          *hf.Config `yaml:"-" json:",omitempty"`
+	CorpusBytes int        `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
+	CorpusPart  string     `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
+	OnNaN       string     `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
+	InitFrom    string     `yaml:"init_from"`    // a run folder whose latest weights start this run, a safetensors file of weights by parameter path, or an HF model folder (fine-tuning)
+	LoRA        LoRA       `yaml:"lora"`         // adapters to train instead of the whole model
 	// ActivationCheckpointing names the modules whose forward is
 	// recomputed in backward instead of keeping its activations: blocks.*
 	// (gpt), vision and decoder.blocks.* (hybrid).
@@ -130,6 +134,14 @@ func (c *Config) resolveData() error {
 		*p = abs
 	}
 	return nil
+}
+
+// llamaConfig is the llama this run trains on the Go corpus's vocabulary,
+// sized by the gpt fields, with Llama's MLP width of about 8C/3 (a
+// multiple of 8) and HF's defaults for the rest.
+func (c Config) llamaConfig(vocab int) models.LlamaConfig {
+	return models.LlamaConfig{Vocab: vocab, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers,
+		Hidden: (8*c.GPT.Width/3 + 7) / 8 * 8, NormEps: 1e-5, RopeTheta: 10000}
 }
 
 // ModuleFor gives the modules matching Match their own precision, as
@@ -261,8 +273,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("out: a run folder is needed")
 	case c.OnNaN != "stop" && c.OnNaN != "skip":
 		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
-	case c.Model == "gpt" && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
-		return fmt.Errorf("gpt size %+v: layers, heads and context must be positive and width a multiple of heads", c.GPT)
+	case (c.Model == "gpt" || c.Model == "llama") && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
+		return fmt.Errorf("%s size %+v: layers, heads and context must be positive and width a multiple of heads", c.Model, c.GPT)
+	case c.Model == "llama" && c.GPT.Width/c.GPT.Heads%2 != 0:
+		return fmt.Errorf("llama size %+v: the head width (width/heads = %d) must be even for rotary embeddings", c.GPT, c.GPT.Width/c.GPT.Heads)
 	case c.Strategy == "single" && c.dataRanks() > 1:
 		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.dataRanks())
 	case c.Devices < 1:
@@ -273,8 +287,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("lora: rank %d on %d devices: want rank ≥ 1 on one device", c.LoRA.Rank, c.Devices)
 	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
 		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
-	case c.Data != "" && c.Model != "gpt":
-		return fmt.Errorf("data %s: only gpt trains on text; %s trains on its bundled data", c.Data, c.Model)
+	case c.Data != "" && c.Model != "gpt" && c.Model != "llama":
+		return fmt.Errorf("data %s: only gpt and llama train on text; %s trains on its bundled data", c.Data, c.Model)
 	case c.Data == "" && (c.Tokenizer != "" || c.TokenizerDir != ""):
 		return fmt.Errorf("tokenizer %q: a tokenizer reads --data text; the bundled Go corpus has its own vocabulary", cmp.Or(c.Tokenizer, c.TokenizerDir))
 	case c.Data != "" && c.CorpusPart != "":

@@ -2,6 +2,8 @@ package train
 
 import (
 	"testing"
+
+	"github.com/weftml/weft/fabric"
 )
 
 // FuzzParseConfig: any bytes as a config file give a Config or an error,
@@ -29,7 +31,7 @@ func FuzzParseManifest(f *testing.F) {
 	f.Add([]byte(`[1,2,3]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseManifest(b)
-		if err == nil && (m.Step < 0 || m.Format != manifestFormat) {
+		if err == nil && (m.Step < 0 || m.Format != fabric.CheckpointFormat) {
 			t.Fatalf("accepted %+v", m)
 		}
 	})

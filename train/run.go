@@ -12,9 +12,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/comm"
 	_ "github.com/weftml/weft/comm/local" // in-process ranks
 	_ "github.com/weftml/weft/comm/mpi"   // Open MPI ranks, under mpirun
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
@@ -122,6 +124,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		return nil, err
 	}
 	warnings = append(warnings, t.notes...)
+	c.HF = t.arch // recorded in the manifest, so that export and sample build the model without its folder
 	comms, err := comm.Open(c.backend(), c.Devices, c.CommTimeout)
 	if err != nil {
 		return nil, err
@@ -136,10 +139,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	defer stop.release()
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
-		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}, counts: i == 0, stop: stop}
-		if cm.Rank() == 0 {
-			r.obs = obs
-		}
+		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}, report: obs, counts: i == 0, stop: stop}
 		sums[i], err = r.run(pol, scaling, info, resume)
 		return err
 	})
@@ -161,12 +161,14 @@ func (quiet) Done(*Summary)          {}
 
 // rankRun is one rank's training loop.
 type rankRun struct {
-	c     Config
-	t     *task
-	comm  comm.Communicator
-	obs   Observer
-	model models.Model
-	f     *fabric.Fabric
+	c    Config
+	t    *task
+	comm comm.Communicator
+	obs  Observer // report on rank 0, quiet elsewhere
+	// report is the run's Observer, which rank 0 alone calls.
+	report Observer
+	model  models.Model
+	f      *fabric.Fabric
 	// counts marks the process's first rank, which measures each step's
 	// allocator peak for the process.
 	counts bool
@@ -174,7 +176,7 @@ type rankRun struct {
 }
 
 func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
-	c, lead := r.c, r.comm.Rank() == 0
+	c := r.c
 	if len(c.LoRA.Targets) > 0 {
 		lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
 		root, err := precision.Join(pol.Default, lora)
@@ -196,31 +198,42 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if err != nil {
 		return nil, err
 	}
-	// Under fsdp no rank builds the whole model: each draws its own chunks
-	// from the initialisers (strategy.Rank.Reshard). Weights read from a
-	// run, quantized (their codes come from whole values) or beside LoRA
-	// adapters are built whole.
-	if info.Sharding.Parameters && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && plan.BytesPerRank.Frozen == 0 && mesh.mesh == nil {
-		r.model = r.t.metaModel()
-	} else {
-		r.model = r.t.newModel()
+	r.f = fabric.NewPolicy(pol, scaling)
+	r.f.SeedEverything(c.Seed)
+	if mesh.data.Size() > 1 || info.Sharding.OptimizerState {
+		r.f.Distribute(info, mesh.data)
 	}
+	lead := r.comm.Rank() == 0 // the fabric's IsGlobalZero, on any mesh
+	if lead {
+		r.obs = r.report
+	}
+	// Under fsdp no rank builds the whole model: each draws its own chunks
+	// from the initialisers at setup. A quantized model is built on shapes
+	// under every strategy: setup draws each frozen weight alone before
+	// quantizing it, and the rest one tensor at a time, so the float model
+	// never exists whole. Weights read from a run or beside LoRA adapters,
+	// and those a mesh row splits, are built whole.
+	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && mesh.mesh == nil
+	r.model = r.t.build(r.f.InitModule(empty))
+	plan.ActivationCheckpointing = c.ActivationCheckpointing
 	if err := plan.PredictPeak(r.t.batch(0)); err != nil {
 		return nil, err
 	}
 	if c.InitFrom != "" {
-		if err := loadWeights(c.InitFrom, r.model); err != nil {
+		if err := loadWeights(r.f, c.InitFrom, r.model); err != nil {
 			return nil, err
 		}
 	}
 	if err := mesh.split(c, r.model, true); err != nil {
 		return nil, err
 	}
+	if mesh.layout != nil {
+		r.f.SplitTensors(mesh.layout, r.comm)
+	}
 	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {
 		return nil, err
 	}
-	r.f = fabric.NewPolicy(pol, scaling)
 	r.f.ActivationCheckpointing = c.ActivationCheckpointing
 	r.f.Sharding.KeepAfterForward = !c.ReshardAfterForward
 	if r.f.Sharding.Units, err = shardUnits(r.model, c.ShardUnits); err != nil {
@@ -228,12 +241,6 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	}
 	if c.OnNaN == "skip" {
 		r.f.OnNonFinite = fabric.SkipNonFinite
-	}
-	if mesh.data.Size() > 1 || info.Sharding.OptimizerState {
-		r.f.Distribute(info, mesh.data)
-	}
-	if mesh.layout != nil {
-		r.f.SplitTensors(mesh.layout, r.comm)
 	}
 	if err := r.f.Setup(r.model, opt); err != nil {
 		return nil, err
@@ -245,11 +252,15 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), model: r.model, opt: opt, fabric: r.f, comm: r.comm, tensors: mesh.layout}
+	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
-		if start, err = ckpt.load(c); err != nil {
+		var notes []string
+		if start, notes, err = ckpt.load(c); err != nil {
 			return nil, err
+		}
+		for _, n := range notes {
+			r.obs.Warn("resume: " + n)
 		}
 		if start >= c.Steps {
 			return nil, fmt.Errorf("resume: the run in %s has already trained %d steps, and steps is %d; give a larger --steps to train on", c.Out, start, c.Steps)
@@ -273,13 +284,20 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	}
 	r.obs.Plan(plan, start)
 	ctx := r.stop.work
+	batches := r.f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { return r.t.batch(i), nil }))
+	batches.Seek(uint64(start))
 	for step := start; step < c.Steps; step++ {
 		began := time.Now()
 		if r.counts {
 			tensor.ResetPeak()
 		}
 		opt.LR = schedule.LR(step)
-		res, err := r.f.TrainStep(ctx, r.model, r.t.batch(uint64(step)))
+		b, err := batches.Next()
+		if err != nil {
+			return nil, fmt.Errorf("step %d: %w", step, err)
+		}
+		res, err := r.f.TrainShare(ctx, r.model, b)
+		tensor.Free(b.X)
 		if err != nil {
 			return nil, fmt.Errorf("step %d: %w", step, err)
 		}
@@ -348,9 +366,15 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 
 // evaluate returns the mean loss over EvalBatches validation batches.
 func (r *rankRun) evaluate(ctx context.Context) (float64, error) {
+	val := r.f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { return r.t.val(int(i)), nil }))
 	var total float64
-	for i := range r.c.EvalBatches {
-		l, err := r.f.EvalLoss(ctx, r.model, r.t.val(i))
+	for range r.c.EvalBatches {
+		b, err := val.Next()
+		if err != nil {
+			return 0, err
+		}
+		l, err := r.f.EvalShare(ctx, r.model, b)
+		tensor.Free(b.X)
 		if err != nil {
 			return 0, err
 		}
@@ -430,7 +454,7 @@ func writePlan(path string, p *fabric.Plan) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, b)
+	return checkpoint.WriteFileAtomic(path, b)
 }
 
 // quantizedBytes sums the memory of m's quantized weights and what they

@@ -9,15 +9,14 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/fabric"
-	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 )
 
 // Sample continues prompt by n tokens (characters with the Go corpus's
-// vocabulary) with the gpt of the run folder run (its latest checkpoint),
-// drawing each from the softmax of the logits divided by temperature (0:
-// always the most likely), in the run's tokenizer.
+// vocabulary) with the gpt or llama of the run folder run (its latest
+// checkpoint), drawing each from the softmax of the logits divided by
+// temperature (0: always the most likely), in the run's tokenizer.
 func Sample(run, prompt string, n int, temperature float64, seed uint64) (string, error) {
 	switch {
 	case n < 1:
@@ -26,13 +25,14 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		return "", fmt.Errorf("sample: temperature %v: want 0 (greedy) or a positive number", temperature)
 	}
 	dir := filepath.Join(run, "checkpoints")
-	m, _, err := ReadManifest(dir)
+	m, ckpt, err := ReadManifest(dir)
 	if err != nil {
 		return "", err
 	}
 	c := m.Config
-	if c.Model != "gpt" {
-		return "", fmt.Errorf("sample: the run trained %s; only gpt generates text", c.Model)
+	build, err := m.languageModel()
+	if err != nil {
+		return "", fmt.Errorf("sample: %w", err)
 	}
 	tok, err := c.tokenizer()
 	if err != nil {
@@ -47,17 +47,16 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	if err != nil {
 		return "", err
 	}
-	gpt := models.NewGPT(nn.NewInit(c.Seed), c.gptConfig(tok.VocabSize()))
-	opt, err := optim.NewAdamW(nn.Parameters(gpt), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
+	lm := build(nn.NewInit(c.Seed))
+	opt, err := optim.NewAdamW(nn.Parameters(lm), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
 	if err != nil {
 		return "", err
 	}
 	f := fabric.NewPolicy(pol, scaling)
-	if err := f.Setup(gpt, opt); err != nil {
+	if err := f.Setup(lm, opt); err != nil {
 		return "", err
 	}
-	k := checkpointer{dir: dir, model: gpt, opt: opt, fabric: f}
-	if _, err := k.load(c); err != nil {
+	if _, err := f.Load(ckpt, fabric.LoadOptions{}); err != nil {
 		return "", err
 	}
 	f.Tape().NoGrad = true
@@ -69,13 +68,15 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	for range n {
 		window := ids[max(0, len(ids)-c.GPT.Context):]
 		b := data.Batch{Tokens: window, Shape: []int{1, len(window)}}
-		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return gpt.Forward(tp, b) })
+		logits, err := f.Forward(func(tp *autograd.Tape) (*autograd.Var, error) { return lm.Forward(tp, b) })
 		if err != nil {
 			return "", err
 		}
-		v := logits.Value.Float64s()
+		v, vocab := logits.Value.Float64s(), logits.Value.Dim(-1)
 		f.Tape().Reset() // the pass's tensors go back to the pool
-		ids = append(ids, pick(v[len(v)-tok.VocabSize():], temperature, rng))
+		// The last position's logits; an imported model's vocabulary may
+		// extend past the tokenizer's ids, which alone decode.
+		ids = append(ids, pick(v[len(v)-vocab:][:tok.VocabSize()], temperature, rng))
 	}
 	return tok.Decode(ids), nil
 }

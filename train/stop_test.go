@@ -58,7 +58,7 @@ func TestStopAtStepBoundary(t *testing.T) {
 			}
 			sameLosses(t, straight.Out, split.Out)
 			final := func(c Config) string {
-				b, err := os.ReadFile(filepath.Join(c.Out, "checkpoints", "step-000012", stateFile))
+				b, err := os.ReadFile(filepath.Join(c.Out, "checkpoints", "step-000012", "state.safetensors"))
 				if err != nil {
 					t.Fatal(err)
 				}

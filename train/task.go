@@ -5,6 +5,7 @@ import (
 
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/nn"
 )
 
@@ -22,12 +23,18 @@ type task struct {
 	unit  string
 	// notes are said once before training: files the data left out.
 	notes []string
+	// arch is the HF config of a model started from an HF folder.
+	arch *hf.Config
 }
 
 func newTask(c Config) (*task, error) {
 	switch c.Model {
-	case "gpt":
+	case "gpt", "llama":
 		tok, err := c.tokenizer()
+		if err != nil {
+			return nil, err
+		}
+		build, arch, err := c.languageModel(tok.VocabSize())
 		if err != nil {
 			return nil, err
 		}
@@ -35,7 +42,6 @@ func newTask(c Config) (*task, error) {
 		if err != nil {
 			return nil, err
 		}
-		cfg := c.gptConfig(tok.VocabSize())
 		// A sampler per call: ranks draw the same batches concurrently,
 		// each keeping its share (data.Batch.Share).
 		draw := func(tokens []int, seed, pos uint64) data.Batch {
@@ -44,10 +50,10 @@ func newTask(c Config) (*task, error) {
 			return s.Next()
 		}
 		return &task{
-			build: func(init *nn.Init) models.Model { return models.NewGPT(init, cfg) },
+			build: build,
 			batch: func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
 			val:   func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
-			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, notes: notes,
+			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, notes: notes, arch: arch,
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
@@ -70,7 +76,7 @@ func newTask(c Config) (*task, error) {
 			units: c.BatchSize, unit: "images", seed: c.Seed,
 		}, nil
 	}
-	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, cnn, hybrid do; mlp is for weft parity)", c.Model)
+	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, llama, cnn, hybrid do; mlp is for weft parity)", c.Model)
 }
 
 // gptTokens are the training and validation ids gpt reads: the Go corpus

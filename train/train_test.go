@@ -94,7 +94,7 @@ func TestInterruptedCheckpointLeavesLatest(t *testing.T) {
 	if err := os.MkdirAll(half, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(half, stateFile), []byte("\x10\x00\x00"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(half, "state.safetensors"), []byte("\x10\x00\x00"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	m, _, err := ReadManifest(dir)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/dtype"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/bad-inputs.md from the catalogue")
@@ -100,11 +101,12 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt:\n  width: 64.5\n"))}
 	}, nil, 0},
 	{"resuming a run that has finished", func(dir string) []string {
-		root := newRoot()
-		root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
-		root.SetOut(io.Discard)
-		root.Execute()
+		trainCNN(dir)
 		return []string{"train", "--model", "cnn", "--steps", "1", "--resume", "--out", dir}
+	}, nil, 0},
+	{"resuming a run as another model", func(dir string) []string {
+		trainCNN(dir)
+		return []string{"train", "--model", "hybrid", "--steps", "2", "--resume", "--out", dir}
 	}, nil, 0},
 	{"sampling a negative number of characters", func(string) []string { return []string{"sample", "--n", "-5"} }, nil, 0},
 	{"sampling at a negative temperature", func(string) []string { return []string{"sample", "--temperature", "-1"} }, nil, 0},
@@ -210,6 +212,17 @@ var catalogue = []badInput{
 	{"a bad spec argument in a config", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precision: bf16-mixed+fp8(history=0)\n")), "--out", dir}
 	}, nil, 0},
+	{"an HF folder whose key/value heads do not divide its heads", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"intermediate_size":128,"max_position_embeddings":64}`))
+		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
+	}, nil, 0},
+	{"an HF folder whose weights lack a tensor", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"gpt2","vocab_size":98,"n_positions":64,"n_embd":8,"n_head":2,"n_layer":1}`))
+		wte := checkpoint.Tensor{Name: "transformer.wte.weight", DType: dtype.F32, Shape: []int{98, 8}, Data: make([]byte, 98*8*4)}
+		checkpoint.WriteSafetensors(filepath.Join(dir, "model.safetensors"), []checkpoint.Tensor{wte}, nil)
+		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
+	}, nil, 0},
+	{"an unknown export layout", func(dir string) []string { return []string{"export", "--format", "bert", dir, dir} }, nil, 0},
 }
 
 // shardedArgs trains cnn for steps on two ranks under zero1, which writes
@@ -329,4 +342,12 @@ func runLimited(t *testing.T, bin string, args []string, limit uint64) (string, 
 		t.Fatalf("weft %s: %v", strings.Join(args, " "), err)
 	}
 	return strings.TrimPrefix(strings.TrimSpace(stderr.String()), "weft: "), exit.ExitCode()
+}
+
+// trainCNN trains the cnn for one step into the run folder dir.
+func trainCNN(dir string) {
+	root := newRoot()
+	root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
+	root.SetOut(io.Discard)
+	root.Execute()
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/train"
 )
 
@@ -28,7 +29,7 @@ the precision state saved with it (loss scale, amax histories ...).`,
 			}
 			var f *checkpoint.File
 			if manifest != nil {
-				f, err = train.OpenVerified(filepath.Dir(tensors), manifest, filepath.Base(tensors))
+				f, err = fabric.OpenVerified(filepath.Dir(tensors), &manifest.Manifest, filepath.Base(tensors))
 			} else {
 				f, err = checkpoint.ReadSafetensors(tensors)
 			}

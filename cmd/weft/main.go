@@ -34,7 +34,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(trainCmd(), parityCmd(), planCmd(), sampleCmd(), inspectCmd(), benchCmd(), compareCmd(), quantizeCmd(), consolidateCmd())
+	root.AddCommand(trainCmd(), parityCmd(), planCmd(), sampleCmd(), inspectCmd(), benchCmd(), compareCmd(), quantizeCmd(), consolidateCmd(), exportCmd())
 	return root
 }
 

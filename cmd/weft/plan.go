@@ -24,6 +24,7 @@ func planCmd() *cobra.Command {
 		tp      int
 		batch   int
 		asJSON  bool
+		ckpt    []string
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -58,6 +59,7 @@ and the split Linears' layouts and the group's all-reduces follow.`,
 			if err != nil {
 				return err
 			}
+			p.ActivationCheckpointing = ckpt
 			if b, ok := sampleBatch(m, batch); ok {
 				if err := p.PredictPeak(b); err != nil {
 					return err
@@ -80,6 +82,7 @@ and the split Linears' layouts and the group's all-reduces follow.`,
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row: the plan is a rank's, with the split Linears' layouts")
 	cmd.Flags().IntVar(&batch, "batch", 8, "global batch rows of the step whose peak is predicted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().StringSliceVar(&ckpt, "activation-checkpointing", nil, "predict the peak with these modules' forward recomputed in backward, e.g. 'blocks.*'")
 	return cmd
 }
 

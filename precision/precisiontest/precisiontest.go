@@ -64,6 +64,7 @@ var ops = []autograd.Op{
 	autograd.OpLinear, autograd.OpMatMul, autograd.OpConv2d, autograd.OpLayerNorm,
 	autograd.OpSoftmax, autograd.OpCrossEntropy, autograd.OpAdd, autograd.OpMul,
 	autograd.OpGELU, autograd.OpReLU, autograd.OpMaskedFill, autograd.OpEmbedding,
+	autograd.OpRMSNorm, autograd.OpSiLU, autograd.OpRotary,
 }
 
 // floats are the input dtypes a Caster is asked about.

@@ -101,7 +101,7 @@ func (p *FourBit) ConvertModule(path string, m nn.Module) error {
 		return err
 	}
 	q := Quantize4(p.Codebook, l.Weight.Value, p.BlockSize, p.Double)
-	freeze(l, &linear4{owner: p, q: q}, q.Codes)
+	freeze(l, &linear4{owner: p, q: q, deferred: deferredOf(l.Weight)}, q.Codes)
 	return nil
 }
 
@@ -111,8 +111,20 @@ func (p *FourBit) Declined(path string) (string, bool) { return p.declines.Why(p
 
 // linear4 is the arithmetic of a FourBit Linear.
 type linear4 struct {
-	owner *FourBit
-	q     *Blockwise
+	owner    *FourBit
+	q        *Blockwise
+	deferred *deferred // the weight was built on shapes alone
+}
+
+// Materialize quantizes a weight built on shapes alone from its
+// initialiser (see deferred).
+func (g *linear4) Materialize() {
+	if g.deferred != nil {
+		w := g.deferred.draw()
+		g.q = Quantize4(g.q.Codebook, w, g.q.BlockSize, g.q.Nested != nil)
+		tensor.Free(w)
+		g.deferred = nil
+	}
 }
 
 func (g *linear4) Linear(tp *autograd.Tape, x, _, b *autograd.Var) *autograd.Var {
@@ -177,7 +189,7 @@ func (p *Int8) ConvertModule(path string, m nn.Module) error {
 		return nil
 	}
 	q, _ := QuantizeRows(l.Weight.Value, 0)
-	freeze(l, &linear8{owner: p, w: q}, q.Codes)
+	freeze(l, &linear8{owner: p, w: q, deferred: deferredOf(l.Weight)}, q.Codes)
 	return nil
 }
 
@@ -188,8 +200,20 @@ func (p *Int8) Declined(path string) (string, bool) { return p.declines.Why(path
 // linear8 is the arithmetic of an Int8 Linear; w is the frozen weight of
 // "int8", nil for "int8-training".
 type linear8 struct {
-	owner *Int8
-	w     *RowWise
+	owner    *Int8
+	w        *RowWise
+	deferred *deferred // the frozen weight was built on shapes alone
+}
+
+// Materialize quantizes a frozen weight built on shapes alone from its
+// initialiser (see deferred).
+func (g *linear8) Materialize() {
+	if g.deferred != nil {
+		w := g.deferred.draw()
+		g.w, _ = QuantizeRows(w, 0)
+		tensor.Free(w)
+		g.deferred = nil
+	}
 }
 
 func (g *linear8) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var {
@@ -352,6 +376,30 @@ func eligible(path string, m nn.Module, skip []string, owner plugin) (l *nn.Line
 		return nil, "", fmt.Errorf("quant: %s cannot convert %q: %w by %T (quantize before adding LoRA; one plugin replaces a Linear's arithmetic)", owner.Name(), path, nn.ErrGEMMReplaced, l.GEMM)
 	}
 	return l, "", nil
+}
+
+// deferred is a weight built on shapes alone (nn.Meta) with its
+// initialiser, quantized when training materialises the model
+// (fabric.Setup calls Materialize): drawn and quantized one weight at a
+// time, so that no rank holds the float model whole. A plan never calls
+// it and stays on shapes.
+type deferred struct {
+	init  autograd.Initializer
+	shape []int
+}
+
+// deferredOf is w's deferred weight, nil unless w has a shape alone and
+// an initialiser.
+func deferredOf(w *autograd.Var) *deferred {
+	if !w.Value.IsMeta() || w.Init == nil {
+		return nil
+	}
+	return &deferred{init: w.Init, shape: slices.Clone(w.Value.Shape())}
+}
+
+// draw is the weight's initial value, float32 as nn builds it.
+func (d *deferred) draw() *tensor.Tensor {
+	return tensor.Generate(func(dst []float32) { d.init.Fill(dst, 0) }, d.shape...)
 }
 
 // freeze installs g, which holds the Linear's weight as codes, and drops

@@ -1,0 +1,90 @@
+package train
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/models/hf"
+	"github.com/weftml/weft/nn"
+)
+
+// languageModel returns what builds the run's language model over vocab
+// token ids (its tokenizer's): the gpt or llama of its sizes, or, when
+// InitFrom is an HF model folder (it holds a config.json), the model that
+// folder describes (arch, its config), which must take the tokenizer's ids
+// and the run's context.
+func (c Config) languageModel(vocabSize int) (build func(init *nn.Init) models.Model, arch *hf.Config, err error) {
+	if c.InitFrom == "" || !hf.IsModelDir(c.InitFrom) {
+		if c.Model == "llama" {
+			return func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig(vocabSize)) }, nil, nil
+		}
+		return func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig(vocabSize)) }, nil, nil
+	}
+	cfg, err := hf.ReadConfig(c.InitFrom)
+	if err != nil {
+		return nil, nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
+	}
+	if build, err = cfg.Builder(); err != nil {
+		return nil, nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
+	}
+	var vocab, context int
+	var tied bool
+	switch m := build(nn.Meta(0)).(type) {
+	case *models.GPT:
+		vocab, context, tied = m.Config().Vocab, m.Config().Context, m.Config().TiedHead
+	case *models.Llama:
+		vocab, context, tied = m.Config().Vocab, m.Config().Context, m.Config().TiedHead
+	}
+	switch {
+	case vocab < vocabSize || context < c.GPT.Context:
+		return nil, nil, fmt.Errorf("init from %s: its model takes %d token ids and %d positions; the run's tokenizer needs %d ids and its context %d positions",
+			c.InitFrom, vocab, context, vocabSize, c.GPT.Context)
+	case tied && c.Strategy == "fsdp":
+		// The head reads the embedding outside the embedding's unit, where
+		// fsdp has freed its gathered copy.
+		return nil, nil, fmt.Errorf("init from %s: its head is the token embedding (tie_word_embeddings), which fsdp cannot shard; use single, ddp, zero1 or zero2", c.InitFrom)
+	}
+	return build, &cfg, nil
+}
+
+// languageModel returns what builds the model m's run trained: the HF
+// config's model it started from, recorded in the manifest, or the gpt or
+// llama of its sizes.
+func (m *Manifest) languageModel() (func(init *nn.Init) models.Model, error) {
+	if m.Config.HF != nil {
+		return m.Config.HF.Builder()
+	}
+	if m.Config.Model != "gpt" && m.Config.Model != "llama" {
+		return nil, fmt.Errorf("the run trained %s; gpt and llama runs export and sample", m.Config.Model)
+	}
+	tok, err := m.Config.tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	build, _, err := m.Config.languageModel(tok.VocabSize())
+	return build, err
+}
+
+// Export writes the latest weights of run (a run folder of a gpt or llama)
+// to out in an HF layout, format gpt2 or llama: config.json and
+// model.safetensors, which transformers (or testdata/hf/oracle.py) loads
+// and --init-from takes back.
+func Export(run, format, out string) error {
+	m, _, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	build, err := m.languageModel()
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	model := build(nn.NewInit(m.Config.Seed))
+	if err := loadWeights(nil, run, model); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if err := hf.Save(out, format, model); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	return nil
+}
