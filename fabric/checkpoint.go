@@ -102,10 +102,14 @@ func (f *Fabric) shardedOptimizer() bool {
 
 // barrier waits for every rank (nothing to wait for on one device).
 func (f *Fabric) barrier(ctx context.Context) error {
-	if f.dist == nil {
+	c := f.mesh.c // every rank of a mesh
+	switch {
+	case c == nil && f.dist == nil:
 		return nil
+	case c == nil:
+		c = f.dist.Comm()
 	}
-	if err := f.dist.Comm().Barrier(ctx); err != nil {
+	if err := c.Barrier(ctx); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
@@ -143,11 +147,17 @@ func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
 		}
 		m.Config = b
 	}
-	tensors, moments, err := f.stateTensors(ctx, &m, opts.Full)
+	var gathered []*tensor.Tensor // a mesh's whole tensors, freed once written
+	defer func() {
+		for _, t := range gathered {
+			tensor.Free(t)
+		}
+	}()
+	tensors, moments, err := f.stateTensors(ctx, &m, opts.Full, &gathered)
 	if err != nil {
 		return err
 	}
-	if f.shardedOptimizer() && !opts.Full {
+	if f.shardedOptimizer() && !opts.Full && f.tensors == nil {
 		m.OptimizerShards = f.dist.Comm().Size()
 		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, shardFile(f.dist.Comm().Rank())), moments, nil); err != nil {
 			return err
@@ -178,11 +188,23 @@ func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
 
 // stateTensors lists the parameters and the optimizer's moments as Save
 // writes them, recording each moment's step in m; full gathers sharded
-// moments whole.
-func (f *Fabric) stateTensors(ctx context.Context, m *Manifest, full bool) (params, moments []checkpoint.Tensor, err error) {
+// moments whole, and so does a mesh, whose split tensors it gathers whole
+// too (adding what it gathered to made).
+func (f *Fabric) stateTensors(ctx context.Context, m *Manifest, full bool, made *[]*tensor.Tensor) (params, moments []checkpoint.Tensor, err error) {
 	states, _ := f.opt.(adamStates)
 	for i, p := range nn.Parameters(f.model) {
-		params = append(params, f.whole(ctx, "model."+p.Path, i, p.Var.Value))
+		if f.tensors == nil {
+			params = append(params, f.whole(ctx, "model."+p.Path, i, p.Var.Value))
+		} else {
+			v, err := f.wholeParam(ctx, i, p)
+			if err != nil {
+				return nil, nil, fmt.Errorf("checkpoint: %w", err)
+			}
+			if v != p.Var.Value {
+				*made = append(*made, v)
+			}
+			params = append(params, stored("model."+p.Path, v))
+		}
 		if states == nil {
 			continue
 		}
@@ -196,7 +218,15 @@ func (f *Fabric) stateTensors(ctx context.Context, m *Manifest, full bool) (para
 			t      *tensor.Tensor
 		}{{".exp_avg", st.ExpAvg}, {".exp_avg_sq", st.ExpAvgSq}} {
 			t := mo.t
-			if full && f.shardedOptimizer() {
+			switch {
+			case f.tensors != nil:
+				if t, err = f.wholeMoment(ctx, p, t); err != nil {
+					return nil, nil, fmt.Errorf("checkpoint: %w", err)
+				}
+				if t != mo.t {
+					*made = append(*made, t)
+				}
+			case full && f.shardedOptimizer():
 				if t, err = f.joinChunks(ctx, t, p.Var.Value.Shape()); err != nil {
 					return nil, nil, err
 				}
@@ -299,12 +329,14 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	param := func(name string, _ []int) (*tensor.Tensor, error) { return ck.Tensor(name) }
 	states, _ := f.opt.(adamStates)
 	for i, p := range nn.Parameters(f.model) {
-		v, ok, err := fit.take("model."+p.Path, p.Var.Value, "parameters", param)
+		v, ok, err := fit.take("model."+p.Path, f.wholeLike(p, p.Var.Value), "parameters", param)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			p.Var.Value = v
+			if p.Var.Value, err = f.shareOf(p, v); err != nil {
+				return nil, err
+			}
 		}
 		steps, stepped := m.OptimizerSteps[p.Path]
 		if !stepped || states == nil {
@@ -314,6 +346,7 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 		if f.stateDType != dtype.Invalid {
 			like = tensor.Meta(f.stateDType, like.Shape()...)
 		}
+		like = f.wholeLike(p, like)
 		st := &optim.AdamState{Step: steps}
 		var avg, avgSq bool
 		if st.ExpAvg, avg, err = fit.take("optim."+p.Path+".exp_avg", like, "optimizer moments", ck.Moment); err != nil {
@@ -324,6 +357,12 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 		}
 		if !avg || !avgSq {
 			continue
+		}
+		if st.ExpAvg, err = f.shareOf(p, st.ExpAvg); err != nil {
+			return nil, err
+		}
+		if st.ExpAvgSq, err = f.shareOf(p, st.ExpAvgSq); err != nil {
+			return nil, err
 		}
 		if f.shardedOptimizer() {
 			st.ExpAvg, st.ExpAvgSq = f.dist.Shard(i, st.ExpAvg), f.dist.Shard(i, st.ExpAvgSq)

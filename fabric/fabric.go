@@ -15,6 +15,7 @@ import (
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
@@ -28,8 +29,10 @@ type Fabric struct {
 	plan    *precision.Resolution // set by Setup
 	scopes  *precision.Scopes
 	scaler  precision.Scaler
-	dist    *strategy.Rank // nil on one device
-	spy     *nanSpy        // set while FirstNonFinite looks for a blow-up
+	dist    *strategy.Rank   // nil on one device
+	tensors *parallel.Layout // nil unless SplitTensors
+	mesh    meshAgreement    // SplitTensors'
+	spy     *nanSpy          // set while FirstNonFinite looks for a blow-up
 	distCfg *distConfig
 	meter   *meter // a plan's pass on meta tensors: cuts it at units
 	tape    autograd.Tape
@@ -181,6 +184,9 @@ func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) erro
 		}
 		plan.AgreeOver(f.dist)
 	}
+	if f.tensors != nil {
+		plan.AgreeOver(f.mesh)
+	}
 	f.model = m
 	return nil
 }
@@ -241,7 +247,10 @@ func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*au
 }
 
 func (f *Fabric) forward(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
-	run := func() (*autograd.Var, error) { return f.scoped(ctx, fn) }
+	run := func() (out *autograd.Var, err error) {
+		err = f.guardTensors(ctx, func() (err error) { out, err = f.scoped(ctx, fn); return err })
+		return out, err
+	}
 	var out *autograd.Var
 	var err error
 	if f.dist != nil {
@@ -294,7 +303,9 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 			f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.steps, l, f.diagnose())
 		}
 	}
-	run := func() error { return f.tape.BackwardScaled(loss, f.scaler.Scale()) }
+	run := func() error {
+		return f.guardTensors(ctx, func() error { return f.tape.BackwardScaled(loss, f.scaler.Scale()) })
+	}
 	if f.dist == nil {
 		return run()
 	}
@@ -313,17 +324,9 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	var sq float64
-	for _, p := range params {
-		if p.Var.Grad != nil {
-			n := p.Var.Grad.Norm()
-			sq += n * n
-		}
-	}
-	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
-		if sq, err = f.dist.Sum(context.Background(), sq); err != nil {
-			return 0, err
-		}
+	sq, err := f.gradSquares(params)
+	if err != nil {
+		return 0, err
 	}
 	norm := math.Sqrt(sq)
 	if coef := maxNorm / (norm + 1e-6); coef < 1 {

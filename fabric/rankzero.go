@@ -8,6 +8,9 @@ import (
 // IsGlobalZero reports whether this is rank 0 of the job (true on one
 // device): the rank that writes shared files and reports.
 func (f *Fabric) IsGlobalZero() bool {
+	if f.tensors != nil { // the strategy's ranks are a mesh column
+		return f.mesh.c.Rank() == 0
+	}
 	_, r := f.ranks()
 	return r == 0
 }

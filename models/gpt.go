@@ -161,6 +161,10 @@ func (b *Block) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	return exit(x)
 }
 
+// CheckSplit is the attention's: the block lists its projections as its
+// own children.
+func (b *Block) CheckSplit(ranks int) error { return b.Attn.CheckSplit(ranks) }
+
 func (b *Block) Params() []nn.Param { return nil }
 func (b *Block) Children() []nn.Child {
 	return append(append([]nn.Child{{Name: "ln1", Module: b.Ln1}}, b.Attn.Children()...),

@@ -1,6 +1,7 @@
 package nn
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/weftml/weft/autograd"
@@ -15,10 +16,15 @@ import (
 // PyTorch's).
 //
 // B = batch, T = sequence length, C = embedding width, nh = heads, hs = C/nh.
+//
+// Under tensor parallelism QKV holds the q, k and v columns of the rank's
+// heads only and Proj the matching input columns: the head count the
+// forward pass runs is the one QKV's output has room for, so that a split
+// needs no change here.
 type CausalSelfAttention struct {
 	QKV   *Linear // C -> 3C, split into q, k, v in that order
 	Proj  *Linear // C -> C
-	Heads int     // 2
+	Heads int     // 2: of the whole layer, which fix the head size
 	// OpByOp computes the attention op by op, keeping the scores and
 	// probabilities for backward (nanoGPT without flash): false.
 	OpByOp bool
@@ -29,13 +35,16 @@ func NewCausalSelfAttention(init *Init, width, heads int) *CausalSelfAttention {
 }
 
 func (a *CausalSelfAttention) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
-	qkv := a.QKV.Forward(tp, x) // (B, T, 3C)
-	return a.Proj.Forward(tp, CausalAttention(tp, qkv, a.Heads, a.OpByOp))
+	hs := x.Value.Dim(-1) / a.Heads
+	qkv := a.QKV.Forward(tp, x) // (B, T, 3·nh·hs): nh is a.Heads, or this rank's share of them
+	nh := qkv.Value.Dim(-1) / (3 * hs)
+	return a.Proj.Forward(tp, CausalAttention(tp, qkv, nh, a.OpByOp))
 }
 
 // CausalAttention is the attention of CausalSelfAttention between its
-// projections: from qkv (B, T, 3C) to y (B, T, C), fused unless opByOp is
-// set or the tape's precision rounds in a way the fused op does not model.
+// projections: from qkv (B, T, 3C) of heads heads to y (B, T, C), fused
+// unless opByOp is set or the tape's precision rounds in a way the fused
+// op does not model.
 func CausalAttention(tp *autograd.Tape, qkv *autograd.Var, heads int, opByOp bool) *autograd.Var {
 	if !opByOp {
 		if y, ok := tp.CausalAttention(qkv, heads); ok {
@@ -62,4 +71,13 @@ func (a *CausalSelfAttention) Params() []Param { return nil }
 // at its own level (as the reference gpt does) lists these as its children.
 func (a *CausalSelfAttention) Children() []Child {
 	return []Child{{Name: "qkv", Module: a.QKV}, {Name: "proj", Module: a.Proj}}
+}
+
+// CheckSplit accepts a split of the projections by whole heads only: a
+// rank runs the heads its qkv holds.
+func (a *CausalSelfAttention) CheckSplit(ranks int) error {
+	if a.Heads%ranks != 0 {
+		return fmt.Errorf("%d attention heads do not split evenly over %d ranks", a.Heads, ranks)
+	}
+	return nil
 }

@@ -16,6 +16,10 @@ type Linear struct {
 	// hook through which precision plugins replace a layer's arithmetic
 	// (FP8 GEMMs, quantized weights) while its parameters stay in place.
 	GEMM LinearGEMM
+	// Split, if set, is the tensor-parallel layout of a Linear that holds
+	// one rank's share of Weight and Bias; it runs the GEMM (GEMM's, if
+	// set) on that share.
+	Split Split
 }
 
 // LinearGEMM computes x·wᵀ + b (b may be nil) on the tape.
@@ -70,10 +74,18 @@ func NewLinear(init *Init, in, out int, bias bool) *Linear {
 
 func (l *Linear) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	x, exit := tp.Enter(l, x)
-	if l.GEMM != nil {
-		return exit(l.GEMM.Linear(tp, x, l.Weight, l.Bias))
+	if l.Split != nil {
+		return exit(l.Split.Forward(tp, x, l.Bias, func(x, b *autograd.Var) *autograd.Var { return l.gemm(tp, x, b) }))
 	}
-	return exit(tp.Linear(x, l.Weight, l.Bias))
+	return exit(l.gemm(tp, x, l.Bias))
+}
+
+// gemm is x·Wᵀ + b, computed by GEMM if set.
+func (l *Linear) gemm(tp *autograd.Tape, x, b *autograd.Var) *autograd.Var {
+	if l.GEMM != nil {
+		return l.GEMM.Linear(tp, x, l.Weight, b)
+	}
+	return tp.Linear(x, l.Weight, b)
 }
 
 func (l *Linear) Params() []Param {

@@ -144,10 +144,13 @@ func modelOf(c Config) string {
 	return c.Model
 }
 
-// strategyOf describes c's strategy and devices.
+// strategyOf describes c's strategy, devices and mesh.
 func strategyOf(c Config) string {
 	if c.Devices == 1 {
 		return c.Strategy + " on 1 device"
+	}
+	if c.TP > 1 {
+		return fmt.Sprintf("%s on %d devices (tp %d)", c.Strategy, c.Devices, c.TP)
 	}
 	return fmt.Sprintf("%s on %d devices", c.Strategy, c.Devices)
 }

@@ -34,6 +34,7 @@ type Config struct {
 	LossScale string      `yaml:"loss_scale"` // auto or none
 	Strategy  string      `yaml:"strategy"`   // single
 	Devices   int         `yaml:"devices"`    // 1
+	TP        int         `yaml:"tp"`         // 1: tensor-parallel ranks per mesh row (see train/tp.go)
 	Comm      string      `yaml:"comm"`       // auto (mpi under an MPI launcher, else local), local (ranks as goroutines) or mpi
 	// CommTimeout is how long a collective waits for a lost or hung peer
 	// before the run fails (30s).
@@ -276,12 +277,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("%s size %+v: layers, heads and context must be positive and width a multiple of heads", c.Model, c.GPT)
 	case c.Model == "llama" && c.GPT.Width/c.GPT.Heads%2 != 0:
 		return fmt.Errorf("llama size %+v: the head width (width/heads = %d) must be even for rotary embeddings", c.GPT, c.GPT.Width/c.GPT.Heads)
-	case c.Strategy == "single" && c.Devices > 1:
-		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.Devices)
+	case c.Strategy == "single" && c.dataRanks() > 1:
+		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.dataRanks())
 	case c.Devices < 1:
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
-	case c.BatchSize%max(c.Devices, 1) != 0:
-		return fmt.Errorf("batch size %d does not split evenly over %d devices", c.BatchSize, c.Devices)
+	case c.BatchSize%max(c.dataRanks(), 1) != 0:
+		return fmt.Errorf("batch size %d does not split evenly over %d data-parallel devices", c.BatchSize, c.dataRanks())
 	case len(c.LoRA.Targets) > 0 && (c.LoRA.Rank < 1 || c.Devices != 1):
 		return fmt.Errorf("lora: rank %d on %d devices: want rank ≥ 1 on one device", c.LoRA.Rank, c.Devices)
 	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
@@ -296,6 +297,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("val_fraction %g: want a fraction between 0 and 1, such as 0.1", c.ValFraction)
 	case c.CommTimeout < time.Millisecond:
 		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
+	}
+	if err := c.validateTP(); err != nil {
+		return err
 	}
 	if err := c.validateLoop(); err != nil {
 		return err

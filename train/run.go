@@ -185,16 +185,25 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		}
 		pol.Default = root
 	}
-	plan, err := fabric.MakePlan(r.t.metaModel(), pol, scaling, c.Strategy, r.comm.Size())
+	mesh, err := newRankMesh(r.stop.work, c, r.comm)
+	if err != nil {
+		return nil, err
+	}
+	defer mesh.close()
+	meta := r.t.metaModel()
+	if err := mesh.split(c, meta, false); err != nil {
+		return nil, err
+	}
+	plan, err := fabric.MakePlan(meta, pol, scaling, c.Strategy, mesh.data.Size())
 	if err != nil {
 		return nil, err
 	}
 	r.f = fabric.NewPolicy(pol, scaling)
 	r.f.SeedEverything(c.Seed)
-	if r.comm.Size() > 1 || info.Sharding.OptimizerState {
-		r.f.Distribute(info, r.comm)
+	if mesh.data.Size() > 1 || info.Sharding.OptimizerState {
+		r.f.Distribute(info, mesh.data)
 	}
-	lead := r.f.IsGlobalZero()
+	lead := r.comm.Rank() == 0 // the fabric's IsGlobalZero, on any mesh
 	if lead {
 		r.obs = r.report
 	}
@@ -202,9 +211,9 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	// from the initialisers at setup. A quantized model is built on shapes
 	// under every strategy: setup draws each frozen weight alone before
 	// quantizing it, and the rest one tensor at a time, so the float model
-	// never exists whole. Weights read from a run or beside LoRA adapters
-	// are built whole.
-	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0
+	// never exists whole. Weights read from a run or beside LoRA adapters,
+	// and those a mesh row splits, are built whole.
+	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && mesh.mesh == nil
 	r.model = r.t.build(r.f.InitModule(empty))
 	plan.ActivationCheckpointing = c.ActivationCheckpointing
 	if err := plan.PredictPeak(r.t.batch(0)); err != nil {
@@ -214,6 +223,12 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		if err := loadWeights(r.f, c.InitFrom, r.model); err != nil {
 			return nil, err
 		}
+	}
+	if err := mesh.split(c, r.model, true); err != nil {
+		return nil, err
+	}
+	if mesh.layout != nil {
+		r.f.SplitTensors(mesh.layout, r.comm)
 	}
 	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {

@@ -79,7 +79,7 @@ func (s *stopper) agree(r *rankRun) (bool, error) {
 	}
 	if r.comm.Size() > 1 {
 		var err error
-		if v, err = r.f.Rank().Sum(s.work, v); err != nil {
+		if v, err = r.sum(s.work, v); err != nil {
 			return false, fmt.Errorf("agreeing whether to stop: %w", err)
 		}
 	}

@@ -263,19 +263,26 @@ func TestConsolidate(t *testing.T) {
 	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
 		t.Fatal(err)
 	}
+	f := consolidated(t, c.Out)
+	w, ok1 := f.Tensor("model.blocks.0.fc.weight")
+	m, ok2 := f.Tensor("optim.blocks.0.fc.weight.exp_avg_sq")
+	if !ok1 || !ok2 || !tensor.EqualShape(w.Shape, m.Shape) {
+		t.Fatalf("consolidated file lacks whole moments: %v %v", w.Shape, m.Shape)
+	}
+}
+
+// consolidated is the file Consolidate writes of run's latest checkpoint.
+func consolidated(t *testing.T, run string) *checkpoint.File {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "whole.safetensors")
-	if err := Consolidate(c.Out, out); err != nil {
+	if err := Consolidate(run, out); err != nil {
 		t.Fatal(err)
 	}
 	f, err := checkpoint.ReadSafetensors(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, ok1 := f.Tensor("model.blocks.0.fc.weight")
-	m, ok2 := f.Tensor("optim.blocks.0.fc.weight.exp_avg_sq")
-	if !ok1 || !ok2 || !tensor.EqualShape(w.Shape, m.Shape) {
-		t.Fatalf("consolidated file lacks whole moments: %v %v", w.Shape, m.Shape)
-	}
+	return f
 }
 
 // TestQLoRA fine-tunes a trained gpt on another part of the Go corpus with

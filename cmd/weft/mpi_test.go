@@ -27,19 +27,53 @@ func TestParityUnderMpirun(t *testing.T) {
 		for _, model := range []string{"mlp", "cnn", "gpt"} {
 			for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
 				t.Run(fmt.Sprintf("%s/%s/%d", model, st, n), func(t *testing.T) {
-					args := []string{"parity", "--model", model, "--precision", "64-true", "--strategy", st, "--devices", strconv.Itoa(n), "--json", "--refs", "../../testdata/reference"}
-					mpiOut, err := exec.Command(mpirun, append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)...).CombinedOutput()
-					if err != nil {
-						t.Fatalf("mpirun: %v\n%s", err, mpiOut)
-					}
-					localOut, code := run(append(args, "--comm", "local")...)
-					if code != 0 {
-						t.Fatalf("local: %s", localOut)
-					}
-					sameLosses(t, string(mpiOut), localOut)
+					mpiMatchesLocal(t, mpirun, bin, n, []string{"parity", "--model", model, "--precision", "64-true", "--strategy", st, "--devices", strconv.Itoa(n), "--json", "--refs", "../../testdata/reference"})
 				})
 			}
 		}
+	}
+}
+
+// mpiMatchesLocal runs weft with args as n Open MPI processes and as n
+// in-process ranks and requires the same losses, bit for bit.
+func mpiMatchesLocal(t *testing.T, mpirun, bin string, n int, args []string) {
+	t.Helper()
+	mpiOut, err := exec.Command(mpirun, append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, mpiOut)
+	}
+	localOut, code := run(append(args, "--comm", "local")...)
+	if code != 0 {
+		t.Fatalf("local: %s", localOut)
+	}
+	sameLosses(t, string(mpiOut), localOut)
+}
+
+// TestTensorParallelUnderMpirun runs tensor-parallel parity replays as
+// Open MPI processes, the mesh's rows and columns split with
+// MPI_Comm_split, and requires the losses of as many in-process ranks, bit
+// for bit (TestParityTensorParallel holds those to one device).
+func TestTensorParallelUnderMpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil || testing.Short() {
+		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
+	}
+	bin := buildWeft(t)
+	for _, tc := range []struct {
+		devices int
+		args    string
+	}{
+		{2, "--model gpt --tp 2 --strategy single"},
+		{4, "--model gpt --tp 2 --strategy ddp"},
+		{4, "--model gpt --tp 2 --strategy zero1"},
+		{4, "--model gpt --tp 2 --strategy zero2"},
+		{4, "--model gpt --tp 2 --strategy fsdp"},
+		{4, "--gpt 2,32,8,8 --tp 4 --strategy single"},
+	} {
+		t.Run(strconv.Itoa(tc.devices)+"/"+strings.ReplaceAll(tc.args, " ", ""), func(t *testing.T) {
+			args := append(append([]string{"parity"}, strings.Fields(tc.args)...), "--precision", "64-true", "--devices", strconv.Itoa(tc.devices), "--json", "--refs", "../../testdata/reference")
+			mpiMatchesLocal(t, mpirun, bin, tc.devices, args)
+		})
 	}
 }
 
@@ -163,6 +197,7 @@ func TestTrainUnderMpirun(t *testing.T) {
 		"hybrid-ddp":     {"--model", "hybrid", "--precision", "bf16-true", "--precision-for", "vision.**=16-mixed", "--strategy", "ddp"},
 		"cnn-bf16-zero2": {"--model", "cnn", "--precision", "bf16-true", "--strategy", "zero2"},
 		"nf4-fsdp":       {"--precision", "bf16-true+nf4-dq", "--strategy", "fsdp"},
+		"te-tp2":         {"--precision", "transformer-engine", "--strategy", "single", "--tp", "2"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			train := func(comm string) (losses string, state []byte) {

@@ -17,7 +17,8 @@ func parityCmd() *cobra.Command {
 	var (
 		refs, model, spec, dt string
 		strat, backend        string
-		devices               int
+		devices, tp           int
+		gptSize               string
 		asJSON                bool
 	)
 	cmd := &cobra.Command{
@@ -27,7 +28,13 @@ func parityCmd() *cobra.Command {
 trains the reference schedule with a precision and prints each step's loss.
 Without --json it compares against DIR/trajectories.json and fails on a
 mismatch, saying where. --dtype float64|float32 replays the pure-float runs
-(float64-manual, 32-true) with the loss in that dtype too.`,
+(float64-manual, 32-true) with the loss in that dtype too.
+
+--tp T splits the gpt's attention heads and MLP over mesh rows of T ranks
+(Megatron's tensor parallelism); --strategy then runs over the --devices/T
+ranks of each column. --gpt layers,width,heads,context trains a gpt of that
+size from weft's seeded initialisation on generated tokens, with no
+reference file, and compares it with the same run on one device.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("dtype") {
@@ -36,6 +43,10 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 			c, err := parity.CaseFor(spec)
 			if err != nil {
 				return err
+			}
+			dist := parity.Dist{Strategy: strat, Devices: devices, Backend: backend, TP: tp}
+			if cmd.Flags().Changed("gpt") {
+				return paritySized(cmd.OutOrStdout(), gptSize, c, dist, asJSON)
 			}
 			dir := refs
 			if !cmd.Flags().Changed("refs") {
@@ -53,7 +64,7 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 			if steps == 0 {
 				return fmt.Errorf("model %q has no runs in %s/trajectories.json (models: %v)", model, dir, traj.ModelNames())
 			}
-			res, err := parity.TrainOn(ref, model, steps, c.Spec, parity.Dist{Strategy: strat, Devices: devices, Backend: backend}, nil)
+			res, err := parity.TrainOn(ref, model, steps, c.Spec, dist, nil)
 			if err == nil && len(res.Ranks) > 0 && res.Ranks[0].Rank != 0 {
 				return nil // under mpirun, rank 0 reports
 			}
@@ -64,9 +75,7 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 			if asJSON {
 				return json.NewEncoder(out).Encode(res)
 			}
-			for s, l := range res.Losses {
-				fmt.Fprintf(out, "step %3d  loss %.9f\n", s, float64(l))
-			}
+			printLosses(out, res)
 			if res.NonFinite != "" {
 				fmt.Fprintln(out, res.NonFinite)
 			}
@@ -89,8 +98,71 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object instead of comparing")
 	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", ")+" (the global batch is split evenly over the ranks)")
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
+	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row (divides --devices; the gpt's heads split over them)")
+	cmd.Flags().StringVar(&gptSize, "gpt", "", "a gpt of layers,width,heads,context (e.g. 2,32,8,8) from seeded weights instead of a reference model")
 	cmd.Flags().StringVar(&backend, "comm", "local", "collectives: local (ranks as goroutines) or mpi (one process per rank, under mpirun; --devices 0 takes mpirun's size)")
 	return cmd
+}
+
+// printLosses prints each step's loss.
+func printLosses(out io.Writer, res *parity.Result) {
+	for s, l := range res.Losses {
+		fmt.Fprintf(out, "step %3d  loss %.9f\n", s, float64(l))
+	}
+}
+
+// sizedSteps is how many steps a --gpt replay trains.
+const sizedSteps = 8
+
+// paritySized trains the gpt of size on d and compares its losses with
+// the same run on one device, to 1e-9 relative for 64-true and float64,
+// else within the tolerance the precision has against PyTorch after step
+// 0 (a row-parallel Linear rounds its partial sums before reducing them).
+func paritySized(out io.Writer, size string, c parity.Case, d parity.Dist, asJSON bool) error {
+	cfg, err := parseGPTSize(size)
+	if err != nil {
+		return err
+	}
+	res, err := parity.TrainGPT(cfg, sizedSteps, c.Spec, d, nil)
+	if err != nil || len(res.Ranks) > 0 && res.Ranks[0].Rank != 0 {
+		return err // under mpirun, rank 0 reports
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	printLosses(out, res)
+	one, err := parity.TrainGPT(cfg, sizedSteps, c.Spec, parity.Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+	if err != nil {
+		return err
+	}
+	tol := c.Tol.Rest
+	if c.Run == "64-true" || c.Run == "float64-manual" {
+		tol = 1e-9 // the same arithmetic in float64, summed in another order
+	}
+	if tol == 0 {
+		fmt.Fprintf(out, "gpt %s %s: no tolerance is known for this precision; the one-device run's final loss is %.9f\n", size, res.Precision, float64(one.Losses[len(one.Losses)-1]))
+		return nil
+	}
+	if err := parity.SameLosses(res.Losses, one.Losses, tol); err != nil {
+		return fmt.Errorf("gpt %s %s on %d devices (tp %d) differs from one device: %w", size, res.Precision, d.Devices, max(d.TP, 1), err)
+	}
+	fmt.Fprintf(out, "gpt %s %s on %d devices (tp %d) matches one device: %d steps within %.0g relative\n",
+		size, res.Precision, d.Devices, max(d.TP, 1), len(res.Losses), tol)
+	return nil
+}
+
+// parseGPTSize reads --gpt's layers,width,heads,context.
+func parseGPTSize(s string) (models.GPTConfig, error) {
+	var cfg models.GPTConfig
+	n, err := fmt.Sscanf(s, "%d,%d,%d,%d", &cfg.Layers, &cfg.Width, &cfg.Heads, &cfg.Context)
+	switch {
+	case err != nil || n != 4 || fmt.Sprintf("%d,%d,%d,%d", cfg.Layers, cfg.Width, cfg.Heads, cfg.Context) != s:
+		return cfg, fmt.Errorf("--gpt %q: want layers,width,heads,context, four positive integers such as 2,32,8,8", s)
+	case cfg.Layers < 1 || cfg.Heads < 1 || cfg.Width < 1 || cfg.Width%cfg.Heads != 0 || cfg.Context < 2:
+		return cfg, fmt.Errorf("--gpt %q: want at least one layer, a width that the heads divide and a context of at least 2", s)
+	}
+	cfg.Vocab = models.ReferenceGPT.Vocab
+	return cfg, nil
 }
 
 // baselineRuns are what a composition PyTorch cannot run is compared with,

@@ -21,6 +21,7 @@ func planCmd() *cobra.Command {
 		model   string
 		strat   string
 		devices int
+		tp      int
 		batch   int
 		asJSON  bool
 		ckpt    []string
@@ -37,7 +38,9 @@ parameters, frozen weights, gradients and AdamW state under a strategy, and
 (gpt, cnn) its predicted allocator peak per rank over a training step on a
 global batch of --batch rows, with what is live at it. It refuses what
 training refuses, with the same message, and prints the warnings training
-prints.`,
+prints. With --tp T the model is split as a rank of a mesh row holds it
+(strategy and bytes are per rank of the --devices/T data-parallel ranks),
+and the split Linears' layouts and the group's all-reduces follow.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, scaling, err := prec.policy(cmd.ErrOrStderr())
@@ -48,7 +51,11 @@ prints.`,
 			if err != nil {
 				return err
 			}
-			p, err := fabric.MakePlan(m, pol, scaling, strat, devices)
+			layout, err := planSplit(m, model, tp, devices)
+			if err != nil {
+				return err
+			}
+			p, err := fabric.MakePlan(m, pol, scaling, strat, devices/max(tp, 1))
 			if err != nil {
 				return err
 			}
@@ -62,6 +69,9 @@ prints.`,
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(p)
 			}
 			printPlanTo(cmd.OutOrStdout(), model, p)
+			if layout != nil {
+				printSplit(cmd.OutOrStdout(), layout, m, batch/(devices/tp))
+			}
 			return nil
 		},
 	}
@@ -69,6 +79,7 @@ prints.`,
 	cmd.Flags().StringVar(&model, "model", "gpt", fmt.Sprintf("model %v", models.Names()))
 	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", "))
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
+	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row: the plan is a rank's, with the split Linears' layouts")
 	cmd.Flags().IntVar(&batch, "batch", 8, "global batch rows of the step whose peak is predicted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().StringSliceVar(&ckpt, "activation-checkpointing", nil, "predict the peak with these modules' forward recomputed in backward, e.g. 'blocks.*'")

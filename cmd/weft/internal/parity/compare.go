@@ -126,3 +126,14 @@ func CompareFinal64(ref *models.Reference, res *Result, tol float64) error {
 	}
 	return nil
 }
+
+// SameLosses checks the losses of a run against another's, each within
+// rel relative.
+func SameLosses(got, want []Float, rel float64) error {
+	w := make([]*float64, len(want))
+	for i, l := range want {
+		v := float64(l)
+		w[i] = &v
+	}
+	return compareLosses(got, w, Tolerance{rel, rel})
+}

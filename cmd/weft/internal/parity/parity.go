@@ -5,20 +5,25 @@ package parity
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 
+	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
 	_ "github.com/weftml/weft/comm/local" // the in-process backend
 	_ "github.com/weftml/weft/comm/mpi"   // Open MPI, under mpirun
+	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 )
@@ -106,6 +111,11 @@ type Dist struct {
 	Devices  int
 	Backend  string
 	Options  strategy.Options // sharding units, FSDP's reshard after forward
+	// TP, if above 1, splits the model over mesh rows of TP ranks by its
+	// tensor-parallel plan (models.TensorPlan); Strategy then runs over
+	// the Devices/TP ranks of each mesh column, and the batch is shared
+	// among those alone.
+	TP int
 }
 
 // RankReport is what one rank held and sent at the end of a replay.
@@ -114,7 +124,9 @@ type RankReport struct {
 	ParamBytes     int64            `json:"param_bytes"`
 	GradBytes      int64            `json:"grad_bytes"` // at the optimizer step
 	OptimizerBytes int64            `json:"optimizer_state_bytes"`
-	Sent           map[string]int64 `json:"bytes_sent"`     // by "collective/dtype"
+	Sent           map[string]int64 `json:"bytes_sent"`     // by "collective/dtype", but for the tensor-parallel group's
+	TensorSent     map[string]int64 `json:"tp_bytes_sent"`  // the tensor-parallel group's, by "collective/dtype"
+	QKVBytes       int64            `json:"qkv_bytes"`      // the first block's qkv weight, if it has one
 	Gathered       map[string]int64 `json:"gathered_bytes"` // parameter all-gathers by wire dtype
 }
 
@@ -124,12 +136,64 @@ type RankReport struct {
 // reports of the ranks this process ran; its losses are those of the
 // lowest of them.
 func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec, d Dist, onStep func(step int, loss float64)) (*Result, error) {
+	src := source{
+		name: model,
+		model: func() (models.Model, error) {
+			m, err := models.New(model, 0)
+			if err != nil {
+				return nil, err
+			}
+			return m, ref.LoadInit(model, m)
+		},
+		batch: func(s int) (data.Batch, error) { return ref.Batch(model, s) },
+	}
+	return trainOn(src, steps, spec, d, onStep)
+}
+
+// TrainGPT is TrainOn for a gpt of the size cfg gives, with no reference
+// run: weights from weft's initialisation with seed 0, and batches of 8
+// sequences of cfg.Context tokens drawn from a generator seeded by the
+// step, so that every backend and mesh sees the same run.
+func TrainGPT(cfg models.GPTConfig, steps int, spec precision.Spec, d Dist, onStep func(step int, loss float64)) (*Result, error) {
+	src := source{
+		name:  "gpt",
+		model: func() (models.Model, error) { return models.NewGPT(nn.NewInit(0), cfg), nil },
+		batch: func(s int) (data.Batch, error) {
+			const seqs = 8
+			rng := rand.New(rand.NewPCG(uint64(s), 0x9e3779b97f4a7c15))
+			b := data.Batch{Shape: []int{seqs, cfg.Context}}
+			for range seqs * cfg.Context {
+				b.Tokens = append(b.Tokens, rng.IntN(cfg.Vocab))
+			}
+			// The next token, and a fresh one after each sequence's last.
+			for j := range seqs {
+				row := b.Tokens[j*cfg.Context : (j+1)*cfg.Context]
+				b.Targets = append(append(b.Targets, row[1:]...), rng.IntN(cfg.Vocab))
+			}
+			return b, nil
+		},
+	}
+	return trainOn(src, steps, spec, d, onStep)
+}
+
+// source is what a replay trains: the model, built alike on every rank,
+// and each step's global batch.
+type source struct {
+	name  string // the model's, "gpt"
+	model func() (models.Model, error)
+	batch func(step int) (data.Batch, error)
+}
+
+func trainOn(src source, steps int, spec precision.Spec, d Dist, onStep func(step int, loss float64)) (*Result, error) {
 	info, err := strategy.Lookup(d.Strategy)
 	if err != nil {
 		return nil, err
 	}
 	if d.Devices < 0 || (d.Devices == 0 && d.Backend != "mpi") {
 		return nil, fmt.Errorf("devices %d: must be at least 1", d.Devices)
+	}
+	if d.TP < 0 {
+		return nil, fmt.Errorf("tp %d: must be at least 1", d.TP)
 	}
 	comms, err := comm.Open(d.Backend, d.Devices, 0)
 	if err != nil {
@@ -141,7 +205,7 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 		if c.Rank() != 0 {
 			step = nil
 		}
-		results[i], err = replayRank(ref, model, steps, spec, info, d.Options, c, step)
+		results[i], err = replayRank(src, steps, spec, info, d, c, step)
 		return err
 	})
 	if err != nil {
@@ -157,31 +221,37 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 
 // replayRank is one rank's replay, through the training step weft train
 // runs; rank 0's Result carries the losses.
-func replayRank(ref *models.Reference, model string, steps int, spec precision.Spec, info strategy.Info, opts strategy.Options, c comm.Communicator, onStep func(int, float64)) (*Result, error) {
-	m, err := models.New(model, 0)
+func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, d Dist, c comm.Communicator, onStep func(int, float64)) (res *Result, err error) {
+	model := src.name
+	m, err := src.model()
 	if err != nil {
 		return nil, err
 	}
-	if err := ref.LoadInit(model, m); err != nil {
+	dp, tensors, closeMesh, err := split(m, model, d.TP, c)
+	if err != nil {
 		return nil, err
 	}
+	defer func() { err = errors.Join(err, closeMesh()) }()
 	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 	if err != nil {
 		return nil, err
 	}
 	f := fabric.NewPolicy(precision.Policy{Default: spec}, precision.LossScalingAuto)
 	f.OnNonFinite = fabric.TrainOnNonFinite // as PyTorch does: the reference runs go on after a NaN
-	f.Sharding = opts
-	if c.Size() > 1 || info.Sharding.OptimizerState {
-		f.Distribute(info, c)
+	f.Sharding = d.Options
+	if dp.Size() > 1 || info.Sharding.OptimizerState {
+		f.Distribute(info, dp)
+	}
+	if tensors != nil {
+		f.SplitTensors(tensors, c)
 	}
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err
 	}
-	res := &Result{Model: model, Precision: spec.String(), FinalNorms: map[string]Float{}}
+	res = &Result{Model: model, Precision: spec.String(), FinalNorms: map[string]Float{}}
 	report := RankReport{Rank: c.Rank()}
 	for s := range steps {
-		batch, err := ref.Batch(model, s)
+		batch, err := src.batch(s)
 		if err != nil {
 			return nil, err
 		}
@@ -208,21 +278,67 @@ func replayRank(ref *models.Reference, model string, steps int, spec precision.S
 		}
 	}
 	report.Sent = sentBytes(c.Stats())
+	if dp != c {
+		for k, b := range sentBytes(dp.Stats()) {
+			report.Sent[k] += b
+		}
+	}
+	if tensors != nil {
+		report.TensorSent = sentBytes(tensors.Group.Stats())
+	}
 	if f.Rank() != nil {
 		report.Gathered = map[string]int64{}
 		for dt, b := range f.Rank().Gathered() {
 			report.Gathered[dt.String()] += b
 		}
 	}
-	res.Ranks = []RankReport{report}
 	if err := f.Gather(); err != nil {
 		return nil, err
 	}
+	if g, ok := m.(*models.GPT); ok && len(g.Blocks) > 0 {
+		report.QKVBytes = int64(g.Blocks[0].Attn.QKV.Weight.Value.Bytes()) // this rank's share
+	}
 	res.Params = nn.Parameters(m)
+	if tensors != nil {
+		whole, err := tensors.Whole(context.Background())
+		if err != nil {
+			return nil, err
+		}
+		for i, p := range res.Params {
+			if w, ok := whole[p.Var]; ok {
+				res.Params[i].Var = &autograd.Var{Value: w}
+			}
+		}
+	}
+	res.Ranks = []RankReport{report}
 	for _, p := range res.Params {
 		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
 	}
 	return res, nil
+}
+
+// split arranges c's ranks as a mesh of tp columns and splits m across
+// this rank's row by the model's plan, returning the rank's data-parallel
+// group and the layout (c itself and nil for tp ≤ 1) and what closes the
+// mesh.
+func split(m models.Model, model string, tp int, c comm.Communicator) (comm.Communicator, *parallel.Layout, func() error, error) {
+	none := func() error { return nil }
+	if tp <= 1 {
+		return c, nil, none, nil
+	}
+	plan, err := models.TensorPlan(model)
+	if err != nil {
+		return nil, nil, none, err
+	}
+	mesh, err := comm.NewMesh(context.Background(), c, tp)
+	if err != nil {
+		return nil, nil, none, err
+	}
+	l, err := parallel.Parallelize(m, mesh.Tensor, plan)
+	if err != nil {
+		return nil, nil, none, errors.Join(err, mesh.Close())
+	}
+	return mesh.Data, l, mesh.Close, nil
 }
 
 // sentBytes flattens comm.Stats into "collective/dtype" keys.

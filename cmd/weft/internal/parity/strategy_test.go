@@ -80,23 +80,12 @@ func checkAccounting(t *testing.T, res *Result, st string, n int) {
 // saw its own share of the batch.
 func TestFP8ScalesAgreeAcrossRanks(t *testing.T) {
 	ref, _ := loadReference(t)
-	var (
-		mu      sync.Mutex
-		plugins []precision.Plugin
-	)
-	base := mustSpec(t, "bf16-mixed+fp8")
-	spec := precision.SpecFunc(base.String(), func() precision.Plugin { // called by each rank's goroutine
-		p, _ := base.New()
-		mu.Lock()
-		defer mu.Unlock()
-		plugins = append(plugins, p)
-		return p
-	})
+	spec, plugins := recording(mustSpec(t, "bf16-mixed+fp8"))
 	if _, err := TrainOn(ref, "mlp", 5, spec, Dist{Strategy: "ddp", Devices: 2, Backend: "local"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var states [][]byte
-	for _, p := range plugins {
+	for _, p := range *plugins {
 		for _, st := range precision.States(p) {
 			b, err := st.MarshalState()
 			if err != nil {
@@ -146,6 +135,22 @@ func TestFP8Gathers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// recording is base, keeping every plugin it makes (one per rank, each
+// made on the rank's goroutine) in the returned slice.
+func recording(base precision.Spec) (precision.Spec, *[]precision.Plugin) {
+	var (
+		mu      sync.Mutex
+		plugins []precision.Plugin
+	)
+	return precision.SpecFunc(base.String(), func() precision.Plugin {
+		p, _ := base.New()
+		mu.Lock()
+		defer mu.Unlock()
+		plugins = append(plugins, p)
+		return p
+	}), &plugins
 }
 
 func mustSpec(t *testing.T, spec string) precision.Spec {

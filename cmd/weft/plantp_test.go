@@ -1,0 +1,55 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestPlanTensorParallel: weft plan --tp 2 shows each split Linear's
+// layout and share, and a rank's parameter bytes are the whole model's
+// less half of every split tensor (the weights and the column-parallel
+// biases), which it lists.
+func TestPlanTensorParallel(t *testing.T) {
+	total := func(args ...string) int64 {
+		out, code := run(append([]string{"plan", "--model", "gpt", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatal(out)
+		}
+		var p struct {
+			BytesPerRank struct{ Params int64 } `json:"bytes_per_rank"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil || p.BytesPerRank.Params == 0 {
+			t.Fatalf("%v in %s", err, out)
+		}
+		return p.BytesPerRank.Params
+	}
+	whole, half := total(), total("--tp", "2", "--devices", "2")
+	out, code := run("plan", "--model", "gpt", "--tp", "2", "--devices", "2")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	var lines []string // with single spaces
+	for _, l := range strings.Split(out, "\n") {
+		lines = append(lines, strings.Join(strings.Fields(l), " "))
+	}
+	out = strings.Join(lines, "\n")
+	for _, want := range []string{"\nblocks.0.qkv column [96 32] [48 32] 6144\n", "\nblocks.1.out row [32 128] [32 64] 8192\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	// Half of each split weight (its share's bytes) and of qkv's and fc's
+	// float32 biases (3·32 and 4·32 elements) per layer.
+	var saved int64
+	for _, m := range regexp.MustCompile(`(?m)^blocks\.\d+\.\w+ (?:column|row) \[\d+ \d+\] \[\d+ \d+\] (\d+)$`).FindAllStringSubmatch(out, -1) {
+		b, _ := strconv.ParseInt(m[1], 10, 64)
+		saved += b
+	}
+	saved += 2 * (3*32 + 4*32) * 4 / 2
+	if whole-half != saved {
+		t.Errorf("a tp 2 rank holds %d parameter bytes, the whole model %d: %d saved, want %d", half, whole, whole-half, saved)
+	}
+}

@@ -1,0 +1,106 @@
+package train
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/parallel"
+	"github.com/weftml/weft/tensor"
+)
+
+// A run with TP above 1 arranges its Devices ranks as a mesh of
+// Devices/TP rows of TP (comm.NewMesh): each row splits the model by its
+// tensor-parallel plan (models.TensorPlan) and sees the same data; the
+// strategy runs over each column, among whose ranks the batch is shared.
+// Checkpoints hold whole weights and optimizer moments, so a run resumes
+// (and consolidates) on any mesh shape.
+
+// dataRanks is the number of data-parallel ranks: the mesh's rows.
+func (c Config) dataRanks() int { return c.Devices / max(c.TP, 1) }
+
+// validateTP reports a tensor-parallel setting that cannot run.
+func (c Config) validateTP() error {
+	if c.TP <= 1 {
+		if c.TP < 0 {
+			return fmt.Errorf("tp %d: must be at least 1", c.TP)
+		}
+		return nil
+	}
+	if _, err := models.TensorPlan(c.Model); err != nil {
+		return fmt.Errorf("tp %d: %w", c.TP, err)
+	}
+	switch {
+	case c.Devices%c.TP != 0:
+		return fmt.Errorf("tp %d does not divide devices %d: a mesh row holds tp ranks", c.TP, c.Devices)
+	case len(c.LoRA.Targets) > 0:
+		return fmt.Errorf("tp %d: lora runs on one device", c.TP)
+	}
+	return nil
+}
+
+// rankMesh is one rank's place in a run's mesh: the communicator its
+// strategy runs over, and the layout of its model's split tensors (nil
+// without tensor parallelism).
+type rankMesh struct {
+	data   comm.Communicator
+	mesh   *comm.Mesh // nil without tensor parallelism
+	layout *parallel.Layout
+}
+
+// newRankMesh places world's rank on c's mesh.
+func newRankMesh(ctx context.Context, c Config, world comm.Communicator) (*rankMesh, error) {
+	if c.TP <= 1 {
+		return &rankMesh{data: world}, nil
+	}
+	mesh, err := comm.NewMesh(ctx, world, c.TP)
+	if err != nil {
+		return nil, err
+	}
+	return &rankMesh{data: mesh.Data, mesh: mesh}, nil
+}
+
+// split splits m across the mesh row; the first model split (the run's)
+// is the layout kept, a plan's meta model passes keep=false.
+func (r *rankMesh) split(c Config, m nn.Module, keep bool) error {
+	if r.mesh == nil {
+		return nil
+	}
+	plan, err := models.TensorPlan(c.Model)
+	if err != nil {
+		return err
+	}
+	l, err := parallel.Parallelize(m, r.mesh.Tensor, plan)
+	if err != nil {
+		return err
+	}
+	if keep {
+		r.layout = l
+	}
+	return nil
+}
+
+func (r *rankMesh) close() error {
+	if r.mesh == nil {
+		return nil
+	}
+	return r.mesh.Close()
+}
+
+// sum is the sum of v over every rank of the run: through the strategy
+// when it runs over them all (its collectives keep their order on its
+// communicator), else over the world communicator, which a mesh's
+// strategy does not use.
+func (r *rankRun) sum(ctx context.Context, v float64) (float64, error) {
+	if d := r.f.Rank(); d != nil && d.Comm() == r.comm {
+		return d.Sum(ctx, v)
+	}
+	t := tensor.FromFloat64([]float64{v}, 1)
+	defer tensor.Free(t)
+	if err := comm.AllReduceTensor(ctx, r.comm, t, comm.Sum); err != nil {
+		return 0, err
+	}
+	return t.Float64s()[0], nil
+}

@@ -1,0 +1,156 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/tensor"
+)
+
+// closeLosses requires the losses logged in two run folders to agree to
+// rel relative.
+func closeLosses(t *testing.T, got, want string, rel float64) {
+	t.Helper()
+	g, w := losses(t, got), losses(t, want)
+	if len(g) != len(w) {
+		t.Fatalf("%d losses, want %d", len(g), len(w))
+	}
+	for i := range w {
+		if math.Abs(g[i]-w[i]) > rel*math.Abs(w[i]) {
+			t.Fatalf("step %d: loss %.15g, one device %.15g", i, g[i], w[i])
+		}
+	}
+}
+
+// TestTensorParallelTrain: weft train's gpt (2 heads) in 64-true on --tp 2,
+// alone and on a 2×2 mesh under every data-parallel strategy, logs the
+// one-device losses to 1e-9, validation included; a --tp 2 checkpoint
+// holds whole weights and moments and resumes on one device and on
+// --tp 2 alike, and a 2×2 fsdp run's resumes on a 1×2 mesh.
+func TestTensorParallelTrain(t *testing.T) {
+	c := tinyConfig(t, "64-true")
+	c.Steps, c.SaveEvery, c.EvalEvery = 6, 3, 3
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mesh := range []struct {
+		strategy   string
+		devices, t int
+	}{{"single", 2, 2}, {"ddp", 4, 2}, {"zero1", 4, 2}, {"zero2", 4, 2}, {"fsdp", 4, 2}} {
+		t.Run(fmt.Sprintf("%s/%d/tp%d", mesh.strategy, mesh.devices, mesh.t), func(t *testing.T) {
+			tp := c
+			tp.Strategy, tp.Devices, tp.TP, tp.Out = mesh.strategy, mesh.devices, mesh.t, t.TempDir()
+			if _, err := Run(context.Background(), tp, false, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			closeLosses(t, tp.Out, c.Out, 1e-9)
+			if w, ok := consolidated(t, tp.Out).Tensor("model.blocks.0.proj.weight"); !ok || !tensor.EqualShape(w.Shape, []int{c.GPT.Width, c.GPT.Width}) {
+				t.Fatalf("the consolidated proj weight is %v, want the whole [%d %d]", w.Shape, c.GPT.Width, c.GPT.Width)
+			}
+		})
+	}
+	t.Run("resume/fsdp-2x2-then-tp2", func(t *testing.T) {
+		split := c
+		split.Out, split.Steps, split.Strategy, split.TP, split.Devices = t.TempDir(), 3, "fsdp", 2, 4
+		if _, err := Run(context.Background(), split, false, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		split.Steps, split.Strategy, split.Devices = c.Steps, "single", 2
+		if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		closeLosses(t, split.Out, c.Out, 1e-9)
+	})
+	// Half on tp 2, resumed on one device; half on one device, resumed on tp 2.
+	for _, first := range []int{2, 1} {
+		t.Run(fmt.Sprintf("resume/tp%d-then-tp%d", first, 3-first), func(t *testing.T) {
+			split := c
+			split.Out, split.Steps, split.TP, split.Devices = t.TempDir(), 3, first, first
+			if _, err := Run(context.Background(), split, false, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			f, err := checkpoint.ReadSafetensors(split.Out + "/checkpoints/step-000003/state.safetensors")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w, ok := f.Tensor("optim.blocks.0.qkv.weight.exp_avg"); !ok || w.Shape[0] != 3*c.GPT.Width {
+				t.Fatalf("the checkpoint's qkv moment is %v, want the whole [%d %d]", w.Shape, 3*c.GPT.Width, c.GPT.Width)
+			}
+			split.Steps, split.TP, split.Devices = c.Steps, 3-first, 3-first
+			if _, err := Run(context.Background(), split, true, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			closeLosses(t, split.Out, c.Out, 1e-9)
+		})
+	}
+}
+
+// TestTensorParallelBadInputs: meshes weft train cannot run fail before
+// any step, saying why.
+func TestTensorParallelBadInputs(t *testing.T) {
+	for _, tc := range []struct {
+		model, strategy string
+		devices, tp     int
+		want            string
+	}{
+		{"gpt", "ddp", 4, 3, "tp 3 does not divide devices 4"},
+		{"cnn", "single", 2, 2, `model "cnn" has no tensor-parallel plan`},
+		{"gpt", "ddp", 4, -1, "tp -1: must be at least 1"},
+	} {
+		c := tinyConfig(t, "32-true")
+		c.Model, c.Strategy, c.Devices, c.TP = tc.model, tc.strategy, tc.devices, tc.tp
+		_, err := Run(context.Background(), c, false, quiet{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: error %v, want %q", tc, err, tc.want)
+		}
+	}
+}
+
+// TestTensorParallelHybrid: the hybrid's decoder splits by the gpt's plan
+// under "decoder." (its vision encoder stays replicated) and trains as on
+// one device, to 1e-9.
+func TestTensorParallelHybrid(t *testing.T) {
+	c := Defaults()
+	c.Model, c.Precision, c.Steps, c.EvalEvery, c.EvalBatches, c.SaveEvery, c.Out = "hybrid", "64-true", 3, 3, 1, 3, t.TempDir()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	tp := c
+	tp.Devices, tp.TP, tp.Out = 2, 2, t.TempDir()
+	if _, err := Run(context.Background(), tp, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	closeLosses(t, tp.Out, c.Out, 1e-9)
+}
+
+// TestTensorParallelPrecisions: FP8 (transformer-engine) and NF4 frozen
+// weights (each rank quantizing its own shares) train on --tp 2 through
+// weft train: the validation loss falls.
+func TestTensorParallelPrecisions(t *testing.T) {
+	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq"} {
+		t.Run(spec, func(t *testing.T) {
+			c := tinyConfig(t, spec)
+			c.Steps, c.EvalEvery, c.SaveEvery, c.Devices, c.TP = 8, 8, 8, 2, 2
+			sum, err := Run(context.Background(), c, false, quiet{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !(sum.LastValLoss < sum.FirstValLoss) {
+				t.Errorf("validation loss %v -> %v", sum.FirstValLoss, sum.LastValLoss)
+			}
+		})
+	}
+}
+
+// TestResumeNamesTheMesh: a resume onto another mesh says so, as it says
+// a changed strategy or device count.
+func TestResumeNamesTheMesh(t *testing.T) {
+	was, is := Config{Strategy: "fsdp", Devices: 4, TP: 2}, Config{Strategy: "fsdp", Devices: 4, TP: 1}
+	if a, b := strategyOf(was), strategyOf(is); a == b || !strings.Contains(a, "tp 2") {
+		t.Errorf("a 2×2 mesh reads %q, 4 data-parallel ranks %q", a, b)
+	}
+}
