@@ -221,3 +221,32 @@ func TestFP8TensorParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestMXTensorParallel: fp8-mx on --tp 2 needs shares that begin on
+// 32-element block boundaries. The reference gpt (width 32) would cut
+// qkv's and proj's blocks in two and is refused, naming the Linear; on a
+// gpt of width 64, whose every share is a whole number of blocks, each
+// rank casts exactly one device's blocks and the run follows the
+// one-device MXFP8 trajectory (float32 arithmetic) to 1e-6, only the
+// order of the float32 sums differing.
+func TestMXTensorParallel(t *testing.T) {
+	spec := mustSpec(t, "fp8-mx")
+	ref, traj := loadReference(t)
+	_, err := TrainOn(ref, "gpt", traj.Models["gpt"].Steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "blocks.0.qkv") || !strings.Contains(err.Error(), "MX blocks") {
+		t.Errorf("fp8-mx on the reference gpt over --tp 2: error %v, want one naming blocks.0.qkv and its MX blocks", err)
+	}
+	cfg := models.GPTConfig{Vocab: 48, Context: 8, Width: 64, Heads: 2, Layers: 2}
+	const steps = 6
+	single, err := TrainGPT(cfg, steps, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := TrainGPT(cfg, steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compareLosses(res.Losses, lossesOf(single), Tolerance{1e-6, 1e-6}); err != nil {
+		t.Error(err)
+	}
+}
