@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
 )
 
@@ -79,7 +80,7 @@ func TestParityTensorParallel(t *testing.T) {
 			sameFinal(t, res, single, 1e-9)
 			checkTensorBytes(t, res, models.ReferenceGPT, 8/(d.Devices/d.TP), steps, 8)
 			if d.Strategy == "single" || d.Strategy == "ddp" {
-				checkSplitBytes(t, res, single, d.TP)
+				checkSplitBytes(t, res, single, d.TP, splitInBlock)
 			}
 		})
 	}
@@ -87,13 +88,12 @@ func TestParityTensorParallel(t *testing.T) {
 
 // checkSplitBytes: each rank of a tensor-parallel run without sharding
 // holds the one-device parameters, gradients and AdamW moments less
-// (T-1)/T of every split tensor's: the weights of qkv, proj, fc and out
-// and the biases of qkv and fc (a row-parallel Linear's stays whole).
-func checkSplitBytes(t *testing.T, res, single *Result, tp int) {
+// (T-1)/T of every split tensor's, named within a block by split.
+func checkSplitBytes(t *testing.T, res, single *Result, tp int, split map[string]bool) {
 	t.Helper()
 	var saved int64
 	for _, p := range single.Params {
-		if parts := strings.SplitN(p.Path, ".", 3); parts[0] == "blocks" && splitInBlock[parts[2]] {
+		if parts := strings.SplitN(p.Path, ".", 3); parts[0] == "blocks" && split[parts[2]] {
 			saved += int64(p.Var.Value.Bytes()) * int64(tp-1) / int64(tp)
 		}
 	}
@@ -109,7 +109,9 @@ func checkSplitBytes(t *testing.T, res, single *Result, tp int) {
 	}
 }
 
-// splitInBlock are the gpt block's split tensors.
+// splitInBlock are the gpt block's split tensors: the weights of qkv,
+// proj, fc and out and the biases of qkv and fc (a row-parallel Linear's
+// stays whole).
 var splitInBlock = map[string]bool{"qkv.weight": true, "qkv.bias": true, "proj.weight": true, "fc.weight": true, "fc.bias": true, "out.weight": true}
 
 // checkTensorBytes: each rank's tensor-parallel all-reduces sent what
@@ -276,5 +278,42 @@ func TestFP8CurrentTensorParallel(t *testing.T) {
 	}
 	if err := compareLosses(res.Losses, lossesOf(single), Tolerance{c.Tol.Rest, c.Tol.Rest}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestParityLlamaTensorParallel: a Llama of 4 query and 2 key/value heads
+// from weft's initialisation, split by models.LlamaPlan over --tp 2 (a
+// key/value head and its 2 query heads per rank), follows its one-device
+// 64-true trajectory to 1e-9 and ends at its weights, each rank holding
+// half of every projection's parameter, gradient and AdamW bytes; the
+// reference llama's single key/value head
+// does not split over 2 ranks, and the error says so.
+func TestParityLlamaTensorParallel(t *testing.T) {
+	cfg := models.LlamaConfig{Vocab: 48, Context: 8, Width: 32, Heads: 4, KVHeads: 2, Layers: 2, Hidden: 64, NormEps: 1e-5, RopeTheta: 10000}
+	src := source{
+		name:  "llama",
+		model: func() (models.Model, error) { return models.NewLlama(nn.NewInit(0), cfg), nil },
+		batch: seededBatches(cfg.Vocab, cfg.Context),
+	}
+	spec := mustSpec(t, "64-true")
+	const steps = 4
+	single, err := trainOn(src, steps, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := trainOn(src, steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compareLosses(res.Losses, lossesOf(single), Tolerance{1e-9, 1e-9}); err != nil {
+		t.Error(err)
+	}
+	sameFinal(t, res, single, 1e-9)
+	checkSplitBytes(t, res, single, 2, map[string]bool{"q.weight": true, "k.weight": true, "v.weight": true, "o.weight": true,
+		"gate.weight": true, "up.weight": true, "down.weight": true})
+	cfg = models.ReferenceLlama // src builds its model from cfg
+	_, err = trainOn(src, steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
+	if err == nil || !strings.Contains(err.Error(), "1 key/value heads do not split evenly over 2 ranks") {
+		t.Errorf("the reference llama on --tp 2: error %v, want one about its key/value heads", err)
 	}
 }
