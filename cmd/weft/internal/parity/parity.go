@@ -155,12 +155,17 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 // sequences of cfg.Context tokens drawn from a generator seeded by the
 // step, so that every backend and mesh sees the same run.
 func TrainGPT(cfg models.GPTConfig, steps int, spec precision.Spec, d Dist, onStep func(step int, loss float64)) (*Result, error) {
-	src := source{
+	return trainOn(seededGPT(cfg), steps, spec, d, onStep)
+}
+
+// seededGPT is a gpt of size cfg from weft's initialisation, trained on
+// seededBatches.
+func seededGPT(cfg models.GPTConfig) source {
+	return source{
 		name:  "gpt",
 		model: func() (models.Model, error) { return models.NewGPT(nn.NewInit(0), cfg), nil },
 		batch: seededBatches(cfg.Vocab, cfg.Context),
 	}
-	return trainOn(src, steps, spec, d, onStep)
 }
 
 // seededBatches is the batch of each step of a replay without reference
