@@ -3,6 +3,7 @@ package parity
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -172,6 +173,47 @@ func TestParityTensorParallelBF16(t *testing.T) {
 	}
 	if err := withinBF16Mixed(t, res, single); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestFP8ScalesTensorParallel: delayed scaling ("fp8", float32
+// arithmetic) on --tp 2 records one device's amaxes and scales: the max
+// over the row of a split weight's, activation's or gradient's share
+// amaxes is the whole tensor's. After 2 steps every rank's amax histories
+// and scales equal one device's bit for bit, and so do the losses. (From
+// the third step the output gradients of the row-parallel Linears differ
+// in the last bit, the order of a float32 sum over the row.)
+func TestFP8ScalesTensorParallel(t *testing.T) {
+	ref, _ := loadReference(t)
+	const steps = 2
+	state := func(d Dist) ([]Float, []string) {
+		spec, plugins := recording(mustSpec(t, "fp8"))
+		res, err := TrainOn(ref, "gpt", steps, spec, d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var states []string
+		for _, p := range *plugins {
+			b, err := precision.States(p)["fp8"].MarshalState()
+			if err != nil {
+				t.Fatal(err)
+			}
+			states = append(states, string(b))
+		}
+		return res.Losses, states
+	}
+	wantLosses, want := state(Dist{Strategy: "single", Devices: 1, Backend: "local"})
+	losses, got := state(Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"})
+	if !slices.Equal(losses, wantLosses) {
+		t.Errorf("losses %v, one device %v", losses, wantLosses)
+	}
+	if len(want) != 1 || len(got) != 2 || len(want[0]) < 100 {
+		t.Fatalf("%d and %d FP8 states (%q)", len(want), len(got), want)
+	}
+	for r, s := range got {
+		if s != want[0] {
+			t.Errorf("rank %d's FP8 amax histories and scales differ from one device's:\n%s\n%s", r, s, want[0])
+		}
 	}
 }
 
