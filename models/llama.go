@@ -127,23 +127,39 @@ func (b *LlamaBlock) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 // share key/value head h (HF's repeat_kv): their rows stack into one
 // (g·T)-row matrix per key/value head, so the products need no copies of
 // k and v, and the scores are (B, nh, T, T) again for the causal mask.
+//
+// The head counts are read off q's and k's widths, so that a rank whose
+// projections a tensor-parallel plan split (LlamaPlan) runs its own share
+// of the heads: nh and nkv below are that share.
 func (b *LlamaBlock) attention(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	shape := x.Value.Shape()
-	bs, t, c := shape[0], shape[1], shape[2]
-	hs, nkv := c/b.Heads, b.KVHeads
-	heads := func(v *autograd.Var, n int) *autograd.Var {
-		return tp.Permute(tp.Reshape(v, bs, t, n, hs), 0, 2, 1, 3) // (B, n, T, hs)
+	bs, t, hs := shape[0], shape[1], shape[2]/b.Heads
+	heads := func(v *autograd.Var) (*autograd.Var, int) {
+		n := v.Value.Dim(-1) / hs
+		return tp.Permute(tp.Reshape(v, bs, t, n, hs), 0, 2, 1, 3), n // (B, n, T, hs)
 	}
-	q := tp.Rotary(heads(b.Q.Forward(tp, x), b.Heads), b.RopeTheta) // (B, nh, T, hs)
-	k := tp.Rotary(heads(b.K.Forward(tp, x), nkv), b.RopeTheta)     // (B, nkv, T, hs)
-	v := heads(b.V.Forward(tp, x), nkv)                             // (B, nkv, T, hs)
-	q = tp.Reshape(q, bs, nkv, -1, hs)                              // (B, nkv, g·T, hs)
-	att := tp.Reshape(tp.MatMul(q, k, true), bs, b.Heads, t, t)     // (B, nh, T, T)
+	q, nh := heads(b.Q.Forward(tp, x))
+	q = tp.Rotary(q, b.RopeTheta) // (B, nh, T, hs)
+	k, nkv := heads(b.K.Forward(tp, x))
+	k = tp.Rotary(k, b.RopeTheta)                          // (B, nkv, T, hs)
+	v, _ := heads(b.V.Forward(tp, x))                      // (B, nkv, T, hs)
+	q = tp.Reshape(q, bs, nkv, -1, hs)                     // (B, nkv, g·T, hs)
+	att := tp.Reshape(tp.MatMul(q, k, true), bs, nh, t, t) // (B, nh, T, T)
 	att = tp.Softmax(tp.CausalMask(tp.Scale(att, 1/math.Sqrt(float64(hs)))))
 	y := tp.MatMul(tp.Reshape(att, bs, nkv, -1, t), v, false) // (B, nkv, g·T, hs)
-	y = tp.Reshape(y, bs, b.Heads, t, hs)                     // (B, nh, T, hs)
-	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), bs, t, c)       // (B, T, C)
+	y = tp.Reshape(y, bs, nh, t, hs)                          // (B, nh, T, hs)
+	y = tp.Reshape(tp.Permute(y, 0, 2, 1, 3), bs, t, nh*hs)   // (B, T, nh·hs)
 	return b.O.Forward(tp, y)
+}
+
+// CheckSplit accepts a split of the projections by whole key/value heads
+// only: a rank keeps its key/value heads and the query heads that share
+// them.
+func (b *LlamaBlock) CheckSplit(ranks int) error {
+	if b.KVHeads%ranks != 0 {
+		return fmt.Errorf("%d key/value heads do not split evenly over %d ranks", b.KVHeads, ranks)
+	}
+	return nil
 }
 
 func (b *LlamaBlock) Params() []nn.Param { return nil }

@@ -19,9 +19,25 @@ var GPTPlan = parallel.Plan{
 	"blocks.*.out":  parallel.Rowwise{},
 }
 
+// LlamaPlan is Megatron-LM's layout of a Llama: attention split by
+// key/value heads (q, k and v column-parallel, each rank keeping its
+// key/value heads and the query heads that share them; o row-parallel)
+// and the SwiGLU MLP's gate and up column-parallel, down row-parallel.
+// Embeddings, RMSNorms and the head stay replicated.
+var LlamaPlan = parallel.Plan{
+	"blocks.*.q":    parallel.Colwise{},
+	"blocks.*.k":    parallel.Colwise{},
+	"blocks.*.v":    parallel.Colwise{},
+	"blocks.*.o":    parallel.Rowwise{},
+	"blocks.*.gate": parallel.Colwise{},
+	"blocks.*.up":   parallel.Colwise{},
+	"blocks.*.down": parallel.Rowwise{},
+}
+
 // plans are the tensor-parallel layouts of the models that have one.
 var plans = map[string]parallel.Plan{
 	"gpt":    GPTPlan,
+	"llama":  LlamaPlan,
 	"hybrid": prefixed("decoder.", GPTPlan), // the vision encoder stays replicated
 }
 

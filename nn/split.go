@@ -17,3 +17,15 @@ type Split interface {
 type SplitChecker interface {
 	CheckSplit(ranks int) error
 }
+
+// A ShardedSplit is a Split that says where the shares of the whole
+// weight begin, for arithmetic whose blocks must not straddle two ranks
+// (MXFP8's 32-element blocks).
+type ShardedSplit interface {
+	Split
+	// ShareStride is the number of elements, along axis (0 for the
+	// output features, 1 for the input features) of the whole [out, in]
+	// weight, after which a new share begins; 0 if the split does not cut
+	// that axis.
+	ShareStride(axis int) int
+}

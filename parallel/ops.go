@@ -11,16 +11,24 @@ import (
 )
 
 // column is a column-parallel Linear's pass: f, then the rank's GEMM
-// with its share of the bias.
-type column struct{ l *Layout }
+// with its share of the bias. Its shares begin every stride output
+// features.
+type column struct {
+	l      *Layout
+	stride int
+}
 
 func (c column) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bias *autograd.Var) *autograd.Var) *autograd.Var {
 	return local(c.l.copyIn(tp, x), bias) // (..., out/n)
 }
 
 // row is a row-parallel Linear's pass: the rank's GEMM without bias,
-// g, then the whole bias, once.
-type row struct{ l *Layout }
+// g, then the whole bias, once. Its shares begin every stride input
+// features.
+type row struct {
+	l      *Layout
+	stride int
+}
 
 func (r row) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bias *autograd.Var) *autograd.Var) *autograd.Var {
 	y := r.l.reduceOut(tp, local(x, nil)) // (..., out)
@@ -32,8 +40,26 @@ func (r row) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bia
 	return tp.AddBroadcast(y, tp.Cast(bias, y.Value.DType()), len(y.Value.Shape())-1)
 }
 
-func (Colwise) layer(l *Layout) nn.Split { return column{l} }
-func (Rowwise) layer(l *Layout) nn.Split { return row{l} }
+func (c Colwise) layer(l *Layout, full []int) nn.Split {
+	return column{l, full[0] / (c.parts() * l.Group.Size())}
+}
+func (Rowwise) layer(l *Layout, full []int) nn.Split { return row{l, full[1] / l.Group.Size()} }
+
+var (
+	_ nn.ShardedSplit = column{}
+	_ nn.ShardedSplit = row{}
+)
+
+func (c column) ShareStride(axis int) int { return strideOn(axis, 0, c.stride) }
+func (r row) ShareStride(axis int) int    { return strideOn(axis, 1, r.stride) }
+
+// strideOn is stride on the axis a split cuts, 0 on the other.
+func strideOn(axis, cut, stride int) int {
+	if axis != cut {
+		return 0
+	}
+	return stride
+}
 
 // copyIn is Megatron's f: x as it is, its gradient all-reduced over the
 // group (each rank's GEMM gives the part of it that its columns reach).

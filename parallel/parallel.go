@@ -42,8 +42,9 @@ type Style interface {
 	whole(stacked *tensor.Tensor) *tensor.Tensor
 	// splitsBias reports whether the bias is split with the weight.
 	splitsBias() bool
-	// layer is the forward pass of a Linear split this way over l.
-	layer(l *Layout) nn.Split
+	// layer is the forward pass of a Linear of whole weight shape full
+	// split this way over l.
+	layer(l *Layout, full []int) nn.Split
 }
 
 // Colwise splits a Linear's output features (the rows of its [out, in]
@@ -170,7 +171,7 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 			v.Value, v.Grad = s.Style.share(old, group.Rank(), group.Size()), nil
 			tensor.Drop(old) // as a cast drops it: no later step asks for its size
 		}
-		s.Linear.Split = s.Style.layer(l)
+		s.Linear.Split = s.Style.layer(l, s.Full)
 	}
 	return l, nil
 }

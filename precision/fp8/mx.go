@@ -1,6 +1,7 @@
 package fp8
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/weftml/weft/dtype"
@@ -32,14 +33,38 @@ func (*MX) Name() string { return "fp8-mx" }
 // precision.ConversionReporter role).
 func (p *MX) Declined(path string) (string, bool) { return p.declines.Why(path) }
 
-// ConvertModule gives m FP8 GEMMs if it is an eligible Linear.
+// ConvertModule gives m FP8 GEMMs if it is an eligible Linear. A
+// tensor-parallel Linear whose shares would cut a block (a share boundary
+// along either axis of the weight that is not a multiple of BlockSize) is
+// an error: its ranks' blocks would not be one device's.
 func (p *MX) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
+		if err := blocksWithinShares(l); err != nil {
+			return err
+		}
 		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{}}
 	}
 	p.declines.Note(path, why)
 	return err
+}
+
+// blocksWithinShares checks that every tensor-parallel share of l's
+// weight begins on a block boundary along both axes, which MX blocks run
+// along (the forward GEMM's reduction over the input features, the input
+// gradient's over the output features), and so along the activations and
+// gradients split with them.
+func blocksWithinShares(l *nn.Linear) error {
+	s, ok := l.Split.(nn.ShardedSplit)
+	if !ok {
+		return nil
+	}
+	for axis, features := range [2]string{"output", "input"} {
+		if stride := s.ShareStride(axis); stride%BlockSize != 0 {
+			return fmt.Errorf("fp8-mx: the Linear's tensor-parallel shares begin every %d %s features, which cuts %d-element MX blocks across ranks; use fewer ranks or a width whose shares are multiples of %d", stride, features, BlockSize, BlockSize)
+		}
+	}
+	return nil
 }
 
 // blockScaling is MX's quantizer.

@@ -207,13 +207,7 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again 
 	if amax == nil { // a plan's pass on meta tensors: no amax to record
 		return cast(s.scale)
 	}
-	if ranks := l.recipe.ranks; ranks != nil {
-		if m, err := ranks.Max(*amax); err == nil {
-			*amax = m
-		} else {
-			*amax = float32(math.NaN()) // a failed reduction keeps the scale (amax NaN), and the collective's error ends the step
-		}
-	}
+	*amax = agreed(l.recipe.ranks, *amax)
 	q := cast(s.scale)
 	s.last = s.scale
 	if keep := l.recipe.HistoryLen - 1; len(s.history) > keep { // the newest HistoryLen amaxes, in place
@@ -222,6 +216,20 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again 
 	s.history = append(s.history, *amax)
 	s.scale = updateScale(l.recipe.Algo.reduce(s.history), s.scale, float32(dt.Max()), l.recipe.Margin)
 	return q
+}
+
+// agreed is the largest amax over ranks (amax itself if ranks is nil).
+// A failed reduction gives NaN, with which a scale update keeps the
+// scale, and the collective's error ends the step.
+func agreed(ranks comm.Agreement, amax float32) float32 {
+	if ranks == nil {
+		return amax
+	}
+	m, err := ranks.Max(amax)
+	if err != nil {
+		return float32(math.NaN())
+	}
+	return m
 }
 
 // savedScale is a scaleState in a checkpoint: float32 values as their bits,
@@ -309,10 +317,19 @@ func (p *Delayed) restore(roles map[string]savedScale) ([numRoles]scaleState, er
 // costs a pass over the tensor but follows its range exactly and keeps no
 // state; a tensor whose amax is 0, inf or NaN is cast with scale 1.
 type Current struct {
-	Format   Format // Hybrid
-	Filter   Filter // nil: DefaultFilter
+	Format Format // Hybrid
+	Filter Filter // nil: DefaultFilter
+	// ranks, if set, makes each amax the maximum over ranks, so that a
+	// split tensor (a tensor-parallel share) or a batch shared among
+	// data-parallel ranks is cast with the scale one device would take of
+	// it whole.
+	ranks    comm.Agreement
 	declines declined.Log
 }
+
+// AgreeOver makes every amax the maximum over ranks; the fabric calls it
+// when it trains on several ranks.
+func (p *Current) AgreeOver(r comm.Agreement) { p.ranks = r }
 
 // NewCurrent returns the recipe with Transformer Engine's defaults.
 func NewCurrent() *Current { return &Current{Format: Hybrid} }
@@ -327,18 +344,18 @@ func (p *Current) Declined(path string) (string, bool) { return p.declines.Why(p
 func (p *Current) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
-		l.GEMM = &linear{owner: p, format: p.Format, q: currentScaling{}}
+		l.GEMM = &linear{owner: p, format: p.Format, q: currentScaling{p}}
 	}
 	p.declines.Note(path, why)
 	return err
 }
 
 // currentScaling is Current's quantizer.
-type currentScaling struct{}
+type currentScaling struct{ recipe *Current }
 
-func (currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
+func (c currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
 	if t.IsMeta() { // a plan's pass: no amax to take
 		return castScaled(t, 1, dt)
 	}
-	return castScaled(t, updateScale(t.AbsMax(), 1, float32(dt.Max()), 0), dt)
+	return castScaled(t, updateScale(agreed(c.recipe.ranks, t.AbsMax()), 1, float32(dt.Max()), 0), dt)
 }

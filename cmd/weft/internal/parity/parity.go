@@ -155,25 +155,36 @@ func TrainOn(ref *models.Reference, model string, steps int, spec precision.Spec
 // sequences of cfg.Context tokens drawn from a generator seeded by the
 // step, so that every backend and mesh sees the same run.
 func TrainGPT(cfg models.GPTConfig, steps int, spec precision.Spec, d Dist, onStep func(step int, loss float64)) (*Result, error) {
-	src := source{
+	return trainOn(seededGPT(cfg), steps, spec, d, onStep)
+}
+
+// seededGPT is a gpt of size cfg from weft's initialisation, trained on
+// seededBatches.
+func seededGPT(cfg models.GPTConfig) source {
+	return source{
 		name:  "gpt",
 		model: func() (models.Model, error) { return models.NewGPT(nn.NewInit(0), cfg), nil },
-		batch: func(s int) (data.Batch, error) {
-			const seqs = 8
-			rng := rand.New(rand.NewPCG(uint64(s), 0x9e3779b97f4a7c15))
-			b := data.Batch{Shape: []int{seqs, cfg.Context}}
-			for range seqs * cfg.Context {
-				b.Tokens = append(b.Tokens, rng.IntN(cfg.Vocab))
-			}
-			// The next token, and a fresh one after each sequence's last.
-			for j := range seqs {
-				row := b.Tokens[j*cfg.Context : (j+1)*cfg.Context]
-				b.Targets = append(append(b.Targets, row[1:]...), rng.IntN(cfg.Vocab))
-			}
-			return b, nil
-		},
+		batch: seededBatches(cfg.Vocab, cfg.Context),
 	}
-	return trainOn(src, steps, spec, d, onStep)
+}
+
+// seededBatches is the batch of each step of a replay without reference
+// data: 8 sequences of context random tokens from a seed per step, each
+// target the next token (and a fresh one after a sequence's last).
+func seededBatches(vocab, context int) func(step int) (data.Batch, error) {
+	return func(s int) (data.Batch, error) {
+		const seqs = 8
+		rng := rand.New(rand.NewPCG(uint64(s), 0x9e3779b97f4a7c15))
+		b := data.Batch{Shape: []int{seqs, context}}
+		for range seqs * context {
+			b.Tokens = append(b.Tokens, rng.IntN(vocab))
+		}
+		for j := range seqs {
+			row := b.Tokens[j*context : (j+1)*context]
+			b.Targets = append(append(b.Targets, row[1:]...), rng.IntN(vocab))
+		}
+		return b, nil
+	}
 }
 
 // source is what a replay trains: the model, built alike on every rank,
