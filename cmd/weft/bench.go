@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +30,7 @@ func benchCmd() *cobra.Command {
 		asJSON             bool
 		backend            string
 		sizes, mods, precs string
-		gptSize            string
+		gptSize, profile   string
 		steps, batch       int
 		minTime            time.Duration
 	)
@@ -98,6 +99,13 @@ the timed steps); the allocator's peak (tensor.Memory().Peak) and the peak RSS
 				} else if cmd.Flags().Changed("batch") {
 					return fmt.Errorf("--batch %d: a batch size goes with --gpt; the other models run at their reference batch", batch)
 				}
+				if profile != "" {
+					stop, err := startCPUProfile(profile)
+					if err != nil {
+						return err
+					}
+					defer stop()
+				}
 				for _, m := range names {
 					for _, p := range strings.Split(precs, ",") {
 						cfg.Model, cfg.Precision = m, p
@@ -154,6 +162,7 @@ the timed steps); the allocator's peak (tensor.Memory().Peak) and the peak RSS
 	cmd.Flags().IntVar(&steps, "steps", 20, "timed steps per model and precision")
 	cmd.Flags().StringVar(&gptSize, "gpt", "", "step: time a gpt of this size instead of --models: layers,width,heads,context (e.g. 6,384,6,256)")
 	cmd.Flags().IntVar(&batch, "batch", 8, "step with --gpt: sequences per step")
+	cmd.Flags().StringVar(&profile, "cpuprofile", "", "step: write a CPU profile of the steps (go tool pprof) to this file")
 	cmd.Flags().StringVar(&backend, "comm", "", "allreduce: measure only this backend (mpi: run under mpirun)")
 	return cmd
 }
@@ -168,6 +177,22 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// startCPUProfile starts writing a CPU profile to path; stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // parseGPTSize reads --gpt's layers,width,heads,context.
