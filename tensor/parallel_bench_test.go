@@ -36,7 +36,10 @@ func BenchmarkActivationOps(b *testing.B) {
 		run  func() []*tensor.Tensor
 	}{
 		{"Softmax/12288x256", func() []*tensor.Tensor { return []*tensor.Tensor{tensor.Softmax(scores)} }},
-		{"LayerNorm/2048x384", func() []*tensor.Tensor { y, m, r := tensor.LayerNorm(x, w, bias, 1e-5); return []*tensor.Tensor{y, m, r} }},
+		{"LayerNorm/2048x384", func() []*tensor.Tensor {
+			y, m, r := tensor.LayerNorm(x, w, bias, 1e-5)
+			return []*tensor.Tensor{y, m, r}
+		}},
 		{"LayerNormBackward/2048x384", func() []*tensor.Tensor {
 			dx, dw, db := tensor.LayerNormBackward(x, w, mean, rstd, dyn)
 			return []*tensor.Tensor{dx, dw, db}
