@@ -24,8 +24,10 @@ func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Ten
 
 func mapInto[T float](out, x *Tensor, f func(T) T) {
 	xs, ys := get[T](x), buf[T](out)
-	for i, v := range xs {
-		ys[i] = f(v)
+	if parallelParts(len(xs)) <= 1 {
+		mapRange(ys, xs, f)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { mapRange(ys[lo:hi], xs[lo:hi], f) })
 	}
 	put(out, ys)
 	drop(x, xs)
@@ -46,14 +48,28 @@ func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64)
 	return out
 }
 
+func mapRange[T float](ys, xs []T, f func(T) T) {
+	for i, v := range xs {
+		ys[i] = f(v)
+	}
+}
+
 func zipInto[T float](out, a, b *Tensor, f func(x, y T) T) {
 	as, bs, ys := get[T](a), get[T](b), buf[T](out)
-	for i := range ys {
-		ys[i] = f(as[i], bs[i])
+	if parallelParts(len(ys)) <= 1 {
+		zipRange(ys, as, bs, f)
+	} else {
+		parallelFor(len(ys), func(lo, hi int) { zipRange(ys[lo:hi], as[lo:hi], bs[lo:hi], f) })
 	}
 	put(out, ys)
 	drop(a, as)
 	drop(b, bs)
+}
+
+func zipRange[T float](ys, as, bs []T, f func(x, y T) T) {
+	for i := range ys {
+		ys[i] = f(as[i], bs[i])
+	}
 }
 
 // Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
@@ -88,6 +104,14 @@ func GELU(x *Tensor) (y, cdf *Tensor) {
 
 func gelu64(y, cdf, x *Tensor) {
 	xs, ys, cs := x.f64(), y.f64(), cdf.f64()
+	if parallelParts(len(xs)) <= 1 {
+		gelu64Range(ys, cs, xs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { gelu64Range(ys[lo:hi], cs[lo:hi], xs[lo:hi]) })
+	}
+}
+
+func gelu64Range(ys, cs, xs []float64) {
 	for i, v := range xs {
 		c := 0.5 * (1 + math.Erf(v/math.Sqrt2))
 		cs[i], ys[i] = c, v*c
@@ -96,8 +120,12 @@ func gelu64(y, cdf, x *Tensor) {
 
 // gelu32 computes as PyTorch's CUDA kernel does in float32 (vec.GELU).
 func gelu32(y, cdf, x *Tensor) {
-	xs, ys := get[float32](x), buf[float32](y)
-	vec.GELU(ys, cdf.f32(), xs)
+	xs, ys, cs := get[float32](x), buf[float32](y), cdf.f32()
+	if parallelParts(len(xs)) <= 1 {
+		vec.GELU(ys, cs, xs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { vec.GELU(ys[lo:hi], cs[lo:hi], xs[lo:hi]) })
+	}
 	put(y, ys)
 	drop(x, xs)
 }
@@ -115,9 +143,10 @@ func GELUBackward(x, cdf, dy *Tensor) *Tensor {
 
 func geluBackward64(dx, x, cdf, dy *Tensor) {
 	xs, cs, gs, out := get[float64](x), get[float64](cdf), get[float64](dy), buf[float64](dx)
-	for i, v := range xs {
-		pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
-		out[i] = gs[i] * (cs[i] + v*pdf)
+	if parallelParts(len(xs)) <= 1 {
+		geluBackward64Range(out, xs, cs, gs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { geluBackward64Range(out[lo:hi], xs[lo:hi], cs[lo:hi], gs[lo:hi]) })
 	}
 	put(dx, out)
 	drop(x, xs)
@@ -125,11 +154,22 @@ func geluBackward64(dx, x, cdf, dy *Tensor) {
 	drop(dy, gs)
 }
 
+func geluBackward64Range(out, xs, cs, gs []float64) {
+	for i, v := range xs {
+		pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
+		out[i] = gs[i] * (cs[i] + v*pdf)
+	}
+}
+
 // geluBackward32 computes as PyTorch's CUDA kernel does in float32
 // (vec.GELUBackward).
 func geluBackward32(dx, x, cdf, dy *Tensor) {
 	xs, cs, gs, out := get[float32](x), get[float32](cdf), get[float32](dy), buf[float32](dx)
-	vec.GELUBackward(out, xs, cs, gs)
+	if parallelParts(len(xs)) <= 1 {
+		vec.GELUBackward(out, xs, cs, gs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { vec.GELUBackward(out[lo:hi], xs[lo:hi], cs[lo:hi], gs[lo:hi]) })
+	}
 	put(dx, out)
 	drop(x, xs)
 	drop(cdf, cs)
@@ -152,15 +192,23 @@ func ReLU(x *Tensor) *Tensor {
 
 func relu[T float](out, x *Tensor) {
 	xs, ys := get[T](x), buf[T](out)
-	if y32, ok := any(ys).([]float32); ok {
-		vec.ReLU(y32, any(xs).([]float32))
+	if parallelParts(len(xs)) <= 1 {
+		reluRange(ys, xs)
 	} else {
-		for i, v := range xs {
-			ys[i] = max(v, 0)
-		}
+		parallelFor(len(xs), func(lo, hi int) { reluRange(ys[lo:hi], xs[lo:hi]) })
 	}
 	put(out, ys)
 	drop(x, xs)
+}
+
+func reluRange[T float](ys, xs []T) {
+	if y32, ok := any(ys).([]float32); ok {
+		vec.ReLU(y32, any(xs).([]float32))
+		return
+	}
+	for i, v := range xs {
+		ys[i] = max(v, 0)
+	}
 }
 
 // ReLUBackward returns dy where y > 0 and 0 elsewhere (y is ReLU's output).
@@ -177,20 +225,28 @@ func ReLUBackward(y, dy *Tensor) *Tensor {
 
 func reluBackward[T float](dx, y, dy *Tensor) {
 	ys, gs, out := get[T](y), get[T](dy), buf[T](dx)
-	if o32, ok := any(out).([]float32); ok {
-		vec.ReLUBackward(o32, any(ys).([]float32), any(gs).([]float32))
+	if parallelParts(len(ys)) <= 1 {
+		reluBackwardRange(out, ys, gs)
 	} else {
-		gs = gs[:len(ys)]
-		for i, v := range ys {
-			out[i] = gs[i]
-			if v <= 0 {
-				out[i] = 0
-			}
-		}
+		parallelFor(len(ys), func(lo, hi int) { reluBackwardRange(out[lo:hi], ys[lo:hi], gs[lo:hi]) })
 	}
 	put(dx, out)
 	drop(y, ys)
 	drop(dy, gs)
+}
+
+func reluBackwardRange[T float](out, ys, gs []T) {
+	if o32, ok := any(out).([]float32); ok {
+		vec.ReLUBackward(o32, any(ys).([]float32), any(gs).([]float32))
+		return
+	}
+	gs = gs[:len(ys)]
+	for i, v := range ys {
+		out[i] = gs[i]
+		if v <= 0 {
+			out[i] = 0
+		}
+	}
 }
 
 // CausalMask fills the entries above the diagonal of the last two axes
@@ -240,25 +296,41 @@ func AddBroadcast(a, b *Tensor, from int) *Tensor {
 
 func addBroadcast[T float](out, a, b *Tensor, outer, mid, inner int) {
 	as, bs, ys := get[T](a), get[T](b), buf[T](out)
-	for o := range outer {
-		if inner == 1 { // b spans the innermost axes: add it row by row
-			x, y := as[o*mid:][:mid], ys[o*mid:][:mid]
-			for m, v := range bs[:mid] {
-				y[m] = x[m] + v
-			}
-			continue
-		}
-		for m, v := range bs[:mid] {
-			base := (o*mid + m) * inner
-			x, y := as[base:][:inner], ys[base:][:inner]
-			for i := range y {
-				y[i] = x[i] + v
-			}
-		}
+	// Work is split in units: rows of b when b spans the innermost axes,
+	// else runs of inner elements that add one value of b.
+	units := outer * mid
+	if inner == 1 {
+		units = outer
+	}
+	if parts := min(parallelParts(len(ys)), units); parts <= 1 {
+		addBroadcastUnits(ys, as, bs[:mid], inner, 0, units)
+	} else {
+		parallelSplit(units, parts, func(lo, hi int) { addBroadcastUnits(ys, as, bs[:mid], inner, lo, hi) })
 	}
 	put(out, ys)
 	drop(a, as)
 	drop(b, bs)
+}
+
+// addBroadcastUnits adds bs to the units [lo, hi) of as (see addBroadcast).
+func addBroadcastUnits[T float](ys, as, bs []T, inner, lo, hi int) {
+	mid := len(bs)
+	if inner == 1 { // b spans the innermost axes: add it row by row
+		for o := lo; o < hi; o++ {
+			x, y := as[o*mid:][:mid], ys[o*mid:][:mid]
+			for m, v := range bs {
+				y[m] = x[m] + v
+			}
+		}
+		return
+	}
+	for u := lo; u < hi; u++ {
+		v := bs[u%mid]
+		x, y := as[u*inner:][:inner], ys[u*inner:][:inner]
+		for i := range y {
+			y[i] = x[i] + v
+		}
+	}
 }
 
 // ReduceBroadcast sums dy over the axes a tensor of shape was repeated over
@@ -275,17 +347,33 @@ func ReduceBroadcast(dy *Tensor, shape []int, from int, dt dtype.DType) *Tensor 
 	return out
 }
 
+// reduceBroadcast splits the sums across cores by ranges of b's elements,
+// each summed over o and then i in order whatever the split: the same bits
+// on any number of cores.
 func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
 	gs, sums := get[T](dy), scratch[T](mid)
 	clear(sums)
+	if parts := min(parallelParts(len(gs)), mid); parts <= 1 {
+		reduceBroadcastRange(sums, gs, outer, inner, 0, mid)
+	} else {
+		parallelSplit(mid, parts, func(lo, hi int) { reduceBroadcastRange(sums, gs, outer, inner, lo, hi) })
+	}
+	storeAs(out, sums)
+	release(sums)
+	drop(dy, gs)
+}
+
+// reduceBroadcastRange accumulates sums[lo:hi] over dy's elements gs.
+func reduceBroadcastRange[T float](sums, gs []T, outer, inner, lo, hi int) {
+	mid := len(sums)
 	for o := range outer {
 		if inner == 1 {
-			for m, g := range gs[o*mid:][:mid] {
-				sums[m] += g
+			for m, g := range gs[o*mid+lo : o*mid+hi] {
+				sums[lo+m] += g
 			}
 			continue
 		}
-		for m := range sums {
+		for m := lo; m < hi; m++ {
 			base := (o*mid + m) * inner
 			s := sums[m]
 			for _, g := range gs[base : base+inner] {
@@ -294,9 +382,6 @@ func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
 			sums[m] = s
 		}
 	}
-	storeAs(out, sums)
-	release(sums)
-	drop(dy, gs)
 }
 
 // storeAs rounds vals ([]float32 or []float64) into out, whatever out's dtype.
