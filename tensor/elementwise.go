@@ -8,79 +8,73 @@ import (
 	"github.com/weftml/weft/internal/vec"
 )
 
-// unary returns f applied to every element of x, in x's dtype.
-func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Tensor {
+// Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
+func Scale(x *Tensor, s float64) *Tensor {
 	if x.meta {
 		return Meta(x.dtype, x.shape...)
 	}
 	out := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
-		mapInto(out, x, f64)
+		scaleInto(out, x, s)
 	} else {
-		mapInto(out, x, f32)
+		scaleInto(out, x, float32(s))
 	}
 	return out
 }
 
-func mapInto[T float](out, x *Tensor, f func(T) T) {
+func scaleInto[T float](out, x *Tensor, s T) {
 	xs, ys := get[T](x), buf[T](out)
-	if parallelParts(len(xs)) <= 1 {
-		mapRange(ys, xs, f)
-	} else {
-		parallelFor(len(xs), func(lo, hi int) { mapRange(ys[lo:hi], xs[lo:hi], f) })
-	}
+	scaleAll(ys, xs, s)
 	put(out, ys)
 	drop(x, xs)
 }
 
-// binary returns f(a, b) elementwise for same-shaped a and b, in their promoted dtype.
-func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64) float64) *Tensor {
+// scaleAll sets ys to xs·s, split across cores when large.
+func scaleAll[T float](ys, xs []T, s T) {
+	if parallelParts(len(xs)) <= 1 {
+		scaleRange(ys, xs, s)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { scaleRange(ys[lo:hi], xs[lo:hi], s) })
+	}
+}
+
+func scaleRange[T float](ys, xs []T, s T) {
+	for i, v := range xs {
+		ys[i] = v * s
+	}
+}
+
+// Mul returns a·b elementwise.
+func Mul(a, b *Tensor) *Tensor {
 	mustSameShape("binary op", a, b)
 	if anyMeta(a, b) {
 		return Meta(Promote(a.dtype, b.dtype), a.shape...)
 	}
 	out := empty(Promote(a.dtype, b.dtype), a.shape...)
 	if out.dtype == dtype.F64 {
-		zipInto(out, a, b, f64)
+		mulInto[float64](out, a, b)
 	} else {
-		zipInto(out, a, b, f32)
+		mulInto[float32](out, a, b)
 	}
 	return out
 }
 
-func mapRange[T float](ys, xs []T, f func(T) T) {
-	for i, v := range xs {
-		ys[i] = f(v)
-	}
-}
-
-func zipInto[T float](out, a, b *Tensor, f func(x, y T) T) {
+func mulInto[T float](out, a, b *Tensor) {
 	as, bs, ys := get[T](a), get[T](b), buf[T](out)
 	if parallelParts(len(ys)) <= 1 {
-		zipRange(ys, as, bs, f)
+		mulRange(ys, as, bs)
 	} else {
-		parallelFor(len(ys), func(lo, hi int) { zipRange(ys[lo:hi], as[lo:hi], bs[lo:hi], f) })
+		parallelFor(len(ys), func(lo, hi int) { mulRange(ys[lo:hi], as[lo:hi], bs[lo:hi]) })
 	}
 	put(out, ys)
 	drop(a, as)
 	drop(b, bs)
 }
 
-func zipRange[T float](ys, as, bs []T, f func(x, y T) T) {
+func mulRange[T float](ys, as, bs []T) {
 	for i := range ys {
-		ys[i] = f(as[i], bs[i])
+		ys[i] = as[i] * bs[i]
 	}
-}
-
-// Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
-func Scale(x *Tensor, s float64) *Tensor {
-	s32 := float32(s)
-	return unary(x, func(v float32) float32 { return v * s32 }, func(v float64) float64 { return v * s })
-}
-
-// Mul returns a·b elementwise.
-func Mul(a, b *Tensor) *Tensor {
-	return binary(a, b, func(x, y float32) float32 { return x * y }, func(x, y float64) float64 { return x * y })
 }
 
 // GELU is the exact (erf) form x·Φ(x). It also returns Φ(x) for

@@ -128,15 +128,11 @@ func sgd[T float](p, g *Tensor, lr float64) {
 // ScaleInPlace multiplies t by s, rounding to t's dtype (unscaling gradients).
 func (t *Tensor) ScaleInPlace(s float64) {
 	if t.dtype == dtype.F64 {
-		for i := range t.f64() {
-			t.f64()[i] *= s
-		}
+		scaleAll(t.f64(), t.f64(), s)
 		return
 	}
-	vals, s32 := get[float32](t), float32(s)
-	for i := range vals {
-		vals[i] *= s32
-	}
+	vals := get[float32](t)
+	scaleAll(vals, vals, float32(s))
 	put(t, vals)
 }
 
@@ -153,11 +149,19 @@ func (t *Tensor) AddInPlace(u *Tensor) {
 
 func addInPlace[T float](t, u *Tensor) {
 	ts, us := get[T](t), get[T](u)
-	for i, v := range us {
-		ts[i] += v
+	if parallelParts(len(ts)) <= 1 {
+		addRange(ts, us)
+	} else {
+		parallelFor(len(ts), func(lo, hi int) { addRange(ts[lo:hi], us[lo:hi]) })
 	}
 	put(t, ts)
 	drop(u, us)
+}
+
+func addRange[T float](ts, us []T) {
+	for i, v := range us {
+		ts[i] += v
+	}
 }
 
 // ClampInPlace limits every element of t to [lo, hi] (torch.clamp_, as
