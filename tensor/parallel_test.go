@@ -93,6 +93,14 @@ func parallelOps() []parallelOp {
 				OneMinusB2: 0.001, BC2Sqrt: 0.3, Eps: 1e-8, NegStepSize: -1e-3})
 			return outs(p, m, v)
 		}},
+		{"SGD", func(dt dtype.DType) []*tensor.Tensor {
+			p := in(dt, 1, rows, c)
+			tensor.SGDStep(p, in(dt, 2, rows, c), 0.1)
+			return outs(p)
+		}},
+		{"Linear", func(dt dtype.DType) []*tensor.Tensor {
+			return outs(tensor.Linear(in(dt, 1, rows, c), in(dt, 2, c, c), in(dt, 3, c)))
+		}},
 		{"AddInPlace", func(dt dtype.DType) []*tensor.Tensor {
 			t := in(dt, 1, rows, c)
 			t.AddInPlace(in(dt, 2, rows, c))

@@ -118,11 +118,19 @@ func SGDStep(p, g *Tensor, lr float64) {
 func sgd[T float](p, g *Tensor, lr float64) {
 	ps, gs, r := get[T](p), get[T](g), roundTo[T](p.dtype)
 	neg := T(-lr)
-	for i := range ps {
-		ps[i] = r.do(ps[i] + T(neg*gs[i]))
+	if parallelParts(len(ps)) <= 1 {
+		sgdRange(ps, gs, r, neg)
+	} else {
+		parallelFor(len(ps), func(lo, hi int) { sgdRange(ps[lo:hi], gs[lo:hi], r, neg) })
 	}
 	put(p, ps)
 	drop(g, gs)
+}
+
+func sgdRange[T float](ps, gs []T, r rounding[T], neg T) {
+	for i := range ps {
+		ps[i] = r.do(ps[i] + T(neg*gs[i]))
+	}
 }
 
 // ScaleInPlace multiplies t by s, rounding to t's dtype (unscaling gradients).
