@@ -97,14 +97,13 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 	clear(dws)
 	clear(dbs)
 	// dx is row by row, split by ranges of rows; dw and db sum over all
-	// rows in order, split by ranges of columns: the same bits on any
-	// number of cores.
+	// rows in order, split by ranges of columns in a second pass: the
+	// same bits on any number of cores. One core takes a single pass.
 	if parts := parallelParts(len(xs)); parts <= 1 {
-		layerNormBackwardRows(dxs, xs, ws, gs, ms, rs)
-		layerNormParamGrads(dws, dbs, xs, gs, ms, rs, 0, c)
+		layerNormBackwardRows(dxs, xs, ws, gs, ms, rs, dws, dbs)
 	} else {
 		parallelSplit(len(ms), parts, func(lo, hi int) {
-			layerNormBackwardRows(dxs[lo*c:hi*c], xs[lo*c:hi*c], ws, gs[lo*c:hi*c], ms[lo:hi], rs[lo:hi])
+			layerNormBackwardRows(dxs[lo*c:hi*c], xs[lo*c:hi*c], ws, gs[lo*c:hi*c], ms[lo:hi], rs[lo:hi], nil, nil)
 		})
 		parallelSplit(c, min(parts, c), func(lo, hi int) { layerNormParamGrads(dws, dbs, xs, gs, ms, rs, lo, hi) })
 	}
@@ -120,8 +119,9 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 	drop(rstd, rs)
 }
 
-// layerNormBackwardRows computes the rows of dx (of len(ws) elements each).
-func layerNormBackwardRows[T float](dxs, xs, ws, gs, ms, rs []T) {
+// layerNormBackwardRows computes the rows of dx (of len(ws) elements each)
+// and, unless they are nil, adds the rows' dy·x̂ and dy to dws and dbs.
+func layerNormBackwardRows[T float](dxs, xs, ws, gs, ms, rs, dws, dbs []T) {
 	c := len(ws)
 	xhat, dxhat := scratch[T](c), scratch[T](c)
 	for r := range ms {
@@ -132,6 +132,10 @@ func layerNormBackwardRows[T float](dxs, xs, ws, gs, ms, rs []T) {
 			dxhat[j] = g[j] * ws[j]
 			sumD += dxhat[j]
 			sumDX += dxhat[j] * xhat[j]
+			if dws != nil {
+				dws[j] += g[j] * xhat[j]
+				dbs[j] += g[j]
+			}
 		}
 		meanD, meanDX := sumD/T(c), sumDX/T(c)
 		for j := range c {
