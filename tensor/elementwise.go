@@ -359,14 +359,12 @@ func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
 
 // reduceBroadcastRange accumulates sums[lo:hi] over dy's elements gs.
 func reduceBroadcastRange[T float](sums, gs []T, outer, inner, lo, hi int) {
+	if inner == 1 {
+		sumColumns(sums[lo:hi], gs, len(sums), lo)
+		return
+	}
 	mid := len(sums)
 	for o := range outer {
-		if inner == 1 {
-			for m, g := range gs[o*mid+lo : o*mid+hi] {
-				sums[lo+m] += g
-			}
-			continue
-		}
 		for m := lo; m < hi; m++ {
 			base := (o*mid + m) * inner
 			s := sums[m]
@@ -374,6 +372,17 @@ func reduceBroadcastRange[T float](sums, gs []T, outer, inner, lo, hi int) {
 				s += g
 			}
 			sums[m] = s
+		}
+	}
+}
+
+// sumColumns adds to sums, row after row, the columns [lo, lo+len(sums))
+// of gs's rows of c elements.
+func sumColumns[T float](sums, gs []T, c, lo int) {
+	for r := lo; r < len(gs); r += c {
+		row := gs[r:][:len(sums)]
+		for m, g := range row {
+			sums[m] += g
 		}
 	}
 }
