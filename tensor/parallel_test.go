@@ -20,7 +20,7 @@ type parallelOp struct {
 // parallelOps returns the ops that split their work across cores, each over
 // fresh inputs (of dtype dt where the op takes one) from a fixed seed.
 func parallelOps() []parallelOp {
-	const rows, c = 400, 384 // 153600 elements: two ranges on two cores
+	const rows, c = 700, 384 // 268800 elements: four ranges on four cores
 	in := func(dt dtype.DType, seed uint64, shape ...int) *tensor.Tensor {
 		return randT(rand.New(rand.NewPCG(seed, 17)), dt, shape...)
 	}
@@ -59,19 +59,19 @@ func parallelOps() []parallelOp {
 			return outs(tensor.AddBroadcast(in(dt, 1, rows, c), in(dt, 2, c), 1))
 		}},
 		{"AddBroadcast/channels", func(dt dtype.DType) []*tensor.Tensor {
-			return outs(tensor.AddBroadcast(in(dt, 1, 8, 96, 200), in(dt, 2, 96), 1))
+			return outs(tensor.AddBroadcast(in(dt, 1, 14, 96, 200), in(dt, 2, 96), 1))
 		}},
 		{"ReduceBroadcast/features", func(dt dtype.DType) []*tensor.Tensor {
 			return outs(tensor.ReduceBroadcast(in(dt, 1, rows, c), []int{c}, 1, dt))
 		}},
 		{"ReduceBroadcast/channels", func(dt dtype.DType) []*tensor.Tensor {
-			return outs(tensor.ReduceBroadcast(in(dt, 1, 8, 96, 200), []int{96}, 1, dt))
+			return outs(tensor.ReduceBroadcast(in(dt, 1, 14, 96, 200), []int{96}, 1, dt))
 		}},
 		{"Permute/heads", func(dt dtype.DType) []*tensor.Tensor {
-			return outs(tensor.Permute(in(dt, 1, 4, 100, 6, 64), 0, 2, 1, 3))
+			return outs(tensor.Permute(in(dt, 1, 7, 100, 6, 64), 0, 2, 1, 3))
 		}},
 		{"Permute/transpose", func(dt dtype.DType) []*tensor.Tensor {
-			return outs(tensor.Permute(in(dt, 1, 3, 200, 256), 0, 2, 1))
+			return outs(tensor.Permute(in(dt, 1, 6, 200, 256), 0, 2, 1))
 		}},
 		{"To/BF16", func(dt dtype.DType) []*tensor.Tensor { return outs(in(dt, 1, rows, c).To(dtype.BF16)) }},
 		{"To/F32", func(dt dtype.DType) []*tensor.Tensor { return outs(in(dt, 1, rows, c).To(dtype.F32)) }},
