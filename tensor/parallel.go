@@ -6,6 +6,17 @@ import (
 )
 
 // parallelMin is the smallest element count worth splitting across cores.
+//
+// Every op over activations splits this way once its tensor holds
+// parallelMin elements per core (smaller ones, as in the reference
+// models, run on the calling goroutine and build no closure): rowwise
+// ops (softmax, LayerNorm, cross-entropy) by ranges of rows, elementwise
+// ops and casts by ranges of elements, Permute by ranges of its copied
+// runs. A reduction over rows (LayerNorm's dw and db, ReduceBroadcast's
+// bias gradients) splits by ranges of its outputs instead, each summed
+// over the rows in the order a single core sums them, and cross-entropy
+// sums its rows' losses on the caller: results are the same bits on any
+// number of cores (TestParallelOpsIgnoreGOMAXPROCS).
 const parallelMin = 1 << 16
 
 // parallelParts is the number of ranges parallelFor splits n elements
