@@ -99,12 +99,23 @@ func convert[T float](dt dtype.DType, vals []T, data []byte, sat bool, f func(dt
 	parallelFor(len(vals), func(lo, hi int) { f(dt, vals[lo:hi], data[lo*size:hi*size], sat) })
 }
 
-func encodeF32(dt dtype.DType, src []float32, dst []byte, sat bool) { dtype.Encode(dt, dst, src, sat) }
+// The conversions convert runs, in one argument order.
+
+func encodeF32(dt dtype.DType, src []float32, dst []byte, sat bool) {
+	dtype.Encode(dt, dst, src, sat)
+}
+
 func encodeF64(dt dtype.DType, src []float64, dst []byte, sat bool) {
 	dtype.EncodeF64(dt, dst, src, sat)
 }
-func decodeF32(dt dtype.DType, dst []float32, src []byte, _ bool) { dtype.Decode(dt, dst, src) }
-func decodeF64(dt dtype.DType, dst []float64, src []byte, _ bool) { dtype.DecodeF64(dt, dst, src) }
+
+func decodeF32(dt dtype.DType, dst []float32, src []byte, _ bool) {
+	dtype.Decode(dt, dst, src)
+}
+
+func decodeF64(dt dtype.DType, dst []float64, src []byte, _ bool) {
+	dtype.DecodeF64(dt, dst, src)
+}
 
 // narrowF64 rounds float64 codes (dt is F64) to float32.
 func narrowF64(_ dtype.DType, dst []float32, src []byte, _ bool) {
