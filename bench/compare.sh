@@ -37,7 +37,10 @@ PY
 fi
 [ -n "$sizes" ] || exit 0
 cores=$(nproc)
-rows=()
+echo
+echo "gpt sizes (layers,width,heads,context), median ms per step; PyTorch at its faster thread count"
+printf '%-14s %5s %7s %-11s %9s %9s %3s %10s %8s %7s %5s %9s %18s\n' gpt batch params precision weft torch thr torch/weft \
+	GFLOP/s 'of GEMM' cores 'alloc MiB' 'RSS MiB weft/torch'
 for size in $sizes; do
 	gpt=${size%%:*} batch=${size##*:}
 	for p in $precisions; do
@@ -46,30 +49,18 @@ for size in $sizes; do
 		for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
 			ts+=("$(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$py" bench/torch_step.py "$gpt_steps" --gpt "$gpt" --batch "$batch" --precision "$p")")
 		done
-		rows+=("$gpt" "$w" "${ts[@]}" "--")
+		# One row as soon as its size and precision are measured.
+		"$py" - "$gpt" "$w" "${ts[@]}" <<'PY'
+import json, sys
+gpt, w, *ts = sys.argv[1:]
+w = json.loads(w)
+peak = next(g["gflops"] for g in w["gemm"] if g["impl"] == "weft-f32")
+w = w["step"][0]
+t = min((json.loads(x)["step"][0] for x in ts), key=lambda r: r["ms"])
+assert t["params"] == w["params"], f"gpt {gpt}: PyTorch has {t['params']} parameters, weft {w['params']}"
+print(f"{gpt:14} {w['batch']:5} {w['params'] / 1e6:6.2f}M {w['precision']:11} {w['ms']:9.1f} {t['ms']:9.1f} {t['threads']:3} "
+      f"{t['ms'] / w['ms']:9.2f}x {w['gflops']:8.1f} {100 * w['of_gemm_peak']:6.0f}% {w['cores_busy']:5.2f} "
+      f"{w['peak_alloc'] / 2**20:9.0f} {w['peak_rss'] / 2**20:8.0f} / {t['peak_rss'] / 2**20:.0f}   (f32 GEMM {peak:.0f} GFLOP/s)")
+PY
 	done
 done
-"$py" - "${rows[@]}" <<'PY'
-import json, sys
-args, rows, cur = sys.argv[1:], [], []
-for a in args:
-    if a == "--":
-        rows.append(cur)
-        cur = []
-    else:
-        cur.append(a)
-print()
-print("gpt sizes (layers,width,heads,context), median ms per step; PyTorch at its faster thread count")
-print(f"{'gpt':14} {'batch':>5} {'params':>7} {'precision':11} {'weft':>9} {'torch':>9} {'thr':>3} {'torch/weft':>10} "
-      f"{'GFLOP/s':>8} {'of GEMM':>7} {'cores':>5} {'alloc MiB':>9} {'RSS MiB weft/torch':>18}")
-for gpt, w, *ts in rows:
-    w = json.loads(w)
-    peak = next(g["gflops"] for g in w["gemm"] if g["impl"] == "weft-f32")
-    w = w["step"][0]
-    t = min((json.loads(x)["step"][0] for x in ts), key=lambda r: r["ms"])
-    assert t["params"] == w["params"], f"gpt {gpt}: PyTorch has {t['params']} parameters, weft {w['params']}"
-    print(f"{gpt:14} {w['batch']:5} {w['params'] / 1e6:6.2f}M {w['precision']:11} {w['ms']:9.1f} {t['ms']:9.1f} {t['threads']:3} "
-          f"{t['ms'] / w['ms']:9.2f}x {w['gflops']:8.1f} {100 * w['of_gemm_peak']:6.0f}% {w['cores_busy']:5.2f} "
-          f"{w['peak_alloc'] / 2**20:9.0f} {w['peak_rss'] / 2**20:8.0f} / {t['peak_rss'] / 2**20:.0f}")
-print(f"(weft's f32 GEMM at n=1024, measured in each weft process: {peak:.0f} GFLOP/s in the last)")
-PY
