@@ -19,6 +19,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/weft" ./cmd/weft
 grep -m1 '^model name' /proc/cpuinfo || true
+# Debian's python3-torch runs its GEMMs on whichever libblas.so.3 is selected:
+# OpenBLAS (libopenblas0) or the far slower reference BLAS (libblas3).
+echo "PyTorch's BLAS: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)"
 echo "CPU flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16|amx_tile)$' | tr '\n' ' ')"
 if [ "${REFERENCE:-1}" != 0 ]; then
 	torch=$("$py" bench/torch_step.py "$steps")
