@@ -4,12 +4,23 @@
 The same models (mlp784, mlp, cnn, gpt), batch shapes and AdamW settings, in
 float32 and in bfloat16 autocast; prints one JSON object like weft's:
 {"step": [{"model": ..., "precision": "32-true"|"bf16-mixed", "ms": ...,
-"threads": ...}]}, each the faster of PyTorch on 1 thread and on every core.
+"threads": ...}]}, ms the median step, each the faster of PyTorch on 1 thread
+and on every core.
+
+  torch_step.py STEPS --gpt 6,384,6,256 --batch 8 --precision bf16-mixed
+
+times one gpt of that size (layers,width,heads,context; the Go corpus's
+98-token vocabulary, as `weft bench step --gpt`) on torch.get_num_threads()
+threads (compare.sh sets OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the count
+it tries) and adds params and peak_rss (the process's, in bytes) to its entry.
 Run by compare.sh; needs Debian's python3-torch.
 """
+import argparse
 import json
 import math
 import os
+import resource
+import statistics
 import sys
 import time
 
@@ -55,7 +66,7 @@ class CNN(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, c=32, heads=2):
+    def __init__(self, c, heads):
         super().__init__()
         self.heads = heads
         self.ln1, self.qkv, self.proj = LayerNorm(c), nn.Linear(c, 3 * c), nn.Linear(c, c)
@@ -72,11 +83,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    """weft's gpt: the reference size (vocab 48, context 16, width 32, 2 heads,
+    2 layers) unless sized."""
+
+    def __init__(self, vocab=48, context=16, width=32, heads=2, layers=2):
         super().__init__()
-        self.tok, self.pos = nn.Embedding(48, 32), nn.Embedding(16, 32)
-        self.blocks = nn.ModuleList([Block(), Block()])
-        self.ln_f, self.head = LayerNorm(32), nn.Linear(32, 48, bias=False)
+        self.tok, self.pos = nn.Embedding(vocab, width), nn.Embedding(context, width)
+        self.blocks = nn.ModuleList([Block(width, heads) for _ in range(layers)])
+        self.ln_f, self.head = LayerNorm(width), nn.Linear(width, vocab, bias=False)
 
     def forward(self, idx):
         x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
@@ -85,8 +99,15 @@ class GPT(nn.Module):
         return self.head(self.ln_f(x)).flatten(0, 1)
 
 
-def batch(model):
+CORPUS_VOCAB = 98  # weft's data.VocabSize
+
+
+def batch(model, gpt=None, batch_size=0):
     g = torch.Generator().manual_seed(7)
+    if gpt is not None:
+        t = gpt[3]
+        return (torch.randint(0, CORPUS_VOCAB, (batch_size, t), generator=g),
+                torch.randint(0, CORPUS_VOCAB, (batch_size * t,), generator=g))
     if model == "mlp784":
         return torch.randn(64, 784, generator=g), torch.randint(0, 10, (64,), generator=g)
     if model == "mlp":
@@ -96,10 +117,9 @@ def batch(model):
     return torch.randint(0, 48, (8, 16), generator=g), torch.randint(0, 48, (128,), generator=g)
 
 
-def time_step(name, precision, steps):
-    m = {"mlp784": MLP784, "mlp": MLP, "cnn": CNN, "gpt": GPT}[name]()
+def time_step(m, x, y, precision, steps):
+    """The median ms of steps training steps of m on (x, y), after 3 warm-up steps."""
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, foreach=False)
-    x, y = batch(name)
 
     def step():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
@@ -111,10 +131,12 @@ def time_step(name, precision, steps):
 
     for _ in range(3):
         step()
-    start = time.perf_counter()
+    times = []
     for _ in range(steps):
+        start = time.perf_counter()
         step()
-    return (time.perf_counter() - start) * 1e3 / steps
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
 
 
 def best(name, precision, steps):
@@ -123,14 +145,32 @@ def best(name, precision, steps):
     runs = []
     for threads in sorted({1, os.cpu_count() or 1}):
         torch.set_num_threads(threads)
-        runs.append((time_step(name, precision, steps), threads))
+        m = {"mlp784": MLP784, "mlp": MLP, "cnn": CNN, "gpt": GPT}[name]()
+        runs.append((time_step(m, *batch(name), precision, steps), threads))
     ms, threads = min(runs)
     return {"model": name, "precision": precision, "ms": ms, "threads": threads}
 
 
+def sized_gpt(gpt, batch_size, precision, steps):
+    layers, width, heads, context = gpt
+    m = GPT(CORPUS_VOCAB, context, width, heads, layers)
+    ms = time_step(m, *batch("gpt", gpt, batch_size), precision, steps)
+    return {"model": "gpt", "precision": precision, "batch": batch_size, "ms": ms,
+            "threads": torch.get_num_threads(), "params": sum(p.numel() for p in m.parameters()),
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
 def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    out = [best(m, p, steps) for m in ("mlp784", "mlp", "cnn", "gpt") for p in ("32-true", "bf16-mixed")]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("steps", type=int, nargs="?", default=20)
+    ap.add_argument("--gpt", help="layers,width,heads,context")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--precision", default="32-true", choices=("32-true", "bf16-mixed"))
+    args = ap.parse_args()
+    if args.gpt:
+        out = [sized_gpt([int(v) for v in args.gpt.split(",")], args.batch, args.precision, args.steps)]
+    else:
+        out = [best(m, p, args.steps) for m in ("mlp784", "mlp", "cnn", "gpt") for p in ("32-true", "bf16-mixed")]
     json.dump({"torch": torch.__version__, "step": out}, sys.stdout)
     print()
 

@@ -42,16 +42,14 @@ func get[T float](t *Tensor) []T {
 	n := t.Len()
 	if isF64[T]() {
 		out := scratch[float64](n)
-		dtype.DecodeF64(t.dtype, out, t.data)
+		convert(t.dtype, out, t.data, false, decodeF64)
 		return any(out).([]T)
 	}
 	out := scratch[float32](n)
 	if t.dtype == dtype.F64 {
-		for i, v := range t.f64() {
-			out[i] = float32(v)
-		}
+		convert(t.dtype, out, t.data, false, narrowF64)
 	} else {
-		dtype.Decode(t.dtype, out, t.data)
+		convert(t.dtype, out, t.data, false, decodeF32)
 	}
 	return any(out).([]T)
 }
@@ -74,7 +72,7 @@ func put[T float](t *Tensor, vals []T) {
 	}
 	switch v := any(vals).(type) {
 	case []float64:
-		dtype.EncodeF64(t.dtype, t.data, v, false)
+		convert(t.dtype, v, t.data, false, encodeF64)
 	case []float32:
 		encode(t.dtype, t.data, v, false)
 	}
@@ -83,14 +81,47 @@ func put[T float](t *Tensor, vals []T) {
 
 // encode is dtype.Encode split across cores for large byte-addressable tensors.
 func encode(dt dtype.DType, dst []byte, src []float32, sat bool) {
+	convert(dt, src, dst, sat, encodeF32)
+}
+
+// convert runs f, one of the conversions below, over vals and data (the
+// codes of vals in dt), split into element ranges across cores when they
+// are large and byte-addressable (ranges would split the bytes of packed
+// 4-bit codes). Each element converts alone, so the split changes no bits.
+// f is a plain function, not a closure, so that the single range
+// allocates nothing.
+func convert[T float](dt dtype.DType, vals []T, data []byte, sat bool, f func(dtype.DType, []T, []byte, bool)) {
 	size := dt.Bits() / 8
-	if size == 0 || parallelParts(len(src)) <= 1 { // packed 4-bit codes: ranges would split bytes
-		dtype.Encode(dt, dst, src, sat)
+	if size == 0 || parallelParts(len(vals)) <= 1 {
+		f(dt, vals, data, sat)
 		return
 	}
-	parallelFor(len(src), func(lo, hi int) {
-		dtype.Encode(dt, dst[lo*size:hi*size], src[lo:hi], sat)
-	})
+	parallelFor(len(vals), func(lo, hi int) { f(dt, vals[lo:hi], data[lo*size:hi*size], sat) })
+}
+
+// The conversions convert runs, in one argument order.
+
+func encodeF32(dt dtype.DType, src []float32, dst []byte, sat bool) {
+	dtype.Encode(dt, dst, src, sat)
+}
+
+func encodeF64(dt dtype.DType, src []float64, dst []byte, sat bool) {
+	dtype.EncodeF64(dt, dst, src, sat)
+}
+
+func decodeF32(dt dtype.DType, dst []float32, src []byte, _ bool) {
+	dtype.Decode(dt, dst, src)
+}
+
+func decodeF64(dt dtype.DType, dst []float64, src []byte, _ bool) {
+	dtype.DecodeF64(dt, dst, src)
+}
+
+// narrowF64 rounds float64 codes (dt is F64) to float32.
+func narrowF64(_ dtype.DType, dst []float32, src []byte, _ bool) {
+	for i, v := range unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(src))), len(dst)) {
+		dst[i] = float32(v)
+	}
 }
 
 // Promote returns the dtype PyTorch gives an op over inputs of dtypes a and

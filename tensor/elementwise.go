@@ -8,63 +8,73 @@ import (
 	"github.com/weftml/weft/internal/vec"
 )
 
-// unary returns f applied to every element of x, in x's dtype.
-func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Tensor {
+// Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
+func Scale(x *Tensor, s float64) *Tensor {
 	if x.meta {
 		return Meta(x.dtype, x.shape...)
 	}
 	out := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
-		mapInto(out, x, f64)
+		scaleInto(out, x, s)
 	} else {
-		mapInto(out, x, f32)
+		scaleInto(out, x, float32(s))
 	}
 	return out
 }
 
-func mapInto[T float](out, x *Tensor, f func(T) T) {
+func scaleInto[T float](out, x *Tensor, s T) {
 	xs, ys := get[T](x), buf[T](out)
-	for i, v := range xs {
-		ys[i] = f(v)
-	}
+	scaleAll(ys, xs, s)
 	put(out, ys)
 	drop(x, xs)
 }
 
-// binary returns f(a, b) elementwise for same-shaped a and b, in their promoted dtype.
-func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64) float64) *Tensor {
+// scaleAll sets ys to xs·s, split across cores when large.
+func scaleAll[T float](ys, xs []T, s T) {
+	if parallelParts(len(xs)) <= 1 {
+		scaleRange(ys, xs, s)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { scaleRange(ys[lo:hi], xs[lo:hi], s) })
+	}
+}
+
+func scaleRange[T float](ys, xs []T, s T) {
+	for i, v := range xs {
+		ys[i] = v * s
+	}
+}
+
+// Mul returns a·b elementwise.
+func Mul(a, b *Tensor) *Tensor {
 	mustSameShape("binary op", a, b)
 	if anyMeta(a, b) {
 		return Meta(Promote(a.dtype, b.dtype), a.shape...)
 	}
 	out := empty(Promote(a.dtype, b.dtype), a.shape...)
 	if out.dtype == dtype.F64 {
-		zipInto(out, a, b, f64)
+		mulInto[float64](out, a, b)
 	} else {
-		zipInto(out, a, b, f32)
+		mulInto[float32](out, a, b)
 	}
 	return out
 }
 
-func zipInto[T float](out, a, b *Tensor, f func(x, y T) T) {
+func mulInto[T float](out, a, b *Tensor) {
 	as, bs, ys := get[T](a), get[T](b), buf[T](out)
-	for i := range ys {
-		ys[i] = f(as[i], bs[i])
+	if parallelParts(len(ys)) <= 1 {
+		mulRange(ys, as, bs)
+	} else {
+		parallelFor(len(ys), func(lo, hi int) { mulRange(ys[lo:hi], as[lo:hi], bs[lo:hi]) })
 	}
 	put(out, ys)
 	drop(a, as)
 	drop(b, bs)
 }
 
-// Scale returns x·s, with s converted to the compute type as PyTorch does for Python scalars.
-func Scale(x *Tensor, s float64) *Tensor {
-	s32 := float32(s)
-	return unary(x, func(v float32) float32 { return v * s32 }, func(v float64) float64 { return v * s })
-}
-
-// Mul returns a·b elementwise.
-func Mul(a, b *Tensor) *Tensor {
-	return binary(a, b, func(x, y float32) float32 { return x * y }, func(x, y float64) float64 { return x * y })
+func mulRange[T float](ys, as, bs []T) {
+	for i := range ys {
+		ys[i] = as[i] * bs[i]
+	}
 }
 
 // GELU is the exact (erf) form x·Φ(x). It also returns Φ(x) for
@@ -88,6 +98,14 @@ func GELU(x *Tensor) (y, cdf *Tensor) {
 
 func gelu64(y, cdf, x *Tensor) {
 	xs, ys, cs := x.f64(), y.f64(), cdf.f64()
+	if parallelParts(len(xs)) <= 1 {
+		gelu64Range(ys, cs, xs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { gelu64Range(ys[lo:hi], cs[lo:hi], xs[lo:hi]) })
+	}
+}
+
+func gelu64Range(ys, cs, xs []float64) {
 	for i, v := range xs {
 		c := 0.5 * (1 + math.Erf(v/math.Sqrt2))
 		cs[i], ys[i] = c, v*c
@@ -96,8 +114,12 @@ func gelu64(y, cdf, x *Tensor) {
 
 // gelu32 computes as PyTorch's CUDA kernel does in float32 (vec.GELU).
 func gelu32(y, cdf, x *Tensor) {
-	xs, ys := get[float32](x), buf[float32](y)
-	vec.GELU(ys, cdf.f32(), xs)
+	xs, ys, cs := get[float32](x), buf[float32](y), cdf.f32()
+	if parallelParts(len(xs)) <= 1 {
+		vec.GELU(ys, cs, xs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { vec.GELU(ys[lo:hi], cs[lo:hi], xs[lo:hi]) })
+	}
 	put(y, ys)
 	drop(x, xs)
 }
@@ -115,9 +137,10 @@ func GELUBackward(x, cdf, dy *Tensor) *Tensor {
 
 func geluBackward64(dx, x, cdf, dy *Tensor) {
 	xs, cs, gs, out := get[float64](x), get[float64](cdf), get[float64](dy), buf[float64](dx)
-	for i, v := range xs {
-		pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
-		out[i] = gs[i] * (cs[i] + v*pdf)
+	if parallelParts(len(xs)) <= 1 {
+		geluBackward64Range(out, xs, cs, gs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { geluBackward64Range(out[lo:hi], xs[lo:hi], cs[lo:hi], gs[lo:hi]) })
 	}
 	put(dx, out)
 	drop(x, xs)
@@ -125,11 +148,22 @@ func geluBackward64(dx, x, cdf, dy *Tensor) {
 	drop(dy, gs)
 }
 
+func geluBackward64Range(out, xs, cs, gs []float64) {
+	for i, v := range xs {
+		pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
+		out[i] = gs[i] * (cs[i] + v*pdf)
+	}
+}
+
 // geluBackward32 computes as PyTorch's CUDA kernel does in float32
 // (vec.GELUBackward).
 func geluBackward32(dx, x, cdf, dy *Tensor) {
 	xs, cs, gs, out := get[float32](x), get[float32](cdf), get[float32](dy), buf[float32](dx)
-	vec.GELUBackward(out, xs, cs, gs)
+	if parallelParts(len(xs)) <= 1 {
+		vec.GELUBackward(out, xs, cs, gs)
+	} else {
+		parallelFor(len(xs), func(lo, hi int) { vec.GELUBackward(out[lo:hi], xs[lo:hi], cs[lo:hi], gs[lo:hi]) })
+	}
 	put(dx, out)
 	drop(x, xs)
 	drop(cdf, cs)
@@ -152,15 +186,23 @@ func ReLU(x *Tensor) *Tensor {
 
 func relu[T float](out, x *Tensor) {
 	xs, ys := get[T](x), buf[T](out)
-	if y32, ok := any(ys).([]float32); ok {
-		vec.ReLU(y32, any(xs).([]float32))
+	if parallelParts(len(xs)) <= 1 {
+		reluRange(ys, xs)
 	} else {
-		for i, v := range xs {
-			ys[i] = max(v, 0)
-		}
+		parallelFor(len(xs), func(lo, hi int) { reluRange(ys[lo:hi], xs[lo:hi]) })
 	}
 	put(out, ys)
 	drop(x, xs)
+}
+
+func reluRange[T float](ys, xs []T) {
+	if y32, ok := any(ys).([]float32); ok {
+		vec.ReLU(y32, any(xs).([]float32))
+		return
+	}
+	for i, v := range xs {
+		ys[i] = max(v, 0)
+	}
 }
 
 // ReLUBackward returns dy where y > 0 and 0 elsewhere (y is ReLU's output).
@@ -177,20 +219,28 @@ func ReLUBackward(y, dy *Tensor) *Tensor {
 
 func reluBackward[T float](dx, y, dy *Tensor) {
 	ys, gs, out := get[T](y), get[T](dy), buf[T](dx)
-	if o32, ok := any(out).([]float32); ok {
-		vec.ReLUBackward(o32, any(ys).([]float32), any(gs).([]float32))
+	if parallelParts(len(ys)) <= 1 {
+		reluBackwardRange(out, ys, gs)
 	} else {
-		gs = gs[:len(ys)]
-		for i, v := range ys {
-			out[i] = gs[i]
-			if v <= 0 {
-				out[i] = 0
-			}
-		}
+		parallelFor(len(ys), func(lo, hi int) { reluBackwardRange(out[lo:hi], ys[lo:hi], gs[lo:hi]) })
 	}
 	put(dx, out)
 	drop(y, ys)
 	drop(dy, gs)
+}
+
+func reluBackwardRange[T float](out, ys, gs []T) {
+	if o32, ok := any(out).([]float32); ok {
+		vec.ReLUBackward(o32, any(ys).([]float32), any(gs).([]float32))
+		return
+	}
+	gs = gs[:len(ys)]
+	for i, v := range ys {
+		out[i] = gs[i]
+		if v <= 0 {
+			out[i] = 0
+		}
+	}
 }
 
 // CausalMask fills the entries above the diagonal of the last two axes
@@ -240,25 +290,41 @@ func AddBroadcast(a, b *Tensor, from int) *Tensor {
 
 func addBroadcast[T float](out, a, b *Tensor, outer, mid, inner int) {
 	as, bs, ys := get[T](a), get[T](b), buf[T](out)
-	for o := range outer {
-		if inner == 1 { // b spans the innermost axes: add it row by row
-			x, y := as[o*mid:][:mid], ys[o*mid:][:mid]
-			for m, v := range bs[:mid] {
-				y[m] = x[m] + v
-			}
-			continue
-		}
-		for m, v := range bs[:mid] {
-			base := (o*mid + m) * inner
-			x, y := as[base:][:inner], ys[base:][:inner]
-			for i := range y {
-				y[i] = x[i] + v
-			}
-		}
+	// Work is split in units: rows of b when b spans the innermost axes,
+	// else runs of inner elements that add one value of b.
+	units := outer * mid
+	if inner == 1 {
+		units = outer
+	}
+	if parts := min(parallelParts(len(ys)), units); parts <= 1 {
+		addBroadcastUnits(ys, as, bs[:mid], inner, 0, units)
+	} else {
+		parallelSplit(units, parts, func(lo, hi int) { addBroadcastUnits(ys, as, bs[:mid], inner, lo, hi) })
 	}
 	put(out, ys)
 	drop(a, as)
 	drop(b, bs)
+}
+
+// addBroadcastUnits adds bs to the units [lo, hi) of as (see addBroadcast).
+func addBroadcastUnits[T float](ys, as, bs []T, inner, lo, hi int) {
+	mid := len(bs)
+	if inner == 1 { // b spans the innermost axes: add it row by row
+		for o := lo; o < hi; o++ {
+			x, y := as[o*mid:][:mid], ys[o*mid:][:mid]
+			for m, v := range bs {
+				y[m] = x[m] + v
+			}
+		}
+		return
+	}
+	for u := lo; u < hi; u++ {
+		v := bs[u%mid]
+		x, y := as[u*inner:][:inner], ys[u*inner:][:inner]
+		for i := range y {
+			y[i] = x[i] + v
+		}
+	}
 }
 
 // ReduceBroadcast sums dy over the axes a tensor of shape was repeated over
@@ -275,17 +341,31 @@ func ReduceBroadcast(dy *Tensor, shape []int, from int, dt dtype.DType) *Tensor 
 	return out
 }
 
+// reduceBroadcast splits the sums across cores by ranges of b's elements,
+// each summed over o and then i in order whatever the split: the same bits
+// on any number of cores.
 func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
 	gs, sums := get[T](dy), scratch[T](mid)
 	clear(sums)
+	if parts := min(parallelParts(len(gs)), mid); parts <= 1 {
+		reduceBroadcastRange(sums, gs, outer, inner, 0, mid)
+	} else {
+		parallelSplit(mid, parts, func(lo, hi int) { reduceBroadcastRange(sums, gs, outer, inner, lo, hi) })
+	}
+	storeAs(out, sums)
+	release(sums)
+	drop(dy, gs)
+}
+
+// reduceBroadcastRange accumulates sums[lo:hi] over dy's elements gs.
+func reduceBroadcastRange[T float](sums, gs []T, outer, inner, lo, hi int) {
+	if inner == 1 {
+		sumColumns(sums[lo:hi], gs, len(sums), lo)
+		return
+	}
+	mid := len(sums)
 	for o := range outer {
-		if inner == 1 {
-			for m, g := range gs[o*mid:][:mid] {
-				sums[m] += g
-			}
-			continue
-		}
-		for m := range sums {
+		for m := lo; m < hi; m++ {
 			base := (o*mid + m) * inner
 			s := sums[m]
 			for _, g := range gs[base : base+inner] {
@@ -294,9 +374,17 @@ func reduceBroadcast[T float](out, dy *Tensor, outer, mid, inner int) {
 			sums[m] = s
 		}
 	}
-	storeAs(out, sums)
-	release(sums)
-	drop(dy, gs)
+}
+
+// sumColumns adds to sums, row after row, the columns [lo, lo+len(sums))
+// of gs's rows of c elements.
+func sumColumns[T float](sums, gs []T, c, lo int) {
+	for r := lo; r < len(gs); r += c {
+		row := gs[r:][:len(sums)]
+		for m, g := range row {
+			sums[m] += g
+		}
+	}
 }
 
 // storeAs rounds vals ([]float32 or []float64) into out, whatever out's dtype.
@@ -324,6 +412,61 @@ func broadcastDims(a, b []int, from int) (outer, mid, inner int) {
 
 // Add returns a + b for same-shaped tensors.
 func Add(a, b *Tensor) *Tensor { return AddBroadcast(a, b, 0) }
+
+// unary returns f applied to every element of x, in x's dtype, split
+// across cores when large: for functions evaluated in float64 whatever the
+// dtype, whose cost is the function, not the loop.
+func unary(x *Tensor, f32 func(float32) float32, f64 func(float64) float64) *Tensor {
+	if x.meta {
+		return Meta(x.dtype, x.shape...)
+	}
+	out := empty(x.dtype, x.shape...)
+	if x.dtype == dtype.F64 {
+		mapInto(out, x, f64)
+	} else {
+		mapInto(out, x, f32)
+	}
+	return out
+}
+
+func mapInto[T float](out, x *Tensor, f func(T) T) {
+	xs, ys := get[T](x), buf[T](out)
+	parallelFor(len(xs), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ys[i] = f(xs[i])
+		}
+	})
+	put(out, ys)
+	drop(x, xs)
+}
+
+// binary returns f(a, b) elementwise for same-shaped a and b, in their
+// promoted dtype, split across cores as unary is.
+func binary(a, b *Tensor, f32 func(x, y float32) float32, f64 func(x, y float64) float64) *Tensor {
+	mustSameShape("binary op", a, b)
+	if anyMeta(a, b) {
+		return Meta(Promote(a.dtype, b.dtype), a.shape...)
+	}
+	out := empty(Promote(a.dtype, b.dtype), a.shape...)
+	if out.dtype == dtype.F64 {
+		zipInto(out, a, b, f64)
+	} else {
+		zipInto(out, a, b, f32)
+	}
+	return out
+}
+
+func zipInto[T float](out, a, b *Tensor, f func(x, y T) T) {
+	as, bs, ys := get[T](a), get[T](b), buf[T](out)
+	parallelFor(len(ys), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ys[i] = f(as[i], bs[i])
+		}
+	})
+	put(out, ys)
+	drop(a, as)
+	drop(b, bs)
+}
 
 // GELUTanh is GPT-2's approximation of GELU (PyTorch's approximate="tanh",
 // HF's "gelu_new"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), evaluated

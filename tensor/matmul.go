@@ -45,7 +45,17 @@ func Linear(x, w, bias *Tensor) *Tensor {
 	return p.out
 }
 
+// addRows adds bias to each row of c, large products split by rows.
 func addRows[T float](c, bias []T) {
+	n := len(bias)
+	if parts := parallelParts(len(c)); parts <= 1 {
+		addRowsRange(c, bias)
+	} else {
+		parallelSplit(len(c)/n, parts, func(lo, hi int) { addRowsRange(c[lo*n:hi*n], bias) })
+	}
+}
+
+func addRowsRange[T float](c, bias []T) {
 	for r := 0; r < len(c); r += len(bias) {
 		for j, v := range bias {
 			c[r+j] += v

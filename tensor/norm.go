@@ -93,9 +93,37 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 	c := x.Dim(-1)
 	xs, ws, gs, dxs := get[T](x), get[T](w), get[T](dy), buf[T](dx)
 	ms, rs := get[T](mean), get[T](rstd)
-	dws, dbs, xhat, dxhat := scratch[T](c), scratch[T](c), scratch[T](c), scratch[T](c)
+	dws, dbs := scratch[T](c), scratch[T](c)
 	clear(dws)
 	clear(dbs)
+	// dx is row by row, split by ranges of rows; dw and db sum over all
+	// rows in order, split by ranges of columns in a second pass: the
+	// same bits on any number of cores. One core takes a single pass.
+	if parts := parallelParts(len(xs)); parts <= 1 {
+		layerNormBackwardRows(dxs, xs, ws, gs, ms, rs, dws, dbs)
+	} else {
+		parallelSplit(len(ms), parts, func(lo, hi int) {
+			layerNormBackwardRows(dxs[lo*c:hi*c], xs[lo*c:hi*c], ws, gs[lo*c:hi*c], ms[lo:hi], rs[lo:hi], nil, nil)
+		})
+		parallelSplit(c, min(parts, c), func(lo, hi int) { layerNormParamGrads(dws, dbs, xs, gs, ms, rs, lo, hi) })
+	}
+	put(dx, dxs)
+	storeAs(dw, dws)
+	storeAs(db, dbs)
+	release(dws)
+	release(dbs)
+	drop(x, xs)
+	drop(w, ws)
+	drop(dy, gs)
+	drop(mean, ms)
+	drop(rstd, rs)
+}
+
+// layerNormBackwardRows computes the rows of dx (of len(ws) elements each)
+// and, unless they are nil, adds the rows' dy·x̂ and dy to dws and dbs.
+func layerNormBackwardRows[T float](dxs, xs, ws, gs, ms, rs, dws, dbs []T) {
+	c := len(ws)
+	xhat, dxhat := scratch[T](c), scratch[T](c)
 	for r := range ms {
 		row, g := xs[r*c:(r+1)*c], gs[r*c:(r+1)*c]
 		var sumD, sumDX T
@@ -104,25 +132,33 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 			dxhat[j] = g[j] * ws[j]
 			sumD += dxhat[j]
 			sumDX += dxhat[j] * xhat[j]
-			dws[j] += g[j] * xhat[j]
-			dbs[j] += g[j]
+			if dws != nil {
+				dws[j] += g[j] * xhat[j]
+				dbs[j] += g[j]
+			}
 		}
 		meanD, meanDX := sumD/T(c), sumDX/T(c)
 		for j := range c {
 			dxs[r*c+j] = rs[r] * (dxhat[j] - meanD - xhat[j]*meanDX)
 		}
 	}
-	put(dx, dxs)
-	storeAs(dw, dws)
-	storeAs(db, dbs)
-	for _, s := range [][]T{dws, dbs, xhat, dxhat} {
-		release(s)
+	release(xhat)
+	release(dxhat)
+}
+
+// layerNormParamGrads adds to dws[lo:hi] and dbs[lo:hi] the columns
+// [lo, hi) of dy·x̂ and dy, row after row.
+func layerNormParamGrads[T float](dws, dbs, xs, gs, ms, rs []T, lo, hi int) {
+	c := len(dws)
+	dw, db := dws[lo:hi], dbs[lo:hi]
+	for r := range ms {
+		row, g := xs[r*c+lo:r*c+hi], gs[r*c+lo:r*c+hi]
+		for j := range dw {
+			xhat := (row[j] - ms[r]) * rs[r]
+			dw[j] += g[j] * xhat
+			db[j] += g[j]
+		}
 	}
-	drop(x, xs)
-	drop(w, ws)
-	drop(dy, gs)
-	drop(mean, ms)
-	drop(rstd, rs)
 }
 
 // Softmax normalises exp(x) over the last axis.
@@ -246,12 +282,20 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 func crossEntropy[T float](loss, logits *Tensor, targets []int) {
 	c, zs := logits.Dim(-1), get[T](logits)
 	defer drop(logits, zs)
+	// The rows' log-probabilities split across cores; their sum stays in
+	// row order.
+	logp := scratch[T](len(targets))
+	defer release(logp)
+	if parts := min(parallelParts(len(zs)), len(targets)); parts <= 1 {
+		logProbs(logp, zs, targets, c)
+	} else {
+		parallelSplit(len(targets), parts, func(lo, hi int) { logProbs(logp[lo:hi], zs[lo*c:hi*c], targets[lo:hi], c) })
+	}
 	partial := scratch[T](nllThreads(len(targets)))
 	defer release(partial)
 	clear(partial)
-	for i, t := range targets {
-		row := zs[i*c : (i+1)*c]
-		partial[i%len(partial)] -= (row[t] - row[maxIndex(row)]) - logSumExpShifted(row)
+	for i, l := range logp {
+		partial[i%len(partial)] -= l
 	}
 	for stride := len(partial) / 2; stride > 0; stride /= 2 {
 		for i := range stride {
@@ -261,6 +305,14 @@ func crossEntropy[T float](loss, logits *Tensor, targets []int) {
 	out := buf[T](loss)
 	out[0] = partial[0] / T(len(targets))
 	put(loss, out)
+}
+
+// logProbs sets logp[i] to log softmax(row i of zs)[targets[i]], for rows of c.
+func logProbs[T float](logp, zs []T, targets []int, c int) {
+	for i, t := range targets {
+		row := zs[i*c : (i+1)*c]
+		logp[i] = (row[t] - row[maxIndex(row)]) - logSumExpShifted(row)
+	}
 }
 
 // nllThreads is the block size of PyTorch's nll_loss reduction:
@@ -322,6 +374,19 @@ func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Ten
 	zs, out, ds := get[T](logits), buf[T](dz), get[T](dloss)
 	scale := ds[0] / T(len(targets))
 	drop(dloss, ds)
+	if parts := min(parallelParts(len(zs)), len(targets)); parts <= 1 {
+		crossEntropyGrads(out, zs, targets, c, scale)
+	} else {
+		parallelSplit(len(targets), parts, func(lo, hi int) {
+			crossEntropyGrads(out[lo*c:hi*c], zs[lo*c:hi*c], targets[lo:hi], c, scale)
+		})
+	}
+	put(dz, out)
+	drop(logits, zs)
+}
+
+// crossEntropyGrads sets the rows (of c) of out to scale·(softmax(row) - onehot).
+func crossEntropyGrads[T float](out, zs []T, targets []int, c int, scale T) {
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
 		mx, ls := row[maxIndex(row)], logSumExpShifted(row)
@@ -331,8 +396,6 @@ func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Ten
 		}
 		out[i*c+t] -= scale
 	}
-	put(dz, out)
-	drop(logits, zs)
 }
 
 // RMSNorm scales each row of the last axis by its reciprocal root mean

@@ -24,7 +24,7 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 	if len(perm) != rank || rank > maxPermuteRank {
 		panic(fmt.Sprintf("tensor: permutation %v for %v (at most %d axes)", slices.Clone(perm), x, maxPermuteRank))
 	}
-	var inStrides, shape, strides, idx [maxPermuteRank]int
+	var inStrides, shape, strides [maxPermuteRank]int
 	for i, s := rank-1, 1; i >= 0; i-- {
 		inStrides[i] = s
 		s *= x.shape[i]
@@ -36,24 +36,48 @@ func Permute(x *Tensor, perm ...int) *Tensor {
 		return Meta(x.dtype, shape[:rank]...)
 	}
 	out := empty(x.dtype, shape[:rank]...)
-	size, run, outer := elemSize(x), 1, rank
+	p := permutation{size: elemSize(x), run: 1, outer: rank, shape: shape, strides: strides}
 	if rank > 0 && perm[rank-1] == rank-1 {
-		run, outer = shape[rank-1], rank-1
+		p.run, p.outer = shape[rank-1], rank-1
 	}
-	for o := 0; o < out.Len(); o += run {
+	// Runs copy alone: large tensors split by ranges of runs.
+	runs := out.Len() / max(p.run, 1)
+	if parts := min(parallelParts(out.Len()), runs); parts <= 1 {
+		p.copyRuns(out.data, x.data, 0, runs)
+	} else {
+		q := p // the closure's copy, on the heap only when split
+		parallelSplit(runs, parts, func(lo, hi int) { q.copyRuns(out.data, x.data, lo, hi) })
+	}
+	return out
+}
+
+// permutation is Permute's plan: output runs of run elements of size bytes,
+// each at the input offset its index over the outer output axes gives.
+type permutation struct {
+	size, run, outer int
+	shape, strides   [maxPermuteRank]int
+}
+
+// copyRuns copies output runs [lo, hi) from in to out.
+func (p *permutation) copyRuns(out, in []byte, lo, hi int) {
+	var idx [maxPermuteRank]int
+	for i, r := p.outer-1, lo; i >= 0; i-- {
+		idx[i], r = r%p.shape[i], r/p.shape[i]
+	}
+	size, run := p.size, p.run
+	for o := lo * run; o < hi*run; o += run {
 		src := 0
-		for i, v := range idx[:outer] {
-			src += v * strides[i]
+		for i, v := range idx[:p.outer] {
+			src += v * p.strides[i]
 		}
-		copy(out.data[o*size:(o+run)*size], x.data[src*size:(src+run)*size])
-		for i := outer - 1; i >= 0; i-- {
-			if idx[i]++; idx[i] < shape[i] {
+		copy(out[o*size:(o+run)*size], in[src*size:(src+run)*size])
+		for i := p.outer - 1; i >= 0; i-- {
+			if idx[i]++; idx[i] < p.shape[i] {
 				break
 			}
 			idx[i] = 0
 		}
 	}
-	return out
 }
 
 // maxPermuteRank is the most axes Permute reorders (its index arithmetic

@@ -296,10 +296,10 @@ func (t *Tensor) cast(dt dtype.DType, sat bool) *Tensor {
 	out := empty(dt, t.shape...)
 	switch {
 	case t.dtype == dtype.F64:
-		dtype.EncodeF64(dt, out.data, t.f64(), sat)
+		convert(dt, t.f64(), out.data, sat, encodeF64)
 		return out
 	case dt == dtype.F32 && !sat: // widening: decode straight into out
-		dtype.Decode(t.dtype, out.f32(), t.data)
+		convert(t.dtype, out.f32(), t.data, false, decodeF32)
 		return out
 	}
 	src := get[float32](t)

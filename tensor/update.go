@@ -118,25 +118,29 @@ func SGDStep(p, g *Tensor, lr float64) {
 func sgd[T float](p, g *Tensor, lr float64) {
 	ps, gs, r := get[T](p), get[T](g), roundTo[T](p.dtype)
 	neg := T(-lr)
-	for i := range ps {
-		ps[i] = r.do(ps[i] + T(neg*gs[i]))
+	if parallelParts(len(ps)) <= 1 {
+		sgdRange(ps, gs, r, neg)
+	} else {
+		parallelFor(len(ps), func(lo, hi int) { sgdRange(ps[lo:hi], gs[lo:hi], r, neg) })
 	}
 	put(p, ps)
 	drop(g, gs)
 }
 
+func sgdRange[T float](ps, gs []T, r rounding[T], neg T) {
+	for i := range ps {
+		ps[i] = r.do(ps[i] + T(neg*gs[i]))
+	}
+}
+
 // ScaleInPlace multiplies t by s, rounding to t's dtype (unscaling gradients).
 func (t *Tensor) ScaleInPlace(s float64) {
 	if t.dtype == dtype.F64 {
-		for i := range t.f64() {
-			t.f64()[i] *= s
-		}
+		scaleAll(t.f64(), t.f64(), s)
 		return
 	}
-	vals, s32 := get[float32](t), float32(s)
-	for i := range vals {
-		vals[i] *= s32
-	}
+	vals := get[float32](t)
+	scaleAll(vals, vals, float32(s))
 	put(t, vals)
 }
 
@@ -153,11 +157,19 @@ func (t *Tensor) AddInPlace(u *Tensor) {
 
 func addInPlace[T float](t, u *Tensor) {
 	ts, us := get[T](t), get[T](u)
-	for i, v := range us {
-		ts[i] += v
+	if parallelParts(len(ts)) <= 1 {
+		addRange(ts, us)
+	} else {
+		parallelFor(len(ts), func(lo, hi int) { addRange(ts[lo:hi], us[lo:hi]) })
 	}
 	put(t, ts)
 	drop(u, us)
+}
+
+func addRange[T float](ts, us []T) {
+	for i, v := range us {
+		ts[i] += v
+	}
 }
 
 // ClampInPlace limits every element of t to [lo, hi] (torch.clamp_, as

@@ -1,16 +1,12 @@
 package train
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/internal/proc"
 )
 
 // ProcessMemory is what one process of a run used at most: under mpirun
@@ -26,26 +22,6 @@ type ProcessMemory struct {
 	PredictedAlloc int64
 }
 
-// peakRSS is the process's resident high-water mark, from
-// /proc/self/status on Linux; 0 elsewhere.
-func peakRSS() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				return 0
-			}
-			return kb << 10
-		}
-	}
-	return 0
-}
-
 // gatherMemory collects every rank's (peak alloc, peak RSS) on every rank
 // and keeps one entry per process: all ranks under mpi, rank 0 alone for
 // in-process ranks, which share the process and its counters. predicted
@@ -53,7 +29,7 @@ func peakRSS() int64 {
 func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, alloc, predicted int64) ([]ProcessMemory, error) {
 	mine := make([]byte, 16)
 	binary.LittleEndian.PutUint64(mine, uint64(alloc))
-	binary.LittleEndian.PutUint64(mine[8:], uint64(peakRSS()))
+	binary.LittleEndian.PutUint64(mine[8:], uint64(proc.PeakRSS()))
 	all := make([]byte, 16*c.Size())
 	if err := c.AllGather(ctx, mine, all); err != nil {
 		return nil, fmt.Errorf("gathering memory peaks: %w", err)

@@ -55,6 +55,13 @@ func TestCLI(t *testing.T) {
 		// Lightning's notice on the alias "16", from train as from plan.
 		{[]string{"train", "--model", "cnn", "--precision", "16", "--steps", "1", "--out", "TMP"}, 0, []string{"warning: precision 16 is supported for historical reasons"}},
 		{[]string{"plan", "--precision", "16"}, 0, []string{"warning: precision 16 is supported for historical reasons"}},
+		// A gpt of any size: 1 layer of width 16 has 12·16²+13·16 + ln_f 32 + pos 8·16 + tok and head 2·98·16 = 6,624 parameters.
+		{[]string{"bench", "step", "--gpt", "1,16,2,8", "--batch", "2", "--steps", "1", "--precisions", "32-true", "--min-time", "1ms"}, 0,
+			[]string{"weft-f32", "1024", "gpt", "32-true", "0.01M", "cores busy"}},
+		{[]string{"bench", "step", "--gpt", "1,16,3,8", "--steps", "1"}, 1, []string{"a width that the heads divide"}},
+		{[]string{"bench", "step", "--gpt", "1,16,2"}, 1, []string{`--gpt "1,16,2": want layers,width,heads,context`}},
+		{[]string{"bench", "step", "--gpt", "1,16,2,8", "--models", "mlp"}, 1, []string{"leave out --models"}},
+		{[]string{"bench", "step", "--batch", "3"}, 1, []string{"--batch 3: a batch size goes with --gpt"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -123,6 +123,7 @@ func paritySized(out io.Writer, size string, c parity.Case, d parity.Dist, asJSO
 	if err != nil {
 		return err
 	}
+	cfg.Vocab = models.ReferenceGPT.Vocab
 	res, err := parity.TrainGPT(cfg, sizedSteps, c.Spec, d, nil)
 	if err != nil || len(res.Ranks) > 0 && res.Ranks[0].Rank != 0 {
 		return err // under mpirun, rank 0 reports
@@ -161,7 +162,6 @@ func parseGPTSize(s string) (models.GPTConfig, error) {
 	case cfg.Layers < 1 || cfg.Heads < 1 || cfg.Width < 1 || cfg.Width%cfg.Heads != 0 || cfg.Context < 2:
 		return cfg, fmt.Errorf("--gpt %q: want at least one layer, a width that the heads divide and a context of at least 2", s)
 	}
-	cfg.Vocab = models.ReferenceGPT.Vocab
 	return cfg, nil
 }
 

@@ -3,65 +3,9 @@ package gemm
 import (
 	"runtime"
 	"sync"
-	"time"
+
+	"github.com/weftml/weft/internal/par"
 )
-
-// A job is a part of a parallel call.
-type job interface{ do() }
-
-// helpers run the parts of parallel calls that the calling goroutine does
-// not. They are started when first needed and then wait on jobs for good,
-// so that a parallel call neither spawns goroutines nor allocates.
-var helpers struct {
-	sync.Mutex
-	n    int
-	jobs chan job
-}
-
-// hire returns the job queue once at least n helpers exist.
-func hire(n int) chan job {
-	helpers.Lock()
-	defer helpers.Unlock()
-	if helpers.jobs == nil {
-		// Room for the parts of several calls; when it is full, callers
-		// wait for helpers, which always make progress.
-		helpers.jobs = make(chan job, 64)
-	}
-	for ; helpers.n < n; helpers.n++ {
-		go help(helpers.jobs)
-	}
-	return helpers.jobs
-}
-
-// linger is how long a helper polls for the next job before it blocks. A
-// blocked helper's thread sleeps, and on a virtual machine its idle CPU may
-// take a hundred microseconds to wake; products come in bursts (a training
-// step is a sequence of them), and polling keeps the CPU awake between them.
-const linger = 200 * time.Microsecond
-
-// help runs jobs for good.
-func help(jobs chan job) {
-	for {
-		j, ok := poll(jobs)
-		if !ok {
-			j = <-jobs
-		}
-		j.do()
-	}
-}
-
-// poll returns the next job if one comes within linger, yielding to other
-// goroutines while it waits.
-func poll(jobs chan job) (job, bool) {
-	for start := time.Now(); time.Since(start) < linger; runtime.Gosched() {
-		select {
-		case j := <-jobs:
-			return j, true
-		default:
-		}
-	}
-	return nil, false
-}
 
 // part is one goroutine's share of a parallel call: a block of whole rows
 // or whole columns of C, computed exactly as the serial call would.
@@ -71,7 +15,7 @@ type part[T float] struct {
 	wg *sync.WaitGroup
 }
 
-func (p *part[T]) do() {
+func (p *part[T]) Do() {
 	p.serial(p.ar)
 	p.wg.Done()
 }
@@ -117,20 +61,12 @@ func (ar *arith[T]) parallel(g *gemm[T]) {
 		}
 	}
 	s.wg.Add(n - 1)
-	jobs := hire(n - 1)
+	jobs := par.Hire(n - 1)
 	for i := 1; i < n; i++ {
 		jobs <- &s.parts[i]
 	}
 	s.parts[0].serial(ar)
-	// Run the parts no helper has taken yet rather than wait for one to wake.
-	for drained := false; !drained; {
-		select {
-		case j := <-jobs:
-			j.do()
-		default:
-			drained = true
-		}
-	}
+	par.Drain(jobs)
 	s.wg.Wait()
 	clear(s.parts) // do not keep the caller's matrices alive in the pool
 	ar.forks.Put(s)

@@ -3,10 +3,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/internal/gemm"
 	"github.com/weftml/weft/internal/openblas"
+	"github.com/weftml/weft/internal/proc"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
@@ -35,12 +39,15 @@ type GEMMResult struct {
 // weft-bf16; NF4 codes with block absmax for weft-nf4w, decoded while packing).
 var GEMMImpls = []string{"weft-f32", "weft-bf16", "weft-fp8w", "weft-nf4w", "openblas-f32"}
 
-// GEMM measures every impl at every size for at least minTime each; OpenBLAS
-// is skipped (and reported in skipped) when libopenblas is not installed.
-func GEMM(sizes []int, minTime time.Duration) (res []GEMMResult, skipped []string) {
-	blas := openblas.Load()
-	if blas != nil {
-		skipped = append(skipped, blas.Error())
+// GEMM measures impls (of GEMMImpls) at every size for at least minTime
+// each; OpenBLAS is skipped (and reported in skipped) when libopenblas is
+// not installed.
+func GEMM(sizes []int, impls []string, minTime time.Duration) (res []GEMMResult, skipped []string) {
+	var blas error
+	if slices.Contains(impls, "openblas-f32") {
+		if blas = openblas.Load(); blas != nil {
+			skipped = append(skipped, blas.Error())
+		}
 	}
 	for _, n := range sizes {
 		rng := rand.New(rand.NewPCG(uint64(n), 0))
@@ -67,7 +74,7 @@ func GEMM(sizes []int, minTime time.Duration) (res []GEMMResult, skipped []strin
 			runs["openblas-f32"] = func() { openblas.Sgemm(false, true, n, n, n, a, n, b, n, 0, c, n) }
 		}
 		for _, impl := range GEMMImpls {
-			if run, ok := runs[impl]; ok {
+			if run, ok := runs[impl]; ok && slices.Contains(impls, impl) {
 				res = append(res, GEMMResult{Impl: impl, N: n, GFLOPS: 2 * float64(n) * float64(n) * float64(n) / timeIt(run, minTime).Seconds() / 1e9})
 			}
 		}
@@ -94,72 +101,156 @@ func randSlice(rng *rand.Rand, n int) []float32 {
 	return s
 }
 
-// StepResult is the time and allocations of one training step.
+// StepConfig says which training step Step times.
+type StepConfig struct {
+	Model     string // "gpt"; mlp784, mlp and cnn run at their reference sizes
+	Precision string // "32-true"
+	Steps     int    // 20: timed steps, after 3 warm-up steps
+	// GPT sizes the gpt (its vocabulary is the Go corpus's, as `weft
+	// train` has it); zero: the reference gpt of the parity runs.
+	GPT   models.GPTConfig
+	Batch int // 8: sequences per step with GPT set
+}
+
+// StepResult is what one training step costs: its time, FLOP rate, cores
+// and memory.
 type StepResult struct {
 	Model     string  `json:"model"`
 	Precision string  `json:"precision"`
-	MS        float64 `json:"ms"`
+	Batch     int     `json:"batch"`
+	Params    int64   `json:"params"`
+	MS        float64 `json:"ms"` // the median step
 	Allocs    float64 `json:"allocs"`
+	// GFLOPS is 6·Params·tokens per step over the median step (attention's
+	// own products are not counted); 0 for models without tokens.
+	GFLOPS float64 `json:"gflops,omitempty"`
+	// CoresBusy is the process's CPU time over the wall time of the timed
+	// steps: 2 when both of two cores worked throughout.
+	CoresBusy float64 `json:"cores_busy"`
+	// PeakAlloc is the tensor allocator's high-water mark over the steps
+	// (model, optimizer state and activations), PeakRSS the kernel's
+	// (VmHWM) from just before the model was built; 0 where not known.
+	PeakAlloc int64 `json:"peak_alloc"`
+	PeakRSS   int64 `json:"peak_rss"`
+	// OfGEMMPeak is GFLOPS over weft's f32 GEMM at n=1024 measured in the
+	// same run (set by the caller, which measures that once).
+	OfGEMMPeak float64 `json:"of_gemm_peak,omitempty"`
 }
 
-// Step times steps training steps (after warm-up) of model with precision
-// on a synthetic batch of the model's reference shape.
-func Step(model, spec string, steps int) (StepResult, error) {
-	p, err := precision.Parse(spec, precision.Options{})
+// Step times cfg.Steps training steps (after warm-up) of cfg.Model with
+// AdamW on a synthetic batch.
+func Step(ctx context.Context, cfg StepConfig) (StepResult, error) {
+	p, err := precision.Parse(cfg.Precision, precision.Options{})
 	if err != nil {
 		return StepResult{}, err
 	}
-	step, err := newStep(model, p)
+	if cfg.Steps < 1 {
+		return StepResult{}, fmt.Errorf("bench: %d steps: want at least 1", cfg.Steps)
+	}
+	// Start both high-water marks from what earlier measurements left.
+	debug.FreeOSMemory()
+	rssErr := proc.ResetPeakRSS()
+	tensor.ResetPeak()
+	s, err := newStep(ctx, cfg, p)
 	if err != nil {
 		return StepResult{}, err
 	}
 	for range 3 {
-		if err := step(); err != nil {
+		if err := s.run(); err != nil {
 			return StepResult{}, err
 		}
 	}
+	times := make([]time.Duration, cfg.Steps)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	start := time.Now()
-	for range steps {
-		if err := step(); err != nil {
+	cpu0, start := proc.CPUTime(), time.Now()
+	for i := range times {
+		t0 := time.Now()
+		if err := s.run(); err != nil {
 			return StepResult{}, err
 		}
+		times[i] = time.Since(t0)
 	}
-	elapsed := time.Since(start)
+	wall, cpu := time.Since(start), proc.CPUTime()-cpu0
 	runtime.ReadMemStats(&after)
-	return StepResult{Model: model, Precision: p.Name(), MS: float64(elapsed.Microseconds()) / 1e3 / float64(steps),
-		Allocs: float64(after.Mallocs-before.Mallocs) / float64(steps)}, nil
+	slices.Sort(times)
+	median := times[len(times)/2]
+	if len(times)%2 == 0 {
+		median = (times[len(times)/2-1] + median) / 2
+	}
+	r := StepResult{Model: cfg.Model, Precision: p.Name(), Batch: s.batch, Params: s.params,
+		MS:        float64(median) / 1e6,
+		Allocs:    float64(after.Mallocs-before.Mallocs) / float64(cfg.Steps),
+		CoresBusy: cpu.Seconds() / wall.Seconds(),
+		PeakAlloc: tensor.Memory().Peak,
+	}
+	if rssErr == nil {
+		r.PeakRSS = proc.PeakRSS()
+	}
+	if s.tokens > 0 {
+		r.GFLOPS = 6 * float64(s.params) * float64(s.tokens) / median.Seconds() / 1e9
+	}
+	return r, nil
 }
 
-// newStep builds model with precision p, AdamW and a synthetic batch of
-// the model's reference shape, and returns one training step over them.
-func newStep(model string, p precision.Plugin) (func() error, error) {
-	m, err := models.New(model, 1)
-	if err != nil {
-		return nil, err
+// step is one training step over a fixed batch, and what it trains.
+type step struct {
+	run           func() error
+	params        int64
+	batch, tokens int // sequences (or samples) and tokens per step
+}
+
+// newStep builds the model cfg names with precision p, AdamW and a
+// synthetic batch, and returns one training step over them.
+func newStep(ctx context.Context, cfg StepConfig, p precision.Plugin) (step, error) {
+	var m models.Model
+	if cfg.GPT != (models.GPTConfig{}) {
+		if cfg.Model != "gpt" {
+			return step{}, fmt.Errorf("bench: a gpt size was given for model %q", cfg.Model)
+		}
+		g := cfg.GPT
+		if g.Layers < 1 || g.Width < 1 || g.Heads < 1 || g.Width%g.Heads != 0 || g.Context < 1 {
+			return step{}, fmt.Errorf("bench: gpt %d layers, width %d, %d heads, context %d: want positive sizes and a width divisible by the heads", g.Layers, g.Width, g.Heads, g.Context)
+		}
+		g.Vocab = cmp.Or(g.Vocab, data.VocabSize)
+		m = models.NewGPT(nn.NewInit(1), g)
+		cfg.GPT = g
+	} else {
+		var err error
+		if m, err = models.New(cfg.Model, 1); err != nil {
+			return step{}, err
+		}
 	}
-	batch, err := syntheticBatch(model)
+	b, err := syntheticBatch(cfg)
 	if err != nil {
-		return nil, err
+		return step{}, err
 	}
 	opt, err := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {
-		return nil, err
+		return step{}, err
 	}
 	f := fabric.New(p)
 	if err := f.Setup(m, opt); err != nil {
-		return nil, err
+		return step{}, err
 	}
-	return func() error {
-		_, err := f.TrainStep(context.Background(), m, batch)
+	s := step{run: func() error {
+		_, err := f.TrainStep(ctx, m, b)
 		return err
-	}, nil
+	}}
+	for _, prm := range nn.Parameters(m) {
+		s.params += int64(prm.Var.Value.Len())
+	}
+	s.batch = len(b.Targets)
+	if b.Shape != nil {
+		s.batch, s.tokens = b.Shape[0], len(b.Tokens)
+	}
+	return s, nil
 }
 
 // syntheticBatch is a random batch of the shapes the reference runs use
-// (mlp784: 64 flattened 28×28 images).
-func syntheticBatch(model string) (data.Batch, error) {
+// (mlp784: 64 flattened 28×28 images), or of cfg.Batch sequences of the
+// gpt's full context.
+func syntheticBatch(cfg StepConfig) (data.Batch, error) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	labels := func(n, classes int) []int {
 		out := make([]int, n)
@@ -175,7 +266,17 @@ func syntheticBatch(model string) (data.Batch, error) {
 		}
 		return tensor.FromFloat32(randSlice(rng, n), shape...)
 	}
-	switch model {
+	if g := cfg.GPT; g != (models.GPTConfig{}) {
+		bs := cmp.Or(cfg.Batch, 8)
+		if bs < 1 {
+			return data.Batch{}, fmt.Errorf("bench: batch %d: want at least 1", bs)
+		}
+		return data.Batch{Tokens: labels(bs*g.Context, g.Vocab), Shape: []int{bs, g.Context}, Targets: labels(bs*g.Context, g.Vocab)}, nil
+	}
+	if cfg.Batch != 0 {
+		return data.Batch{}, fmt.Errorf("bench: a batch size is taken with a gpt size only; %s runs at its reference batch", cfg.Model)
+	}
+	switch cfg.Model {
 	case "mlp784":
 		return data.Batch{X: images(64, 784), Targets: labels(64, 10)}, nil
 	case "mlp":
@@ -185,5 +286,5 @@ func syntheticBatch(model string) (data.Batch, error) {
 	case "gpt":
 		return data.Batch{Tokens: labels(8*16, 48), Shape: []int{8, 16}, Targets: labels(8*16, 48)}, nil
 	}
-	return data.Batch{}, fmt.Errorf("bench: no step benchmark for model %q (mlp784, mlp, cnn, gpt)", model)
+	return data.Batch{}, fmt.Errorf("bench: no step benchmark for model %q (mlp784, mlp, cnn, gpt)", cfg.Model)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"testing"
 )
 
@@ -10,18 +11,18 @@ func BenchmarkStep(b *testing.B) {
 	for _, model := range []string{"mlp784", "mlp", "cnn", "gpt"} {
 		for _, spec := range []string{"32-true", "bf16-mixed"} {
 			b.Run(model+"/"+spec, func(b *testing.B) {
-				step, err := newStep(model, mustParse(b, spec))
+				s, err := newStep(context.Background(), StepConfig{Model: model}, mustParse(b, spec))
 				if err != nil {
 					b.Fatal(err)
 				}
 				for range 3 {
-					if err := step(); err != nil {
+					if err := s.run(); err != nil {
 						b.Fatal(err)
 					}
 				}
 				b.ReportAllocs()
 				for b.Loop() {
-					if err := step(); err != nil {
+					if err := s.run(); err != nil {
 						b.Fatal(err)
 					}
 				}

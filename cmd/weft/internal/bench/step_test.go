@@ -1,8 +1,13 @@
 package bench
 
 import (
+	"context"
+	"math"
+	"runtime"
 	"testing"
 
+	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/tensor"
 )
@@ -16,17 +21,17 @@ func TestStepAllocations(t *testing.T) {
 	}
 	for _, model := range []string{"mlp", "cnn", "gpt"} {
 		for _, spec := range []string{"32-true", "bf16-mixed"} {
-			step, err := newStep(model, mustParse(t, spec))
+			s, err := newStep(context.Background(), StepConfig{Model: model}, mustParse(t, spec))
 			if err != nil {
 				t.Fatal(err)
 			}
 			for range 3 {
-				if err := step(); err != nil {
+				if err := s.run(); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if n := testing.AllocsPerRun(10, func() {
-				if err := step(); err != nil {
+				if err := s.run(); err != nil {
 					t.Fatal(err)
 				}
 			}); n != 0 {
@@ -52,7 +57,7 @@ func mustParse(tb testing.TB, spec string) precision.Plugin {
 func TestStepMemorySteady(t *testing.T) {
 	for _, model := range []string{"mlp", "cnn", "gpt"} {
 		for _, spec := range []string{"32-true", "bf16-mixed"} {
-			step, err := newStep(model, mustParse(t, spec))
+			s, err := newStep(context.Background(), StepConfig{Model: model}, mustParse(t, spec))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +65,7 @@ func TestStepMemorySteady(t *testing.T) {
 			before := tensor.Memory()
 			var after [5]tensor.MemStats
 			for i := range after {
-				if err := step(); err != nil {
+				if err := s.run(); err != nil {
 					t.Fatal(err)
 				}
 				after[i] = tensor.Memory()
@@ -71,5 +76,38 @@ func TestStepMemorySteady(t *testing.T) {
 			t.Logf("%s %s: peak %d bytes, %d live between steps, %d reserved (above what was before step 1)",
 				model, spec, after[4].Peak-before.Live, after[4].Live-before.Live, after[4].Reserved-before.Reserved)
 		}
+	}
+}
+
+// TestStepReportsAGPTOfAnySize times a gpt sized by hand and checks what
+// the report derives: the parameter count against the architecture's
+// formula, the FLOP rate against 6·N·tokens over the median step, and a
+// peak at least the size of weights, gradients and AdamW's two moments.
+func TestStepReportsAGPTOfAnySize(t *testing.T) {
+	g := models.GPTConfig{Layers: 2, Width: 32, Heads: 4, Context: 16}
+	r, err := Step(context.Background(), StepConfig{Model: "gpt", Precision: "32-true", Steps: 3, GPT: g, Batch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, v := int64(g.Width), int64(data.VocabSize)
+	// Per block: 2 LayerNorms, qkv, proj, fc, out; then ln_f, pos, tok, head.
+	want := int64(g.Layers)*(12*c*c+13*c) + 2*c + int64(g.Context)*c + 2*v*c
+	if r.Params != want || r.Batch != 3 {
+		t.Errorf("params %d, batch %d; want %d, 3", r.Params, r.Batch, want)
+	}
+	if flops := 6 * float64(want) * 3 * 16 / (r.MS / 1e3) / 1e9; math.Abs(r.GFLOPS-flops) > 1e-9*flops {
+		t.Errorf("%.6g GFLOP/s, want %.6g at %.3f ms", r.GFLOPS, flops, r.MS)
+	}
+	if r.PeakAlloc < 16*want {
+		t.Errorf("peak alloc %d bytes, below the %d of f32 weights, grads and two moments", r.PeakAlloc, 16*want)
+	}
+	if r.CoresBusy <= 0 || r.CoresBusy > float64(runtime.NumCPU())+0.5 {
+		t.Errorf("cores busy %.2f on %d CPUs", r.CoresBusy, runtime.NumCPU())
+	}
+	if runtime.GOOS == "linux" && r.PeakRSS < r.PeakAlloc {
+		t.Errorf("peak RSS %d below the allocator's peak %d", r.PeakRSS, r.PeakAlloc)
+	}
+	if _, err := Step(context.Background(), StepConfig{Model: "mlp", Precision: "32-true", Steps: 1, GPT: g}); err == nil {
+		t.Error("a gpt size for mlp was accepted")
 	}
 }
