@@ -17,6 +17,7 @@ import (
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/fabric"
+	mpirunjob "github.com/weftml/weft/internal/mpirun"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
@@ -214,7 +215,7 @@ func TestCollectivesUnderMpirun(t *testing.T) {
 		if os.Geteuid() == 0 {
 			args = append([]string{"--allow-run-as-root"}, args...)
 		}
-		out, err := exec.CommandContext(t.Context(), mpirun, args...).CombinedOutput()
+		out, err := mpirunjob.Retry(func() ([]byte, error) { return exec.CommandContext(t.Context(), mpirun, args...).CombinedOutput() })
 		if got := strings.Count(string(out), "--- PASS: TestCollectives "); err != nil || got != n {
 			t.Errorf("mpirun -np %d: %d ranks passed (%v):\n%s", n, got, err, out)
 		}

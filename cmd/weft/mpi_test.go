@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	mpirunjob "github.com/weftml/weft/internal/mpirun"
 )
 
 // TestParityUnderMpirun runs `weft parity --comm mpi` as two and as four
@@ -38,7 +40,7 @@ func TestParityUnderMpirun(t *testing.T) {
 // in-process ranks and requires the same losses, bit for bit.
 func mpiMatchesLocal(t *testing.T, mpirun, bin string, n int, args []string) {
 	t.Helper()
-	mpiOut, err := exec.Command(mpirun, append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)...).CombinedOutput()
+	mpiOut, err := mpirunjob.Retry(exec.Command(mpirun, append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)...).CombinedOutput)
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, mpiOut)
 	}
@@ -207,7 +209,10 @@ func TestTrainUnderMpirun(t *testing.T) {
 					cmd = append(append(mpirunArgs(2), bin), cmd...)
 				}
 				name := map[string]string{"mpi": mpirun, "local": bin}[comm]
-				b, err := exec.Command(name, cmd...).CombinedOutput()
+				b, err := mpirunjob.Retry(func() ([]byte, error) {
+					os.RemoveAll(out) // a retried job starts afresh
+					return exec.Command(name, cmd...).CombinedOutput()
+				})
 				if err != nil {
 					t.Fatalf("%s: %v\n%s", comm, err, b)
 				}

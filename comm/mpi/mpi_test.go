@@ -13,6 +13,7 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/comm/commtest"
 	"github.com/weftml/weft/comm/mpi"
+	mpirunjob "github.com/weftml/weft/internal/mpirun"
 )
 
 // worldSize is the number of processes mpirun started, or 0 when the test
@@ -83,7 +84,7 @@ func TestMPIUnderMpirun(t *testing.T) {
 		if os.Geteuid() == 0 {
 			args = append([]string{"--allow-run-as-root"}, args...)
 		}
-		out, err := exec.CommandContext(t.Context(), mpirun, args...).CombinedOutput()
+		out, err := mpirunjob.Retry(func() ([]byte, error) { return exec.CommandContext(t.Context(), mpirun, args...).CombinedOutput() })
 		return fmt.Sprintf("mpirun %s: %v\n%s", strings.Join(args, " "), err, out), err
 	}
 
