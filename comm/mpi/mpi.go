@@ -33,8 +33,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -98,6 +100,7 @@ func New(opts Options) (comm.Communicator, error) {
 			return nil, state.err
 		}
 		state.lib = l
+		shareCores()
 	}
 	c, err := worldConn(state.lib, cmp.Or(opts.Timeout, comm.DefaultTimeout))
 	if err != nil {
@@ -105,6 +108,20 @@ func New(opts Options) (comm.Communicator, error) {
 	}
 	state.open++
 	return comm.New(c), nil
+}
+
+// shareCores gives this process its share of the machine's cores when
+// mpirun started several on it (OMPI_COMM_WORLD_LOCAL_SIZE), unless
+// GOMAXPROCS says otherwise: each process splits its kernels across
+// GOMAXPROCS threads, and with more threads than cores a split waits at
+// every join for a helper the kernel has descheduled in favour of another
+// process's (as torchrun sets OMP_NUM_THREADS=1 for its workers).
+func shareCores() {
+	local, err := strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+	if err != nil || local < 2 || os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	runtime.GOMAXPROCS(max(1, runtime.NumCPU()/local))
 }
 
 // worldConn returns a conn on a duplicate of MPI_COMM_WORLD.
