@@ -271,14 +271,17 @@ func (f *Fabric) forward(ctx context.Context, fn func(tp *autograd.Tape) (*autog
 }
 
 // scoped runs fn with the tape's Scoper made of the precision's scopes,
-// the non-finite spy's, if looking, and the strategy's, each wrapping the
-// one before.
+// the non-finite spy's, if looking, the tensor-parallel layout's and the
+// strategy's, each wrapping the one before.
 func (f *Fabric) scoped(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
 	defer precision.Enter(f.plugin, &f.tape).Exit()
 	if f.scopes != nil {
 		var s autograd.Scoper = f.scopes
 		if f.spy != nil {
 			f.spy.inner, s = f.scopes, f.spy
+		}
+		if f.tensors != nil { // sequence parallelism, inside the strategy's units
+			s = f.tensors.Scoper(s)
 		}
 		if f.dist != nil {
 			s = f.dist.Scoper(ctx, s)

@@ -10,6 +10,7 @@ import (
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
@@ -152,9 +153,9 @@ func (mt *meter) cut(tp *autograd.Tape, unit int, io, out int64) {
 }
 
 // metaPass runs m's forward and loss on the share of global that rank 0
-// of devices takes, on meta tensors, in res's scopes, as TrainStep runs
-// them, and returns the pass cut at units' boundaries and the logits.
-func metaPass(m Model, res *precision.Resolution, global data.Batch, devices int, units []Unit) ([]segment, *tensor.Tensor, error) {
+// of devices takes, on meta tensors, in res's scopes and tensors' layout
+// (nil if whole), as TrainStep runs them, and returns the pass cut at units' boundaries and the logits.
+func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, units []Unit) ([]segment, *tensor.Tensor, error) {
 	b, err := metaShare(global, devices)
 	if err != nil {
 		return nil, nil, err
@@ -168,7 +169,7 @@ func metaPass(m Model, res *precision.Resolution, global data.Batch, devices int
 			mt.fp8[s.Module] = true
 		}
 	}
-	f := &Fabric{plugin: res.Root, plan: res, scaler: res.Scaler, scopes: res.Scoper(), meter: mt}
+	f := &Fabric{plugin: res.Root, plan: res, scaler: res.Scaler, scopes: res.Scoper(), meter: mt, tensors: tensors}
 	f.tape.Recycle = true
 	defer f.tape.Reset()
 	b.X = f.Input(b.X)
@@ -215,7 +216,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 		return fmt.Errorf("fabric: plan: %T has no forward over a batch", p.model)
 	}
 	units := Units(m)
-	segs, logits, err := metaPass(m, p.res, global, p.Devices, units)
+	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices, units)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
@@ -75,10 +76,17 @@ type Plan struct {
 	// (PredictPeak); nil until predicted.
 	Peak *Peak `json:"peak_per_rank,omitempty"`
 	// model and res are the converted model and its resolution, which
-	// PredictPeak runs a pass of.
-	model nn.Module
-	res   *precision.Resolution
+	// PredictPeak runs a pass of; tensors is the model's tensor-parallel
+	// layout (SplitTensors), nil if whole.
+	model   nn.Module
+	res     *precision.Resolution
+	tensors *parallel.Layout
 }
+
+// SplitTensors tells the plan that its model is split by l (see
+// Fabric.SplitTensors), so that PredictPeak's pass runs the layout's
+// sequence-parallel modules on shares of the sequence as training does.
+func (p *Plan) SplitTensors(l *parallel.Layout) { p.tensors = l }
 
 // adamMoments is the number of optimizer-state tensors per parameter (AdamW's m and v).
 const adamMoments = 2

@@ -34,24 +34,71 @@ var LlamaPlan = parallel.Plan{
 	"blocks.*.down": parallel.Rowwise{},
 }
 
-// plans are the tensor-parallel layouts of the models that have one.
-var plans = map[string]parallel.Plan{
-	"gpt":    GPTPlan,
-	"llama":  LlamaPlan,
-	"hybrid": prefixed("decoder.", GPTPlan), // the vision encoder stays replicated
+// GPTSequencePlan is GPTPlan with Megatron-LM's sequence parallelism:
+// the embeddings' sum is cut to each rank's share of the sequence, the
+// LayerNorms and residual adds run on shares, each column-parallel Linear
+// all-gathers its input and each row-parallel one reduce-scatters its
+// output, and ln_f's output is gathered whole for the replicated head.
+var GPTSequencePlan = parallel.Plan{
+	"tok":           parallel.Scatter{},
+	"pos":           parallel.Scatter{},
+	"blocks.*.ln1":  parallel.Sequence{},
+	"blocks.*.qkv":  parallel.Colwise{Parts: 3, Sequence: true},
+	"blocks.*.proj": parallel.Rowwise{Sequence: true},
+	"blocks.*.ln2":  parallel.Sequence{},
+	"blocks.*.fc":   parallel.Colwise{Sequence: true},
+	"blocks.*.out":  parallel.Rowwise{Sequence: true},
+	"ln_f":          parallel.Sequence{Gather: true},
 }
 
+// LlamaSequencePlan is LlamaPlan with sequence parallelism, as
+// GPTSequencePlan. q, k and v (and gate and up) are separate Linears, so
+// each gathers its input: five all-gathers a block where fused
+// projections would need two.
+var LlamaSequencePlan = parallel.Plan{
+	"tok":                parallel.Scatter{},
+	"blocks.*.attn_norm": parallel.Sequence{},
+	"blocks.*.q":         parallel.Colwise{Sequence: true},
+	"blocks.*.k":         parallel.Colwise{Sequence: true},
+	"blocks.*.v":         parallel.Colwise{Sequence: true},
+	"blocks.*.o":         parallel.Rowwise{Sequence: true},
+	"blocks.*.mlp_norm":  parallel.Sequence{},
+	"blocks.*.gate":      parallel.Colwise{Sequence: true},
+	"blocks.*.up":        parallel.Colwise{Sequence: true},
+	"blocks.*.down":      parallel.Rowwise{Sequence: true},
+	"norm":               parallel.Sequence{Gather: true},
+}
+
+// plans are the tensor-parallel layouts of the models that have one, and
+// sequencePlans those with sequence parallelism.
+var (
+	plans = map[string]parallel.Plan{
+		"gpt":    GPTPlan,
+		"llama":  LlamaPlan,
+		"hybrid": prefixed("decoder.", GPTPlan), // the vision encoder stays replicated
+	}
+	sequencePlans = map[string]parallel.Plan{
+		"gpt":   GPTSequencePlan,
+		"llama": LlamaSequencePlan,
+		// not hybrid: its decoder adds the encoder's output over the whole sequence
+	}
+)
+
 // TensorPlan is the tensor-parallel layout of the reference model called
-// name.
-func TensorPlan(name string) (parallel.Plan, error) {
-	p, ok := plans[name]
+// name, with sequence parallelism if sequence is set.
+func TensorPlan(name string, sequence bool) (parallel.Plan, error) {
+	from, what := plans, "tensor-parallel"
+	if sequence {
+		from, what = sequencePlans, "sequence-parallel"
+	}
+	p, ok := from[name]
 	if !ok {
-		names := make([]string, 0, len(plans))
-		for n := range plans {
+		names := make([]string, 0, len(from))
+		for n := range from {
 			names = append(names, n)
 		}
 		slices.Sort(names)
-		return nil, fmt.Errorf("model %q has no tensor-parallel plan (models with one: %s)", name, strings.Join(names, ", "))
+		return nil, fmt.Errorf("model %q has no %s plan (models with one: %s)", name, what, strings.Join(names, ", "))
 	}
 	return p, nil
 }

@@ -10,28 +10,42 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// column is a column-parallel Linear's pass: f, then the rank's GEMM
-// with its share of the bias. Its shares begin every stride output
-// features.
+// column is a column-parallel Linear's pass: f (or, with sequence
+// parallelism, the all-gather of the sequence), then the rank's GEMM with
+// its share of the bias. Its shares begin every stride output features.
 type column struct {
-	l      *Layout
-	stride int
+	l        *Layout
+	stride   int
+	sequence bool
 }
 
 func (c column) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bias *autograd.Var) *autograd.Var) *autograd.Var {
+	if c.sequence {
+		return local(c.l.gatherIn(tp, x), bias) // (B, T, out/n) from (B, T/n, in)
+	}
 	return local(c.l.copyIn(tp, x), bias) // (..., out/n)
 }
 
 // row is a row-parallel Linear's pass: the rank's GEMM without bias,
-// g, then the whole bias, once. Its shares begin every stride input
-// features.
+// g (or, with sequence parallelism, the reduce-scatter along the
+// sequence), then the whole bias, once. Its shares begin every stride
+// input features.
 type row struct {
-	l      *Layout
-	stride int
+	l        *Layout
+	stride   int
+	sequence bool
 }
 
 func (r row) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bias *autograd.Var) *autograd.Var) *autograd.Var {
-	y := r.l.reduceOut(tp, local(x, nil)) // (..., out)
+	var y *autograd.Var
+	if r.sequence {
+		y = r.l.scatterOut(tp, local(x, nil)) // (B, T/n, out)
+		if bias != nil {
+			bias = r.l.summedGrad(tp, bias) // added on the share: each rank has part of its gradient
+		}
+	} else {
+		y = r.l.reduceOut(tp, local(x, nil)) // (..., out)
+	}
 	if bias == nil {
 		return y
 	}
@@ -41,9 +55,11 @@ func (r row) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bia
 }
 
 func (c Colwise) layer(l *Layout, full []int) nn.Split {
-	return column{l, full[0] / (c.parts() * l.Group.Size())}
+	return column{l, full[0] / (c.parts() * l.Group.Size()), c.Sequence}
 }
-func (Rowwise) layer(l *Layout, full []int) nn.Split { return row{l, full[1] / l.Group.Size()} }
+func (r Rowwise) layer(l *Layout, full []int) nn.Split {
+	return row{l, full[1] / l.Group.Size(), r.Sequence}
+}
 
 var (
 	_ nn.ShardedSplit = column{}
@@ -90,16 +106,28 @@ func (l *Layout) reduceOut(tp *autograd.Tape, y *autograd.Var) *autograd.Var {
 type failure struct{ err error }
 
 func (l *Layout) allReduce(t *tensor.Tensor, what string) {
+	if err := l.sum(t, what); err != nil {
+		panic(failure{err})
+	}
+}
+
+// sum all-reduces t over the group, in place.
+func (l *Layout) sum(t *tensor.Tensor, what string) error {
 	if t.IsMeta() {
-		return
+		return nil
 	}
-	ctx := l.ctx
-	if ctx == nil { // a pass outside Guard
-		ctx = context.Background()
+	if err := comm.AllReduceTensor(l.context(), l.Group, t, comm.Sum); err != nil {
+		return fmt.Errorf("tensor parallel: all-reducing %s: %w", what, err)
 	}
-	if err := comm.AllReduceTensor(ctx, l.Group, t, comm.Sum); err != nil {
-		panic(failure{fmt.Errorf("tensor parallel: all-reducing %s: %w", what, err)})
+	return nil
+}
+
+// context is the running pass's context.
+func (l *Layout) context() context.Context {
+	if l.ctx == nil { // a pass outside Guard
+		return context.Background()
 	}
+	return l.ctx
 }
 
 // Guard runs fn, a forward or backward pass of the split model, with the

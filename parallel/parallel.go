@@ -29,10 +29,20 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// A Style is how a Linear is split: Colwise or Rowwise.
+// A Style is how a plan lays out the modules a pattern names: Colwise
+// or Rowwise splits a Linear; Sequence and Scatter run a module on the
+// rank's share of the sequence (sequence parallelism, see sequence.go).
 type Style interface {
-	// String is the layout's name in plans: "column" or "row".
+	// String is the layout's name in plans: "column", "row",
+	// "sequence", ...
 	String() string
+	// place checks that the style fits mod, at path.
+	place(path string, mod nn.Module) error
+}
+
+// A linearStyle is a Style that splits a Linear's weight.
+type linearStyle interface {
+	Style
 	// check reports whether n ranks can split a weight of [out, in].
 	check(out, in, n int) error
 	// share is rank r of n's share of t, the weight or a split bias.
@@ -54,12 +64,22 @@ type Style interface {
 // v columns.
 type Colwise struct {
 	Parts int // 3 for a fused q|k|v projection; 0 or 1 for a plain Linear
+	// Sequence says the input arrives as the rank's share of the
+	// sequence: it is all-gathered whole forward, and its gradient
+	// reduce-scattered back to the share (instead of all-reduced).
+	Sequence bool
 }
 
 // Rowwise splits a Linear's input features (the columns of its weight);
 // each rank's GEMM gives a partial sum, all-reduced, and the bias, kept
 // whole, is added once after the reduction.
-type Rowwise struct{}
+type Rowwise struct {
+	// Sequence says the partial sums are reduce-scattered to the rank's
+	// share of the sequence (instead of all-reduced), the output's
+	// gradient all-gathered back whole; the bias is added on the share,
+	// so its gradient is summed over the group.
+	Sequence bool
+}
 
 // Plan maps module paths to how the modules they name are split. A
 // pattern is a dotted path whose segments may hold path.Match's wildcards
@@ -78,18 +98,21 @@ func slashed(dotted string) string { return strings.ReplaceAll(dotted, ".", "/")
 // Linear is one split Linear of a Layout.
 type Linear struct {
 	Path   string // "blocks.0.qkv"
-	Style  Style
+	Style  linearStyle
 	Linear *nn.Linear
 	// Full is the shape of the whole weight, [out, in].
 	Full []int
 }
 
 // Layout is a model split over one tensor-parallel group: the Linears the
-// plan named, each holding this rank's share, and the group its
-// collectives run on.
+// plan named, each holding this rank's share, the modules that run on the
+// rank's share of the sequence, and the group its collectives run on.
 type Layout struct {
-	Group   comm.Communicator
-	Linears []Linear // in the model's order
+	Group    comm.Communicator
+	Linears  []Linear         // in the model's order
+	Sequence []SequenceModule // in the model's order; empty without sequence parallelism
+	// sequence is each of Sequence's modules' style, for the Scoper.
+	sequence map[nn.Module]Style
 	// ctx is the running pass's context (see Guard), the collectives'.
 	ctx context.Context
 }
@@ -132,24 +155,27 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 			styles[mod] = plan[p]
 		}
 	}
-	l := &Layout{Group: group}
+	l := &Layout{Group: group, sequence: map[nn.Module]Style{}}
 	for _, n := range all {
 		s, ok := styles[n.mod]
 		if !ok {
 			continue
 		}
-		lin, isLinear := n.mod.(*nn.Linear)
-		switch {
-		case !isLinear:
-			return nil, fmt.Errorf("parallel: plan names %s, a %s; only Linears split", n.path, nn.Kind(n.mod))
-		case lin.GEMM != nil || lin.Split != nil:
-			return nil, fmt.Errorf("parallel: %s: split a Linear before precision replaces its arithmetic, and only once", n.path)
+		if err := s.place(n.path, n.mod); err != nil {
+			return nil, fmt.Errorf("parallel: %w", err)
 		}
+		ls, splits := s.(linearStyle)
+		if !splits {
+			l.Sequence = append(l.Sequence, SequenceModule{Path: n.path, Style: s, Module: n.mod})
+			l.sequence[n.mod] = s
+			continue
+		}
+		lin := n.mod.(*nn.Linear)
 		full := slices.Clone(lin.Weight.Value.Shape())
-		if err := s.check(full[0], full[1], group.Size()); err != nil {
+		if err := ls.check(full[0], full[1], group.Size()); err != nil {
 			return nil, fmt.Errorf("parallel: %s %v: %w", n.path, full, err)
 		}
-		l.Linears = append(l.Linears, Linear{Path: n.path, Style: s, Linear: lin, Full: full})
+		l.Linears = append(l.Linears, Linear{Path: n.path, Style: ls, Linear: lin, Full: full})
 	}
 	for _, n := range all {
 		c, ok := n.mod.(nn.SplitChecker)
@@ -188,6 +214,21 @@ func (s Linear) split() []*autograd.Var {
 
 func (c Colwise) String() string { return "column" }
 func (Rowwise) String() string   { return "row" }
+
+func (Colwise) place(path string, mod nn.Module) error { return placeLinear(path, mod) }
+func (Rowwise) place(path string, mod nn.Module) error { return placeLinear(path, mod) }
+
+// placeLinear reports whether mod, at path, is a Linear that can split.
+func placeLinear(path string, mod nn.Module) error {
+	lin, ok := mod.(*nn.Linear)
+	switch {
+	case !ok:
+		return fmt.Errorf("plan names %s, a %s; only Linears split", path, nn.Kind(mod))
+	case lin.GEMM != nil || lin.Split != nil:
+		return fmt.Errorf("%s: split a Linear before precision replaces its arithmetic, and only once", path)
+	}
+	return nil
+}
 
 func (c Colwise) parts() int { return max(c.Parts, 1) }
 

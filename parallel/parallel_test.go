@@ -40,88 +40,105 @@ func batch() data.Batch {
 
 // pass runs forward and backward of g on b and returns the loss.
 func pass(t *testing.T, g *models.GPT, l *parallel.Layout) float64 {
-	var tp autograd.Tape
-	var loss float64
-	run := func() error {
-		logits, err := g.Forward(&tp, batch())
-		if err != nil {
-			return err
-		}
-		ce, err := tp.CrossEntropy(logits, batch().Targets)
-		if err != nil {
-			return err
-		}
-		loss = ce.Value.Item()
-		return tp.Backward(ce)
-	}
-	var err error
-	if l == nil {
-		err = run()
-	} else {
-		err = l.Guard(context.Background(), run)
-	}
+	loss, err := tryPass(g, l, batch())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return loss
 }
 
+// tryPass is pass on b, returning its error.
+func tryPass(g *models.GPT, l *parallel.Layout, b data.Batch) (float64, error) {
+	var tp autograd.Tape
+	var loss float64
+	run := func() error {
+		logits, err := g.Forward(&tp, b)
+		if err != nil {
+			return err
+		}
+		ce, err := tp.CrossEntropy(logits, b.Targets)
+		if err != nil {
+			return err
+		}
+		loss = ce.Value.Item()
+		return tp.Backward(ce)
+	}
+	if l == nil {
+		return loss, run()
+	}
+	tp.Scoper = l.Scoper(nil)
+	return loss, l.Guard(context.Background(), run)
+}
+
 // TestSplitGPTMatchesOneDevice: a gpt of 8 heads split over 2 and 4 ranks
-// by models.GPTPlan computes the one-device loss and, gathered, the
-// one-device gradient of every parameter, to 1e-12; each rank's qkv holds
-// 1/T of the weight.
+// by models.GPTPlan, and with sequence parallelism by GPTSequencePlan,
+// computes the one-device loss and, gathered, the one-device gradient of
+// every parameter accumulated over two passes, to 1e-12; each rank's qkv
+// holds 1/T of the weight.
 func TestSplitGPTMatchesOneDevice(t *testing.T) {
 	one := newGPT()
 	want := pass(t, one, nil)
+	pass(t, one, nil)
 	wantGrads := map[string]*tensor.Tensor{}
 	for _, p := range nn.Parameters(one) {
 		wantGrads[p.Path] = p.Var.Grad
 	}
-	for _, n := range []int{2, 4} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			comms, err := comm.Open("local", n, 0)
+	plans := map[string]parallel.Plan{"tp": models.GPTPlan, "sequence": models.GPTSequencePlan}
+	for _, name := range []string{"tp", "sequence"} {
+		for _, n := range []int{2, 4} {
+			t.Run(fmt.Sprint(name, n), func(t *testing.T) { splitMatches(t, plans[name], n, want, wantGrads) })
+		}
+	}
+}
+
+func splitMatches(t *testing.T, plan parallel.Plan, n int, want float64, wantGrads map[string]*tensor.Tensor) {
+	comms, err := comm.Open("local", n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = comm.Each(comms, func(_ int, c comm.Communicator) error {
+		g := newGPT()
+		qkvBytes := g.Blocks[0].Attn.QKV.Weight.Value.Bytes()
+		l, err := parallel.Parallelize(g, c, plan)
+		if err != nil {
+			return err
+		}
+		if len(l.Linears) != 4*eightHeads.Layers {
+			return fmt.Errorf("%d Linears split, want %d", len(l.Linears), 4*eightHeads.Layers)
+		}
+		if got := g.Blocks[0].Attn.QKV.Weight.Value.Bytes(); got*n != qkvBytes {
+			return fmt.Errorf("rank %d's qkv weight takes %d bytes, want 1/%d of %d", c.Rank(), got, n, qkvBytes)
+		}
+		for range 2 {
+			got, err := tryPass(g, l, batch())
 			if err != nil {
-				t.Fatal(err)
+				return err
 			}
-			err = comm.Each(comms, func(_ int, c comm.Communicator) error {
-				g := newGPT()
-				qkvBytes := g.Blocks[0].Attn.QKV.Weight.Value.Bytes()
-				l, err := parallel.Parallelize(g, c, models.GPTPlan)
-				if err != nil {
-					return err
-				}
-				if len(l.Linears) != 4*eightHeads.Layers {
-					return fmt.Errorf("%d Linears split, want %d", len(l.Linears), 4*eightHeads.Layers)
-				}
-				if got := g.Blocks[0].Attn.QKV.Weight.Value.Bytes(); got*n != qkvBytes {
-					return fmt.Errorf("rank %d's qkv weight takes %d bytes, want 1/%d of %d", c.Rank(), got, n, qkvBytes)
-				}
-				if got := pass(t, g, l); math.Abs(got-want) > 1e-12 {
-					return fmt.Errorf("rank %d: loss %.15g, one device %.15g", c.Rank(), got, want)
-				}
-				// Gradients, gathered as parameters are.
-				for _, p := range nn.Parameters(g) {
-					p.Var.Value, p.Var.Grad = p.Var.Grad, p.Var.Value
-				}
-				whole, err := l.Whole(context.Background())
-				if err != nil {
-					return err
-				}
-				for _, p := range nn.Parameters(g) {
-					got := p.Var.Value
-					if w, ok := whole[p.Var]; ok {
-						got = w
-					}
-					if d := maxDiff(got, wantGrads[p.Path]); d > 1e-12 {
-						return fmt.Errorf("rank %d: gradient of %s differs by %g", c.Rank(), p.Path, d)
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
+			if math.Abs(got-want) > 1e-12 {
+				return fmt.Errorf("rank %d: loss %.15g, one device %.15g", c.Rank(), got, want)
 			}
-		})
+		}
+		// Gradients, gathered as parameters are.
+		for _, p := range nn.Parameters(g) {
+			p.Var.Value, p.Var.Grad = p.Var.Grad, p.Var.Value
+		}
+		whole, err := l.Whole(context.Background())
+		if err != nil {
+			return err
+		}
+		for _, p := range nn.Parameters(g) {
+			got := p.Var.Value
+			if w, ok := whole[p.Var]; ok {
+				got = w
+			}
+			if d := maxDiff(got, wantGrads[p.Path]); d > 1e-12 {
+				return fmt.Errorf("rank %d: gradient of %s differs by %g", c.Rank(), p.Path, d)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -191,12 +191,16 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	}
 	defer mesh.close()
 	meta := r.t.metaModel()
-	if err := mesh.split(c, meta, false); err != nil {
+	metaLayout, err := mesh.split(c, meta)
+	if err != nil {
 		return nil, err
 	}
 	plan, err := fabric.MakePlan(meta, pol, scaling, c.Strategy, mesh.data.Size())
 	if err != nil {
 		return nil, err
+	}
+	if metaLayout != nil {
+		plan.SplitTensors(metaLayout)
 	}
 	r.f = fabric.NewPolicy(pol, scaling)
 	r.f.SeedEverything(c.Seed)
@@ -224,11 +228,12 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 			return nil, err
 		}
 	}
-	if err := mesh.split(c, r.model, true); err != nil {
+	layout, err := mesh.split(c, r.model)
+	if err != nil {
 		return nil, err
 	}
-	if mesh.layout != nil {
-		r.f.SplitTensors(mesh.layout, r.comm)
+	if layout != nil {
+		r.f.SplitTensors(layout, r.comm)
 	}
 	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err != nil {

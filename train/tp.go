@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/weftml/weft/comm"
@@ -24,15 +25,20 @@ func (c Config) dataRanks() int { return c.Devices / max(c.TP, 1) }
 // validateTP reports a tensor-parallel setting that cannot run.
 func (c Config) validateTP() error {
 	if c.TP <= 1 {
-		if c.TP < 0 {
+		switch {
+		case c.TP < 0:
 			return fmt.Errorf("tp %d: must be at least 1", c.TP)
+		case c.SequenceParallel:
+			return errors.New("sequence parallel: needs tp above 1 (the sequence is shared by a mesh row's ranks)")
 		}
 		return nil
 	}
-	if _, err := models.TensorPlan(c.Model); err != nil {
+	if _, err := models.TensorPlan(c.Model, c.SequenceParallel); err != nil {
 		return fmt.Errorf("tp %d: %w", c.TP, err)
 	}
 	switch {
+	case c.SequenceParallel && c.GPT.Context%c.TP != 0:
+		return fmt.Errorf("sequence parallel: a context of %d positions does not split over tp %d", c.GPT.Context, c.TP)
 	case c.Devices%c.TP != 0:
 		return fmt.Errorf("tp %d does not divide devices %d: a mesh row holds tp ranks", c.TP, c.Devices)
 	case len(c.LoRA.Targets) > 0:
@@ -42,12 +48,10 @@ func (c Config) validateTP() error {
 }
 
 // rankMesh is one rank's place in a run's mesh: the communicator its
-// strategy runs over, and the layout of its model's split tensors (nil
-// without tensor parallelism).
+// strategy runs over and the mesh (nil without tensor parallelism).
 type rankMesh struct {
-	data   comm.Communicator
-	mesh   *comm.Mesh // nil without tensor parallelism
-	layout *parallel.Layout
+	data comm.Communicator
+	mesh *comm.Mesh // nil without tensor parallelism
 }
 
 // newRankMesh places world's rank on c's mesh.
@@ -62,24 +66,17 @@ func newRankMesh(ctx context.Context, c Config, world comm.Communicator) (*rankM
 	return &rankMesh{data: mesh.Data, mesh: mesh}, nil
 }
 
-// split splits m across the mesh row; the first model split (the run's)
-// is the layout kept, a plan's meta model passes keep=false.
-func (r *rankMesh) split(c Config, m nn.Module, keep bool) error {
+// split splits m across the mesh row and returns its layout (nil without
+// tensor parallelism).
+func (r *rankMesh) split(c Config, m nn.Module) (*parallel.Layout, error) {
 	if r.mesh == nil {
-		return nil
+		return nil, nil
 	}
-	plan, err := models.TensorPlan(c.Model)
+	plan, err := models.TensorPlan(c.Model, c.SequenceParallel)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	l, err := parallel.Parallelize(m, r.mesh.Tensor, plan)
-	if err != nil {
-		return err
-	}
-	if keep {
-		r.layout = l
-	}
-	return nil
+	return parallel.Parallelize(m, r.mesh.Tensor, plan)
 }
 
 func (r *rankMesh) close() error {

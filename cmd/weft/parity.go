@@ -18,6 +18,7 @@ func parityCmd() *cobra.Command {
 		refs, model, spec, dt string
 		strat, backend        string
 		devices, tp           int
+		sequence              bool
 		gptSize               string
 		asJSON                bool
 	)
@@ -32,7 +33,9 @@ mismatch, saying where. --dtype float64|float32 replays the pure-float runs
 
 --tp T splits the gpt's attention heads and MLP over mesh rows of T ranks
 (Megatron's tensor parallelism); --strategy then runs over the --devices/T
-ranks of each column. --gpt layers,width,heads,context trains a gpt of that
+ranks of each column; --sequence-parallel adds Megatron's sequence
+parallelism (the norms and residual stream on each rank's share of the
+sequence). --gpt layers,width,heads,context trains a gpt of that
 size from weft's seeded initialisation on generated tokens, with no
 reference file, and compares it with the same run on one device.`,
 		Args: cobra.NoArgs,
@@ -44,7 +47,7 @@ reference file, and compares it with the same run on one device.`,
 			if err != nil {
 				return err
 			}
-			dist := parity.Dist{Strategy: strat, Devices: devices, Backend: backend, TP: tp}
+			dist := parity.Dist{Strategy: strat, Devices: devices, Backend: backend, TP: tp, Sequence: sequence}
 			if cmd.Flags().Changed("gpt") {
 				return paritySized(cmd.OutOrStdout(), gptSize, c, dist, asJSON)
 			}
@@ -99,6 +102,7 @@ reference file, and compares it with the same run on one device.`,
 	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", ")+" (the global batch is split evenly over the ranks)")
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row (divides --devices; the gpt's heads split over them)")
+	cmd.Flags().BoolVar(&sequence, "sequence-parallel", false, "with --tp: keep the activations between split Linears as each rank's share of the sequence")
 	cmd.Flags().StringVar(&gptSize, "gpt", "", "a gpt of layers,width,heads,context (e.g. 2,32,8,8) from seeded weights instead of a reference model")
 	cmd.Flags().StringVar(&backend, "comm", "local", "collectives: local (ranks as goroutines) or mpi (one process per rank, under mpirun; --devices 0 takes mpirun's size)")
 	return cmd

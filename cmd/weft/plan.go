@@ -22,6 +22,7 @@ func planCmd() *cobra.Command {
 		strat   string
 		devices int
 		tp      int
+		seq     bool
 		batch   int
 		asJSON  bool
 		ckpt    []string
@@ -40,7 +41,10 @@ global batch of --batch rows, with what is live at it. It refuses what
 training refuses, with the same message, and prints the warnings training
 prints. With --tp T the model is split as a rank of a mesh row holds it
 (strategy and bytes are per rank of the --devices/T data-parallel ranks),
-and the split Linears' layouts and the group's all-reduces follow.`,
+and the split Linears' layouts and the group's all-reduces follow;
+--sequence-parallel adds the modules that run on shares of the sequence
+and counts the reduce-scatters and all-gathers that replace the
+all-reduces.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			pol, scaling, err := prec.policy(cmd.ErrOrStderr())
@@ -51,13 +55,16 @@ and the split Linears' layouts and the group's all-reduces follow.`,
 			if err != nil {
 				return err
 			}
-			layout, err := planSplit(m, model, tp, devices)
+			layout, err := planSplit(m, model, tp, devices, seq)
 			if err != nil {
 				return err
 			}
 			p, err := fabric.MakePlan(m, pol, scaling, strat, devices/max(tp, 1))
 			if err != nil {
 				return err
+			}
+			if layout != nil {
+				p.SplitTensors(layout)
 			}
 			p.ActivationCheckpointing = ckpt
 			if b, ok := sampleBatch(m, batch); ok {
@@ -80,6 +87,7 @@ and the split Linears' layouts and the group's all-reduces follow.`,
 	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", "))
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row: the plan is a rank's, with the split Linears' layouts")
+	cmd.Flags().BoolVar(&seq, "sequence-parallel", false, "with --tp: the plan of a sequence-parallel run (norms and residual stream on shares of the sequence)")
 	cmd.Flags().IntVar(&batch, "batch", 8, "global batch rows of the step whose peak is predicted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().StringSliceVar(&ckpt, "activation-checkpointing", nil, "predict the peak with these modules' forward recomputed in backward, e.g. 'blocks.*'")

@@ -77,6 +77,7 @@ same step.`,
 	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: single, ddp, zero1, zero2 or fsdp")
 	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
 	fs.IntVar(&c.TP, "tp", c.TP, "tensor-parallel ranks per mesh row (divides --devices): gpt's heads and MLP split over them, --strategy runs over the rest")
+	fs.BoolVar(&c.SequenceParallel, "sequence-parallel", c.SequenceParallel, "with --tp: keep the activations between split Linears as each rank's share of the sequence (Megatron's sequence parallelism)")
 	fs.StringVar(&c.Comm, "comm", c.Comm, "auto (mpi under mpirun, else local), local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", c.CommTimeout, "how long a collective waits for a lost or hung peer before the run fails")
 	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
@@ -125,6 +126,7 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"tokenizer-dir":            func() { c.TokenizerDir = flagged.TokenizerDir },
 		"val-fraction":             func() { c.ValFraction = flagged.ValFraction },
 		"tp":                       func() { c.TP = flagged.TP },
+		"sequence-parallel":        func() { c.SequenceParallel = flagged.SequenceParallel },
 	}
 	maps.Copy(set, loopOverrides(c, flagged))
 	for name, apply := range set {

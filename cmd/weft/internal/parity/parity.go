@@ -116,6 +116,9 @@ type Dist struct {
 	// the Devices/TP ranks of each mesh column, and the batch is shared
 	// among those alone.
 	TP int
+	// Sequence adds sequence parallelism to TP (models.TensorPlan's
+	// sequence-parallel plan).
+	Sequence bool
 }
 
 // RankReport is what one rank held and sent at the end of a replay.
@@ -238,7 +241,7 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 	if err != nil {
 		return nil, err
 	}
-	dp, tensors, closeMesh, err := split(m, model, d.TP, c)
+	dp, tensors, closeMesh, err := split(m, model, d, c)
 	if err != nil {
 		return nil, err
 	}
@@ -328,20 +331,23 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 	return res, nil
 }
 
-// split arranges c's ranks as a mesh of tp columns and splits m across
+// split arranges c's ranks as a mesh of d.TP columns and splits m across
 // this rank's row by the model's plan, returning the rank's data-parallel
-// group and the layout (c itself and nil for tp ≤ 1) and what closes the
+// group and the layout (c itself and nil for TP ≤ 1) and what closes the
 // mesh.
-func split(m models.Model, model string, tp int, c comm.Communicator) (comm.Communicator, *parallel.Layout, func() error, error) {
+func split(m models.Model, model string, d Dist, c comm.Communicator) (comm.Communicator, *parallel.Layout, func() error, error) {
 	none := func() error { return nil }
-	if tp <= 1 {
+	if d.TP <= 1 {
+		if d.Sequence {
+			return nil, nil, none, errors.New("sequence parallel: needs tp above 1")
+		}
 		return c, nil, none, nil
 	}
-	plan, err := models.TensorPlan(model)
+	plan, err := models.TensorPlan(model, d.Sequence)
 	if err != nil {
 		return nil, nil, none, err
 	}
-	mesh, err := comm.NewMesh(context.Background(), c, tp)
+	mesh, err := comm.NewMesh(context.Background(), c, d.TP)
 	if err != nil {
 		return nil, nil, none, err
 	}
