@@ -22,10 +22,15 @@ func (c Config) validateLoop() error {
 	if c.GradAccum < 1 {
 		return fmt.Errorf("grad_accum %d: must be at least 1", c.GradAccum)
 	}
-	if parts := c.GradAccum * max(c.Devices, 1); c.BatchSize%parts != 0 {
+	// On a mesh the batch is shared by its rows alone (the ranks of a row see the same rows).
+	ranks := max(c.dataRanks(), 1)
+	if parts := c.GradAccum * ranks; c.BatchSize%parts != 0 {
 		over := ""
-		if c.Devices > 1 {
-			over = fmt.Sprintf(", each split over %d devices", c.Devices)
+		switch {
+		case c.TP > 1 && ranks > 1:
+			over = fmt.Sprintf(", each split over %d data-parallel ranks", ranks)
+		case c.TP <= 1 && ranks > 1:
+			over = fmt.Sprintf(", each split over %d devices", ranks)
 		}
 		return fmt.Errorf("batch size %d does not split into %d micro-batches%s: make it a multiple of %d", c.BatchSize, c.GradAccum, over, parts)
 	}

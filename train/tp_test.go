@@ -154,3 +154,62 @@ func TestResumeNamesTheMesh(t *testing.T) {
 		t.Errorf("a 2×2 mesh reads %q, 4 data-parallel ranks %q", a, b)
 	}
 }
+
+// TestSequenceParallelTrain: weft train's gpt in 64-true with
+// --sequence-parallel on --tp 2, alone and under fsdp on a 2×2 mesh and
+// with two micro-batches a step, logs the one-device losses to 1e-9,
+// validation included, and its checkpoint resumes without sequence
+// parallelism; a sequence that the row's ranks cannot share, and sequence
+// parallelism without tp, are refused before anything runs.
+func TestSequenceParallelTrain(t *testing.T) {
+	c := tinyConfig(t, "64-true")
+	c.Steps, c.SaveEvery, c.EvalEvery = 6, 3, 3
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mesh := range []struct {
+		strategy         string
+		devices, t, accum int
+	}{{"single", 2, 2, 1}, {"fsdp", 4, 2, 1}, {"single", 2, 2, 2}} {
+		t.Run(fmt.Sprintf("%s/%d/tp%d/accum%d", mesh.strategy, mesh.devices, mesh.t, mesh.accum), func(t *testing.T) {
+			one := c
+			if mesh.accum > 1 { // the one-device run accumulates alike
+				one.GradAccum, one.Out = mesh.accum, t.TempDir()
+				if _, err := Run(context.Background(), one, false, quiet{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sp := one
+			sp.Strategy, sp.Devices, sp.TP, sp.SequenceParallel, sp.Out = mesh.strategy, mesh.devices, mesh.t, true, t.TempDir()
+			if _, err := Run(context.Background(), sp, false, quiet{}); err != nil {
+				t.Fatal(err)
+			}
+			closeLosses(t, sp.Out, one.Out, 1e-9)
+		})
+	}
+	t.Run("resume/sequence-then-tp", func(t *testing.T) {
+		sp := c
+		sp.Out, sp.Steps, sp.TP, sp.Devices, sp.SequenceParallel = t.TempDir(), 3, 2, 2, true
+		if _, err := Run(context.Background(), sp, false, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		sp.Steps, sp.SequenceParallel = c.Steps, false
+		if _, err := Run(context.Background(), sp, true, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		closeLosses(t, sp.Out, c.Out, 1e-9)
+	})
+	for _, bad := range []struct {
+		tp, devices, context int
+		want                 string
+	}{
+		{1, 1, c.GPT.Context, "sequence parallel: needs tp above 1"},
+		{2, 2, 7, "sequence parallel: a context of 7 positions does not split over tp 2"},
+	} {
+		sp := c
+		sp.TP, sp.Devices, sp.GPT.Context, sp.SequenceParallel, sp.Out = bad.tp, bad.devices, bad.context, true, t.TempDir()
+		if _, err := Run(context.Background(), sp, false, quiet{}); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("tp %d, context %d: error %v, want %q", bad.tp, bad.context, err, bad.want)
+		}
+	}
+}

@@ -70,6 +70,8 @@ func TestTensorParallelUnderMpirun(t *testing.T) {
 		{4, "--model gpt --tp 2 --strategy zero1"},
 		{4, "--model gpt --tp 2 --strategy zero2"},
 		{4, "--model gpt --tp 2 --strategy fsdp"},
+		{2, "--model gpt --tp 2 --sequence-parallel --strategy single"},
+		{4, "--model gpt --tp 2 --sequence-parallel --strategy fsdp"},
 		{4, "--gpt 2,32,8,8 --tp 4 --strategy single"},
 	} {
 		t.Run(strconv.Itoa(tc.devices)+"/"+strings.ReplaceAll(tc.args, " ", ""), func(t *testing.T) {
@@ -200,6 +202,7 @@ func TestTrainUnderMpirun(t *testing.T) {
 		"cnn-bf16-zero2": {"--model", "cnn", "--precision", "bf16-true", "--strategy", "zero2"},
 		"nf4-fsdp":       {"--precision", "bf16-true+nf4-dq", "--strategy", "fsdp"},
 		"te-tp2":         {"--precision", "transformer-engine", "--strategy", "single", "--tp", "2"},
+		"te-tp2-seq":     {"--precision", "transformer-engine", "--strategy", "single", "--tp", "2", "--sequence-parallel"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			train := func(comm string) (losses string, state []byte) {

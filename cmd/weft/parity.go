@@ -149,10 +149,10 @@ func paritySized(out io.Writer, size string, c parity.Case, d parity.Dist, asJSO
 		return nil
 	}
 	if err := parity.SameLosses(res.Losses, one.Losses, tol); err != nil {
-		return fmt.Errorf("gpt %s %s on %d devices (tp %d) differs from one device: %w", size, res.Precision, d.Devices, max(d.TP, 1), err)
+		return fmt.Errorf("gpt %s %s on %d devices (%s) differs from one device: %w", size, res.Precision, d.Devices, meshName(d), err)
 	}
-	fmt.Fprintf(out, "gpt %s %s on %d devices (tp %d) matches one device: %d steps within %.0g relative\n",
-		size, res.Precision, d.Devices, max(d.TP, 1), len(res.Losses), tol)
+	fmt.Fprintf(out, "gpt %s %s on %d devices (%s) matches one device: %d steps within %.0g relative\n",
+		size, res.Precision, d.Devices, meshName(d), len(res.Losses), tol)
 	return nil
 }
 
@@ -189,4 +189,13 @@ func compareBaseline(out io.Writer, res *parity.Result, runs map[string]parity.R
 	}
 	fmt.Fprintf(out, "%s %s: no PyTorch run to compare with; final loss %.6f\n", res.Model, res.Precision, last)
 	return nil
+}
+
+// meshName says how d splits the model: "tp 2", "tp 2, sequence parallel".
+func meshName(d parity.Dist) string {
+	name := fmt.Sprintf("tp %d", max(d.TP, 1))
+	if d.Sequence {
+		name += ", sequence parallel"
+	}
+	return name
 }

@@ -53,3 +53,36 @@ func TestPlanTensorParallel(t *testing.T) {
 		t.Errorf("a tp 2 rank holds %d parameter bytes, the whole model %d: %d saved, want %d", half, whole, whole-half, saved)
 	}
 }
+
+// TestPlanSequenceParallel: weft plan --tp 2 --sequence-parallel lists the
+// modules that run on shares of the sequence with their layouts, and
+// predicts a lower peak than the same mesh without it (the norms' and
+// residual stream's activations are halved).
+func TestPlanSequenceParallel(t *testing.T) {
+	peak := func(args ...string) float64 {
+		out, code := run(append([]string{"plan", "--model", "gpt", "--tp", "2", "--devices", "2", "--batch", "64", "--json"}, args...)...)
+		if code != 0 {
+			t.Fatal(out)
+		}
+		var p struct {
+			Peak struct{ Bytes float64 } `json:"peak_per_rank"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil || p.Peak.Bytes == 0 {
+			t.Fatalf("%v in %s", err, out)
+		}
+		return p.Peak.Bytes
+	}
+	if tp, sp := peak(), peak("--sequence-parallel"); sp >= tp {
+		t.Errorf("predicted peak %g bytes with sequence parallelism, %g without", sp, tp)
+	}
+	out, code := run("plan", "--model", "gpt", "--tp", "2", "--devices", "2", "--sequence-parallel")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	out = strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"blocks.0.ln1 sequence ", "ln_f sequence, gathered ", "tok scattered to the sequence ", "blocks.0.qkv column [96 32] [48 32] 6144 ", "sequence parallel: per step, each rank reduce-scatters"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+}

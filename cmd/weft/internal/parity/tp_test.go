@@ -59,17 +59,25 @@ func sameFinal(t *testing.T, got, want *Result, tol float64) {
 
 // TestParityTensorParallel: the reference gpt (2 heads) split by heads
 // over --tp 2, alone and on a 2×2 mesh under every data-parallel strategy,
-// replays the one-device 64-true trajectory to 1e-9 and ends at its
-// weights; the tensor-parallel group moves Megatron's bytes.
+// with and without sequence parallelism, replays the one-device 64-true
+// trajectory to 1e-9 and ends at its weights; the tensor-parallel group
+// moves Megatron's bytes.
 func TestParityTensorParallel(t *testing.T) {
 	ref, spec, steps, single := gptOnOneDevice(t, "64-true")
-	meshes := []Dist{{Strategy: "single", Devices: 2, TP: 2}}
-	for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
-		meshes = append(meshes, Dist{Strategy: st, Devices: 4, TP: 2})
+	var meshes []Dist
+	for _, seq := range []bool{false, true} {
+		meshes = append(meshes, Dist{Strategy: "single", Devices: 2, TP: 2, Sequence: seq})
+		for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
+			meshes = append(meshes, Dist{Strategy: st, Devices: 4, TP: 2, Sequence: seq})
+		}
 	}
 	for _, d := range meshes {
 		d.Backend = "local"
-		t.Run(fmt.Sprintf("%s/%d/tp%d", d.Strategy, d.Devices, d.TP), func(t *testing.T) {
+		name := fmt.Sprintf("%s/%d/tp%d", d.Strategy, d.Devices, d.TP)
+		if d.Sequence {
+			name += "/sequence"
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			res, err := TrainOn(ref, "gpt", steps, spec, d, nil)
 			if err != nil {
@@ -79,7 +87,11 @@ func TestParityTensorParallel(t *testing.T) {
 				t.Error(err)
 			}
 			sameFinal(t, res, single, 1e-9)
-			checkTensorBytes(t, res, models.ReferenceGPT, 8/(d.Devices/d.TP), steps, 8)
+			if d.Sequence {
+				checkSequenceBytes(t, res, models.ReferenceGPT, 8/(d.Devices/d.TP), d.TP, steps, 8)
+			} else {
+				checkTensorBytes(t, res, models.ReferenceGPT, 8/(d.Devices/d.TP), steps, 8)
+			}
 			if d.Strategy == "single" || d.Strategy == "ddp" {
 				checkSplitBytes(t, res, single, d.TP, splitInBlock)
 			}
@@ -125,6 +137,29 @@ func checkTensorBytes(t *testing.T, res *Result, cfg models.GPTConfig, rows, ste
 	for _, r := range res.Ranks {
 		if got := r.TensorSent["allreduce/float64"]; got != want {
 			t.Errorf("rank %d: the tensor-parallel group all-reduced %d bytes, Megatron's count is %d (%v)", r.Rank, got, want, r.TensorSent)
+		}
+	}
+}
+
+// checkSequenceBytes: with sequence parallelism each all-reduce of
+// checkTensorBytes is a reduce-scatter (each rank sends the whole (B, T,
+// C) activation) and an all-gather (each sends its 1/n share); the
+// all-gathers also bring the tok and pos gradients and ln_f's output
+// whole, and the gradients of the norms (2C each, two a layer and ln_f)
+// and of the row-parallel biases (C, two a layer) are all-reduced.
+func checkSequenceBytes(t *testing.T, res *Result, cfg models.GPTConfig, rows, n, steps, elem int) {
+	t.Helper()
+	seq := cfg.Context * cfg.Width // one sequence's (T, C)
+	want := map[string]int64{
+		"reducescatter/float64": int64(steps * cfg.Layers * 4 * rows * seq * elem),
+		"allgather/bytes":       int64(steps * ((4*cfg.Layers+2)*rows + 1) * seq / n * elem),
+		"allreduce/float64":     int64(steps * (cfg.Layers*(2*2+2) + 2) * cfg.Width * elem),
+	}
+	for _, r := range res.Ranks {
+		for k, w := range want {
+			if got := r.TensorSent[k]; got != w {
+				t.Errorf("rank %d: the tensor-parallel group sent %d bytes by %s, Megatron's count is %d (%v)", r.Rank, got, k, w, r.TensorSent)
+			}
 		}
 	}
 }
