@@ -38,8 +38,8 @@ type Config struct {
 	// SequenceParallel keeps the activations between a mesh row's split
 	// Linears as each rank's share of the sequence (Megatron's sequence
 	// parallelism; needs TP above 1).
-	SequenceParallel bool `yaml:"sequence_parallel"`
-	Comm      string      `yaml:"comm"`       // auto (mpi under an MPI launcher, else local), local (ranks as goroutines) or mpi
+	SequenceParallel bool   `yaml:"sequence_parallel"`
+	Comm             string `yaml:"comm"` // auto (mpi under an MPI launcher, else local), local (ranks as goroutines) or mpi
 	// CommTimeout is how long a collective waits for a lost or hung peer
 	// before the run fails (30s).
 	CommTimeout time.Duration `yaml:"comm_timeout"`

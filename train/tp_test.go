@@ -168,7 +168,7 @@ func TestSequenceParallelTrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mesh := range []struct {
-		strategy         string
+		strategy          string
 		devices, t, accum int
 	}{{"single", 2, 2, 1}, {"fsdp", 4, 2, 1}, {"single", 2, 2, 2}} {
 		t.Run(fmt.Sprintf("%s/%d/tp%d/accum%d", mesh.strategy, mesh.devices, mesh.t, mesh.accum), func(t *testing.T) {
