@@ -131,14 +131,17 @@ func (b *LlamaBlock) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 // The head counts are read off q's and k's widths, so that a rank whose
 // projections a tensor-parallel plan split (LlamaPlan) runs its own share
 // of the heads: nh and nkv below are that share.
+// The sequence is read off q too: under sequence parallelism x holds the
+// rank's share of it, and the projections gather it whole.
 func (b *LlamaBlock) attention(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
-	shape := x.Value.Shape()
-	bs, t, hs := shape[0], shape[1], shape[2]/b.Heads
+	hs := x.Value.Dim(-1) / b.Heads
+	proj := b.Q.Forward(tp, x)
+	bs, t := proj.Value.Dim(0), proj.Value.Dim(1)
 	heads := func(v *autograd.Var) (*autograd.Var, int) {
 		n := v.Value.Dim(-1) / hs
 		return tp.Permute(tp.Reshape(v, bs, t, n, hs), 0, 2, 1, 3), n // (B, n, T, hs)
 	}
-	q, nh := heads(b.Q.Forward(tp, x))
+	q, nh := heads(proj)
 	q = tp.Rotary(q, b.RopeTheta) // (B, nh, T, hs)
 	k, nkv := heads(b.K.Forward(tp, x))
 	k = tp.Rotary(k, b.RopeTheta)                          // (B, nkv, T, hs)

@@ -385,8 +385,16 @@ func TestParityLlamaTensorParallel(t *testing.T) {
 	sameFinal(t, res, single, 1e-9)
 	checkSplitBytes(t, res, single, 2, map[string]bool{"q.weight": true, "k.weight": true, "v.weight": true, "o.weight": true,
 		"gate.weight": true, "up.weight": true, "down.weight": true})
+	seq, err := trainOn(src, steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Sequence: true, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compareLosses(seq.Losses, lossesOf(single), Tolerance{1e-9, 1e-9}); err != nil {
+		t.Errorf("sequence parallel: %v", err)
+	}
+	sameFinal(t, seq, single, 1e-9)
 	cfg = models.ReferenceLlama // src builds its model from cfg
-	_, err := trainOn(src, steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
+	_, err = trainOn(src, steps, spec, Dist{Strategy: "single", Devices: 2, TP: 2, Backend: "local"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "1 key/value heads do not split evenly over 2 ranks") {
 		t.Errorf("the reference llama on --tp 2: error %v, want one about its key/value heads", err)
 	}
