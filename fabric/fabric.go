@@ -69,10 +69,13 @@ type Fabric struct {
 
 // New returns a Fabric that trains the whole model with the precision
 // plugin p, which then belongs to it (p's state, a loss scale or amax
-// histories, serves this fabric's model alone). Its tape recycles
+// histories, serves this fabric's model alone); nil is 32-true. Its tape recycles
 // activations during Backward: read what you need of the forward pass (the
 // logits) before calling Backward.
 func New(p precision.Plugin) *Fabric {
+	if p == nil { // Lightning's default, "32-true"
+		p = precision.True{DType: dtype.F32}
+	}
 	f := NewPolicy(precision.Policy{Default: precision.Once(p)}, precision.LossScalingAuto)
 	f.plugin = p // Input and Forward work before Setup, as Lightning's autocast does
 	return f

@@ -600,3 +600,26 @@ func TestClipGradNormAcrossRanks(t *testing.T) {
 		}
 	}
 }
+
+// TestNewNilIs32True: a fabric made without a plugin trains as 32-true,
+// Lightning's default precision, bit for bit.
+func TestNewNilIs32True(t *testing.T) {
+	train := func(f *fabric.Fabric) *models.MLP {
+		m := newMLP()
+		opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Setup(m, opt); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range batches(3) {
+			fabricLoss(t, f, m, b)
+			if _, err := f.Step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return m
+	}
+	sameParams(t, train(fabric.New(mustParse(t, "32-true"))), train(fabric.New(nil)))
+}

@@ -247,3 +247,67 @@ func TestFSDPComputesWithFP8Codes(t *testing.T) {
 		t.Errorf("fsdp losses %v, ddp %v", losses["fsdp"], losses["ddp"])
 	}
 }
+
+// TestFSDPTiedHead: a gpt whose head is its token embedding (GPT-2's)
+// trains under fsdp on 2 ranks, built whole or on shapes, as on one
+// device (float64, to 1e-12): the embedding is no unit of its own, so it
+// stays whole where the head reads it (strategy.TiedModel).
+func TestFSDPTiedHead(t *testing.T) {
+	cfg := models.ReferenceGPT
+	cfg.TiedHead = true
+	b := data.Batch{Shape: []int{4, cfg.Context}}
+	for i := range 4 * cfg.Context {
+		b.Tokens = append(b.Tokens, (7*i+3)%cfg.Vocab)
+		b.Targets = append(b.Targets, (5*i+1)%cfg.Vocab)
+	}
+	train := func(st string, c comm.Communicator, empty bool) ([]float64, error) {
+		pol, _, err := precision.ParsePolicy("64-true", nil, "auto", precision.Options{})
+		if err != nil {
+			return nil, err
+		}
+		f := fabric.NewPolicy(pol, precision.LossScalingAuto)
+		f.SeedEverything(3)
+		if st != "single" {
+			info, err := strategy.Lookup(st)
+			if err != nil {
+				return nil, err
+			}
+			f.Distribute(info, c)
+		}
+		m := models.NewGPT(f.InitModule(empty), cfg)
+		opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+		if err != nil {
+			return nil, err
+		}
+		if err := f.Setup(m, opt); err != nil {
+			return nil, err
+		}
+		var losses []float64
+		for range 3 {
+			res, err := f.TrainStep(context.Background(), m, b)
+			if err != nil {
+				return nil, err
+			}
+			losses = append(losses, res.Loss)
+		}
+		return losses, nil
+	}
+	want, err := train("single", nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, empty := range []bool{false, true} {
+		onRanks(t, 2, func(r int, c comm.Communicator) error {
+			got, err := train("fsdp", c, empty)
+			if err != nil {
+				return err
+			}
+			for i := range want {
+				if d := got[i] - want[i]; d > 1e-12 || d < -1e-12 {
+					return fmt.Errorf("empty %v, rank %d, step %d: loss %.15g, one device %.15g", empty, r, i, got[i], want[i])
+				}
+			}
+			return nil
+		})
+	}
+}

@@ -100,6 +100,18 @@ func (g *GPT) Children() []nn.Child {
 	return withHead(children, g.Head)
 }
 
+// Tied is the token embedding when the head is tied to it (see
+// strategy.TiedModel): FSDP keeps it whole through the forward.
+func (g *GPT) Tied() []nn.Module { return tiedTo(g.Head, g.Tok) }
+
+// tiedTo lists tok if head is nil: a head tied to it.
+func tiedTo(head *nn.Linear, tok *nn.Embedding) []nn.Module {
+	if head == nil {
+		return []nn.Module{tok}
+	}
+	return nil
+}
+
 // headLogits is head(x), or x·Tokᵀ when head is nil: tied to the token
 // embedding.
 func headLogits(tp *autograd.Tape, x *autograd.Var, head *nn.Linear, tok *nn.Embedding) *autograd.Var {

@@ -73,6 +73,10 @@ func (l *Llama) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) 
 	return exit(tp.Reshape(logits, bs*t, -1)), nil // (B·T, V)
 }
 
+// Tied is the token embedding when the head is tied to it (see
+// strategy.TiedModel).
+func (l *Llama) Tied() []nn.Module { return tiedTo(l.Head, l.Tok) }
+
 func (l *Llama) Params() []nn.Param { return nil }
 func (l *Llama) Children() []nn.Child {
 	children := []nn.Child{{Name: "tok", Module: l.Tok}, {Name: "blocks", Module: l.Blocks}, {Name: "norm", Module: l.Norm}}

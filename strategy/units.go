@@ -1,6 +1,8 @@
 package strategy
 
 import (
+	"reflect"
+
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -40,6 +42,15 @@ func holdsList(m nn.Module) bool {
 	return false
 }
 
+// A TiedModel reads some modules' parameters outside those modules (a
+// language model whose head is its token embedding, transposed). Units
+// makes none of the Tied modules a unit: their parameters stay in the
+// root, gathered for the whole forward and backward, as FSDP2 needs a
+// shared parameter in the unit of a common ancestor.
+type TiedModel interface {
+	Tied() []nn.Module
+}
+
 // Unit is a module that is a sharding unit of its own.
 type Unit struct {
 	Path   string
@@ -53,11 +64,20 @@ func Units(m nn.Module, isUnit UnitFunc) []Unit {
 	if isUnit == nil {
 		isUnit = DefaultUnits
 	}
+	tied := map[nn.Module]bool{}
+	if t, ok := m.(TiedModel); ok {
+		for _, mod := range t.Tied() {
+			tied[mod] = true
+		}
+	}
 	var units []Unit
 	var visit func(path string, m nn.Module)
 	visit = func(path string, m nn.Module) {
 		for _, c := range m.Children() {
 			cp := nn.Join(path, c.Name)
+			if reflect.TypeOf(c.Module).Comparable() && tied[c.Module] { // lists are not
+				continue // the root's
+			}
 			if nn.Kind(c.Module) == "List" || !isUnit(cp, c.Module) {
 				visit(cp, c.Module)
 				continue
