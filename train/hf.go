@@ -29,21 +29,15 @@ func (c Config) languageModel(vocabSize int) (build func(init *nn.Init) models.M
 		return nil, nil, fmt.Errorf("init from %s: %w", c.InitFrom, err)
 	}
 	var vocab, context int
-	var tied bool
 	switch m := build(nn.Meta(0)).(type) {
 	case *models.GPT:
-		vocab, context, tied = m.Config().Vocab, m.Config().Context, m.Config().TiedHead
+		vocab, context = m.Config().Vocab, m.Config().Context
 	case *models.Llama:
-		vocab, context, tied = m.Config().Vocab, m.Config().Context, m.Config().TiedHead
+		vocab, context = m.Config().Vocab, m.Config().Context
 	}
-	switch {
-	case vocab < vocabSize || context < c.GPT.Context:
+	if vocab < vocabSize || context < c.GPT.Context {
 		return nil, nil, fmt.Errorf("init from %s: its model takes %d token ids and %d positions; the run's tokenizer needs %d ids and its context %d positions",
 			c.InitFrom, vocab, context, vocabSize, c.GPT.Context)
-	case tied && c.Strategy == "fsdp":
-		// The head reads the embedding outside the embedding's unit, where
-		// fsdp has freed its gathered copy.
-		return nil, nil, fmt.Errorf("init from %s: its head is the token embedding (tie_word_embeddings), which fsdp cannot shard; use single, ddp, zero1 or zero2", c.InitFrom)
 	}
 	return build, &cfg, nil
 }
