@@ -218,7 +218,7 @@ func loadWeights(f *fabric.Fabric, from string, m models.Model) error {
 		_, err := f.LoadRaw(from, m, fabric.LoadOptions{})
 		return err
 	}
-	_, dir, err := ReadManifest(filepath.Join(from, "checkpoints"))
+	man, dir, err := ReadManifest(filepath.Join(from, "checkpoints"))
 	if err != nil {
 		return err
 	}
@@ -226,5 +226,32 @@ func loadWeights(f *fabric.Fabric, from string, m models.Model) error {
 	if err != nil {
 		return err
 	}
+	if err := sameVocabulary(ck, man, m); err != nil {
+		return fmt.Errorf("init from %s: %w", from, err)
+	}
 	return nn.Load(m, func(path string) (*tensor.Tensor, error) { return ck.Tensor("model." + path) })
+}
+
+// sameVocabulary reports a run whose token ids are not m's: another
+// tokenizer's weights would load into no model of this run's shape, or
+// (of one size) mean other tokens.
+func sameVocabulary(ck *fabric.Checkpoint, man *Manifest, m models.Model) error {
+	var vocab int
+	switch lm := m.(type) {
+	case *models.GPT:
+		vocab = lm.Config().Vocab
+	case *models.Llama:
+		vocab = lm.Config().Vocab
+	default:
+		return nil
+	}
+	tok, err := ck.Tensor("model.tok.weight")
+	if err != nil {
+		return nil // no embedding of that name: nn.Load says what is missing
+	}
+	defer tensor.Free(tok)
+	if got := tok.Dim(0); got != vocab {
+		return fmt.Errorf("it was trained on %s, a vocabulary of %d token ids; this run's has %d: fine-tune with the tokenizer it used", man.Config.textSource(), got, vocab)
+	}
+	return nil
 }

@@ -202,3 +202,20 @@ func TestSampleLanguageModels(t *testing.T) {
 		}
 	}
 }
+
+// TestInitFromOtherVocabulary: a run trained on text with the byte
+// tokenizer does not start a run on the Go corpus: the error names both
+// vocabularies instead of a shape.
+func TestInitFromOtherVocabulary(t *testing.T) {
+	text := tinyConfig(t, "32-true")
+	text.Steps, text.Data = 2, writeText(t, 2, strings.Fields("one two three four five six seven eight nine ten and then"))
+	if _, err := Run(context.Background(), text, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	c := tinyConfig(t, "32-true")
+	c.InitFrom = text.Out
+	_, err := Run(context.Background(), c, false, quiet{})
+	if err == nil || !strings.Contains(err.Error(), "a vocabulary of 256 token ids; this run's has 98") {
+		t.Fatalf("error %v, want one naming both vocabularies", err)
+	}
+}
