@@ -157,10 +157,17 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		storage = dt
 	}
 	gemm := computeDType(s.Plugin, autograd.OpLinear, storage)
+	gemmName := gemm.String()
+	if l, ok := s.Module.(*nn.Linear); ok {
+		if c, ok := l.GEMM.(nn.CastingGEMM); ok { // FP8: its operands' dtypes, forward/backward
+			fwd, bwd := c.Operands()
+			gemmName = fwd.String() + "/" + bwd.String()
+		}
+	}
 	mp := ModulePlan{
 		Path: s.Path, Kind: s.Kind,
 		Compute: map[string]string{
-			"gemm":        gemm.String(),
+			"gemm":        gemmName,
 			"norm":        computeDType(s.Plugin, autograd.OpLayerNorm, storage).String(),
 			"elementwise": computeDType(s.Plugin, autograd.OpGELU, gemm).String(),
 		},

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -25,6 +26,14 @@ type Linear struct {
 // LinearGEMM computes x·wᵀ + b (b may be nil) on the tape.
 type LinearGEMM interface {
 	Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
+}
+
+// A CastingGEMM is a LinearGEMM that casts its operands to dtypes of its
+// own (FP8): Operands names them, forward (the input and the weight) and
+// backward (the output's gradient).
+type CastingGEMM interface {
+	LinearGEMM
+	Operands() (forward, backward dtype.DType)
 }
 
 // A FrozenGEMM is a LinearGEMM that holds its weight as constants no

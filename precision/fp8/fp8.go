@@ -130,6 +130,11 @@ type linear struct {
 	q      quantizer
 }
 
+// Operands are the recipe's FP8 dtypes (the nn.CastingGEMM role).
+func (l *linear) Operands() (forward, backward dtype.DType) {
+	return l.format.Forward, l.format.Backward
+}
+
 // Linear computes y = x·wᵀ + b with three FP8 GEMMs, Q being the recipe's
 // cast:
 //
