@@ -23,6 +23,15 @@ type Info struct {
 	Doc      string
 }
 
+// CheckRanks reports a number of data-parallel ranks the strategy cannot
+// run on: single runs on one.
+func (i Info) CheckRanks(ranks int) error {
+	if i.Name == "single" && ranks > 1 {
+		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", ranks)
+	}
+	return nil
+}
+
 // strategies are weft's strategies in order of how much they shard.
 var strategies = []Info{
 	{"single", Sharding{}, "one rank holds everything"},

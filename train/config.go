@@ -281,8 +281,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("%s size %+v: layers, heads and context must be positive and width a multiple of heads", c.Model, c.GPT)
 	case c.Model == "llama" && c.GPT.Width/c.GPT.Heads%2 != 0:
 		return fmt.Errorf("llama size %+v: the head width (width/heads = %d) must be even for rotary embeddings", c.GPT, c.GPT.Width/c.GPT.Heads)
-	case c.Strategy == "single" && c.dataRanks() > 1:
-		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", c.dataRanks())
 	case c.Devices < 1:
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
 	case c.BatchSize%max(c.dataRanks(), 1) != 0:

@@ -116,6 +116,9 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err != nil {
 		return nil, err
 	}
+	if err := info.CheckRanks(c.dataRanks()); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("run folder: %w", err)
 	}

@@ -67,6 +67,15 @@ var catalogue = []badInput{
 	{"a batch that does not split over the devices", func(dir string) []string {
 		return []string{"train", "--batch-size", "15", "--devices", "2", "--out", dir}
 	}, nil, 0},
+	{"strategy single on two devices", func(dir string) []string {
+		return []string{"train", "--devices", "2", "--out", dir}
+	}, nil, 0},
+	{"sequence parallelism without tensor parallelism", func(dir string) []string {
+		return []string{"train", "--sequence-parallel", "--out", dir}
+	}, nil, 0},
+	{"a context the tensor-parallel ranks cannot share", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 15}\n")), "--tp", "2", "--devices", "2", "--sequence-parallel", "--out", dir}
+	}, nil, 0},
 	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }, nil, 0},
 	{"a checkpoint's latest pointing outside its folder", func(dir string) []string {
 		os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755)

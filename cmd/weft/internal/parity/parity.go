@@ -209,6 +209,9 @@ func trainOn(src source, steps int, spec precision.Spec, d Dist, onStep func(ste
 	if d.TP < 0 {
 		return nil, fmt.Errorf("tp %d: must be at least 1", d.TP)
 	}
+	if err := info.CheckRanks(d.Devices / max(d.TP, 1)); err != nil {
+		return nil, err
+	}
 	comms, err := comm.Open(d.Backend, d.Devices, 0)
 	if err != nil {
 		return nil, err
