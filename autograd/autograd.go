@@ -141,6 +141,18 @@ type Tape struct {
 	loss *tensor.Tensor
 	// live is releaseSince's scratch, kept so that a pass allocates none.
 	live []*tensor.Tensor
+	// scopes are the module scopes open on a recycling tape, innermost
+	// last, and leaves[d] the exit Enter hands out at depth d, made once,
+	// so that entering a module allocates nothing.
+	scopes []openScope
+	leaves []func(*Var) *Var
+}
+
+// openScope is a module scope Enter opened: where its nodes start and the
+// Scoper's exit.
+type openScope struct {
+	start int
+	exit  func(*Var) *Var
 }
 
 // node is one op of a pass: its result, its inputs and what its backward
@@ -452,7 +464,11 @@ func (tp *Tape) Reset() {
 }
 
 // forget ends the pass; Backward has recycled what it had to.
-func (tp *Tape) forget() { tp.used = 0 }
+func (tp *Tape) forget() {
+	tp.used = 0
+	clear(tp.scopes)
+	tp.scopes = tp.scopes[:0]
+}
 
 // autocast returns x cast for op by the Caster, recording the cast so the
 // gradient flows back in x's dtype.
@@ -473,7 +489,8 @@ func (tp *Tape) castFor(op Op, in dtype.DType) dtype.DType {
 
 // Enter opens module's precision scope, returning x as the module should
 // see it and the function its output must pass through on the way out.
-// Without a Scoper both are identities. x may be nil (index inputs).
+// Without a Scoper both are identities. x may be nil (index inputs). Call
+// the exit once, as the module returns: scopes close innermost first.
 //
 // On a tape that recycles, leaving the scope frees what nothing can read
 // any more of the results recorded inside it: nothing outside a module
@@ -488,23 +505,36 @@ func (tp *Tape) Enter(module any, x *Var) (*Var, func(*Var) *Var) {
 	if tp.Scoper != nil {
 		in, exit = tp.Scoper.EnterScope(tp, module, x)
 	}
-	switch {
-	case !tp.Recycle:
+	if !tp.Recycle {
 		return in, exit
-	case tp.NoGrad:
-		return in, func(out *Var) *Var {
-			out = exit(out)
-			tp.dropSince(start, out)
-			return out
-		}
 	}
-	// Released before the scope closes, so that a Scoper measuring the
+	d := len(tp.scopes)
+	tp.scopes = append(tp.scopes, openScope{start, exit})
+	if d == len(tp.leaves) {
+		tp.leaves = append(tp.leaves, func(out *Var) *Var { return tp.leave(d, out) })
+	}
+	return in, tp.leaves[d]
+}
+
+// leave closes the scope open at depth d, and any a failed forward left
+// open inside it. A scope already closed (the pass ended) passes out on.
+func (tp *Tape) leave(d int, out *Var) *Var {
+	if d >= len(tp.scopes) {
+		return out
+	}
+	s := tp.scopes[d]
+	clear(tp.scopes[d:])
+	tp.scopes = tp.scopes[:d]
+	if tp.NoGrad {
+		out = s.exit(out)
+		tp.dropSince(s.start, out)
+		return out
+	}
+	// Released before the Scoper's exit, so that a Scoper measuring the
 	// tape at its exit (a plan's) sees what the module leaves; what the
 	// exit records itself (a cast of out) is the enclosing module's.
-	return in, func(out *Var) *Var {
-		tp.releaseSince(start, out)
-		return exit(out)
-	}
+	tp.releaseSince(s.start, out)
+	return s.exit(out)
 }
 
 // releaseSince returns to the pool the storage of the results recorded
