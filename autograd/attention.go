@@ -26,7 +26,7 @@ func (tp *Tape) CausalAttention(qkv *Var, heads int) (y *Var, ok bool) {
 	}
 	qkv = tp.Cast(qkv, gemmDT)
 	out, stats := tensor.CausalAttention(qkv.Value, heads, probs)
-	n := tp.record(out, causalAttentionBackward, qkv)
+	n := tp.record(out, causalAttentionBackward, readsIn0, qkv)
 	n.save(stats)
 	n.ints[0], n.ints[1] = heads, int(probs)
 	return &n.out, true

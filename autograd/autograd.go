@@ -109,7 +109,8 @@ type Tape struct {
 	// Recycle returns every op result's storage to the tensor pool once
 	// Backward is past it (all its consumers are done), but the loss's,
 	// which lasts until the next pass: read the values you need (logits)
-	// before calling Backward.
+	// before calling Backward. A result that nothing reads any more goes
+	// back sooner, as the module that computed it returns (see Enter).
 	Recycle bool
 	// NoGrad stops recording for backward (inference, evaluation). With
 	// Recycle, the results are kept on the tape for Reset to free: Reset
@@ -138,6 +139,20 @@ type Tape struct {
 	// loss is the value Backward left to the caller, freed when the next
 	// pass starts.
 	loss *tensor.Tensor
+	// live is releaseSince's scratch, kept so that a pass allocates none.
+	live []*tensor.Tensor
+	// scopes are the module scopes open on a recycling tape, innermost
+	// last, and leaves[d] the exit Enter hands out at depth d, made once,
+	// so that entering a module allocates nothing.
+	scopes []openScope
+	leaves []func(*Var) *Var
+}
+
+// openScope is a module scope Enter opened: where its nodes start and the
+// Scoper's exit.
+type openScope struct {
+	start int
+	exit  func(*Var) *Var
 }
 
 // node is one op of a pass: its result, its inputs and what its backward
@@ -147,7 +162,8 @@ type node struct {
 	out      Var
 	in       [3]*Var
 	backward func(tp *Tape, n *node, dy *tensor.Tensor)
-	saved    [2]*tensor.Tensor // GELU's Φ(x); LayerNorm's mean and rstd (see save)
+	reads    reads             // the forward values backward reads
+	saved    [2]*tensor.Tensor // LayerNorm's mean and rstd (see save)
 	ints     [8]int            // axis, stride and padding, permutation ...
 	flag     bool              // MatMul's transB
 	scale    float64
@@ -160,6 +176,10 @@ type node struct {
 	recorded bool
 	// borrowed marks a caller's tensor (Const), which the tape never frees.
 	borrowed bool
+	// released marks a result whose storage went back to the pool before
+	// backward, nothing reading it any more (see releaseSince); its
+	// shape and dtype stay for backward.
+	released bool
 	// hook is an OnBackward function; such a node has no result.
 	hook func() error
 	// forward is a checkpointed layer's, which the node's backward
@@ -167,10 +187,27 @@ type node struct {
 	forward recomputation
 }
 
+// reads names the forward values an op's backward reads, which the tape
+// keeps until that backward has run, as PyTorch keeps what an op saves
+// for backward: its result, its inputs by position. A value that no
+// backward reads (an Add's inputs, a Linear's result) is freed once
+// nothing else can reach it. Shapes and dtypes are always kept.
+type reads uint8
+
+const (
+	readsOut reads = 1 << iota // the op's own result
+	readsIn0                   // n.in[0]'s value
+	readsIn1
+	readsIn2
+	readsEveryInput // a Record op's, however many inputs it has
+
+	readsNone reads = 0
+)
+
 // record creates the node of an op's result (up to three inputs are kept
 // in n.in) and, if any input needs a gradient, makes backward its
-// backward step.
-func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor.Tensor), inputs ...*Var) *node {
+// backward step, which reads the forward values r names.
+func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor.Tensor), r reads, inputs ...*Var) *node {
 	if tp.NoGrad && !tp.Recycle {
 		return &node{out: Var{Value: value}}
 	}
@@ -182,11 +219,32 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor
 	copy(n.in[:], inputs)
 	for _, in := range inputs {
 		if in != nil && in.requiresGrad {
-			n.out.requiresGrad, n.backward = true, backward
+			n.out.requiresGrad, n.backward, n.reads = true, backward, r
 			break
 		}
 	}
 	return n
+}
+
+// appendReads appends to live the values n's backward reads, none if it
+// has no backward.
+func (n *node) appendReads(live []*tensor.Tensor) []*tensor.Tensor {
+	if n.backward == nil {
+		return live
+	}
+	if n.reads&readsOut != 0 {
+		live = append(live, n.out.Value)
+	}
+	inputs := n.in[:]
+	if n.recorded {
+		inputs = n.inputs
+	}
+	for i, in := range inputs {
+		if in != nil && (n.reads&readsEveryInput != 0 || i < len(n.in) && n.reads&(readsIn0<<i) != 0) {
+			live = append(live, in.Value)
+		}
+	}
+	return live
 }
 
 // next returns the pass's next node, cleared, allocating only when the
@@ -232,9 +290,21 @@ func (n *node) freeSaved() {
 // gradient per input (nil for none). Layers with their own arithmetic (an
 // FP8 Linear) are built on it. The tape takes the gradients backward
 // returns and recycles their storage once used: return fresh tensors, dy,
-// or views of them.
+// or views of them. The tape keeps value and the inputs' values until
+// backward has run; backward must read no other value the tape recorded.
 func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
-	n := tp.record(value, customBackward, inputs...)
+	return tp.recordCustom(value, backward, readsOut|readsEveryInput, inputs)
+}
+
+// RecordUnsaved is Record for an op whose backward reads no forward value,
+// its inputs' and its result's shapes and dtypes aside (a collective, a
+// move of data): the tape can then free those values before backward.
+func (tp *Tape) RecordUnsaved(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
+	return tp.recordCustom(value, backward, readsNone, inputs)
+}
+
+func (tp *Tape) recordCustom(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, r reads, inputs []*Var) *Var {
+	n := tp.record(value, customBackward, r, inputs...)
 	n.custom, n.inputs, n.recorded = backward, inputs, true
 	return &n.out
 }
@@ -394,7 +464,11 @@ func (tp *Tape) Reset() {
 }
 
 // forget ends the pass; Backward has recycled what it had to.
-func (tp *Tape) forget() { tp.used = 0 }
+func (tp *Tape) forget() {
+	tp.used = 0
+	clear(tp.scopes)
+	tp.scopes = tp.scopes[:0]
+}
 
 // autocast returns x cast for op by the Caster, recording the cast so the
 // gradient flows back in x's dtype.
@@ -415,27 +489,88 @@ func (tp *Tape) castFor(op Op, in dtype.DType) dtype.DType {
 
 // Enter opens module's precision scope, returning x as the module should
 // see it and the function its output must pass through on the way out.
-// Without a Scoper both are identities. x may be nil (index inputs).
+// Without a Scoper both are identities. x may be nil (index inputs). Call
+// the exit once, as the module returns: scopes close innermost first.
 //
-// On a NoGrad tape that recycles, leaving the scope frees every result
-// recorded inside it but the output (and what shares its storage): nothing
-// outside a module refers to its intermediates, and an evaluation then
-// holds a module's activations only while it runs, as PyTorch's reference
-// counting would.
+// On a tape that recycles, leaving the scope frees what nothing can read
+// any more of the results recorded inside it: nothing outside a module
+// refers to its intermediates but through its output, as PyTorch's
+// reference counting would find. An evaluation (NoGrad) keeps only the
+// output (and what shares its storage), so that it holds a module's
+// activations only while it runs; a pass for backward keeps the values
+// backward reads too (see releaseSince).
 func (tp *Tape) Enter(module any, x *Var) (*Var, func(*Var) *Var) {
 	start := tp.used
 	in, exit := x, identity
 	if tp.Scoper != nil {
 		in, exit = tp.Scoper.EnterScope(tp, module, x)
 	}
-	if !tp.NoGrad || !tp.Recycle {
+	if !tp.Recycle {
 		return in, exit
 	}
-	return in, func(out *Var) *Var {
-		out = exit(out)
-		tp.dropSince(start, out)
+	d := len(tp.scopes)
+	tp.scopes = append(tp.scopes, openScope{start, exit})
+	if d == len(tp.leaves) {
+		tp.leaves = append(tp.leaves, func(out *Var) *Var { return tp.leave(d, out) })
+	}
+	return in, tp.leaves[d]
+}
+
+// leave closes the scope open at depth d, and any a failed forward left
+// open inside it. A scope already closed (the pass ended) passes out on.
+func (tp *Tape) leave(d int, out *Var) *Var {
+	if d >= len(tp.scopes) {
 		return out
 	}
+	s := tp.scopes[d]
+	clear(tp.scopes[d:])
+	tp.scopes = tp.scopes[:d]
+	if tp.NoGrad {
+		out = s.exit(out)
+		tp.dropSince(s.start, out)
+		return out
+	}
+	// Released before the Scoper's exit, so that a Scoper measuring the
+	// tape at its exit (a plan's) sees what the module leaves; what the
+	// exit records itself (a cast of out) is the enclosing module's.
+	tp.releaseSince(s.start, out)
+	return s.exit(out)
+}
+
+// releaseSince returns to the pool the storage of the results recorded
+// from start on that nothing can read any more: all but out's (and what
+// shares its storage) and the values the recorded ops' backward steps
+// read. Their nodes stay for backward, which reads only their shapes and
+// dtypes; views and borrowed inputs own no storage to release.
+func (tp *Tape) releaseSince(start int, out *Var) {
+	nodes := tp.nodes[start:tp.used]
+	live := tp.live[:0]
+	if out != nil {
+		live = append(live, out.Value)
+	}
+	for _, n := range nodes {
+		live = n.appendReads(live)
+	}
+	for _, n := range nodes {
+		v := n.out.Value
+		if n.released || n.borrowed || v == nil || v.IsView() || sharesStorage(live, v) {
+			continue
+		}
+		tensor.Release(v)
+		n.released = true
+	}
+	clear(live)
+	tp.live = live[:0]
+}
+
+// sharesStorage reports whether t shows the storage of any of ts.
+func sharesStorage(ts []*tensor.Tensor, t *tensor.Tensor) bool {
+	for _, u := range ts {
+		if tensor.SameStorage(u, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // dropSince recycles the results of the NoGrad nodes recorded from start
@@ -463,7 +598,7 @@ func (tp *Tape) Cast(x *Var, dt dtype.DType) *Var {
 	if x.Value.DType() == dt {
 		return x
 	}
-	return &tp.record(x.Value.To(dt), castBackward, x).out
+	return &tp.record(x.Value.To(dt), castBackward, readsNone, x).out
 }
 
 func castBackward(tp *Tape, n *node, dy *tensor.Tensor) { tp.accumulate(n.in[0], dy) }

@@ -61,8 +61,8 @@ func (tp *Tape) keepOnly(start int, x, y *Var, r recomputation) {
 		n.saved = [2]*tensor.Tensor{}
 		switch {
 		case &n.out == y:
-			if y.requiresGrad {
-				n.in[0], n.backward, n.forward = x, checkpointBackward, r
+			if y.requiresGrad { // the recompute reads x
+				n.in[0], n.backward, n.reads, n.forward = x, checkpointBackward, readsIn0, r
 			}
 		case n.out.Value != nil && tensor.SameStorage(n.out.Value, y.Value):
 		default:
@@ -113,7 +113,8 @@ func (tp *Tape) Recomputing() bool { return tp.recomputing }
 
 // Retained is what the recorded pass holds for backward: the number and
 // bytes of the op results and saved tensors on the tape, not counting
-// views and borrowed inputs (Const), whose storage the tape does not own.
+// views and borrowed inputs (Const), whose storage the tape does not own,
+// nor results already released (see Enter).
 func (tp *Tape) Retained() (tensors int, bytes int64) {
 	tp.eachRetained(func(t *tensor.Tensor) {
 		tensors++
@@ -133,7 +134,7 @@ func (tp *Tape) RetainedPool() (bytes int64) {
 func (tp *Tape) eachRetained(fn func(*tensor.Tensor)) {
 	for _, n := range tp.nodes[:tp.used] {
 		out := n.out.Value
-		if n.borrowed {
+		if n.borrowed || n.released {
 			out = nil
 		}
 		for _, t := range [...]*tensor.Tensor{out, n.saved[0], n.saved[1]} {

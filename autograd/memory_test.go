@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -104,4 +105,105 @@ func TestNoGradScopesFree(t *testing.T) {
 		t.Errorf("the pass holds %d tensors, %d bytes; want 2 (the layers' outputs), %d bytes", n, b, 8*(4*8+4*32))
 	}
 	tp.Reset()
+}
+
+// mlp is a module of which backward reads some results: x·w1ᵀ+b1 (GELU
+// reads it), its GELU (the second Linear reads it) and the softmax of the
+// residual sum (softmax's backward reads its result), returned as a view.
+// The second Linear's result and the sum are read by nothing (Add's
+// backward reads no value), so the module's exit frees them.
+type mlp struct{ w1, b1, w2 *autograd.Var }
+
+func newMLP(rng *rand.Rand) mlp {
+	return mlp{autograd.Param(randn(rng, 16, 8)), autograd.Param(randn(rng, 16)), autograd.Param(randn(rng, 8, 16))}
+}
+
+func (m mlp) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(m, x)
+	h := tp.GELU(tp.Linear(x, m.w1, m.b1))              // (4, 16)
+	p := tp.Softmax(tp.Add(tp.Linear(h, m.w2, nil), x)) // (4, 8)
+	return exit(tp.Reshape(p, 4, 8))
+}
+
+// stack is a module of two mlps, each checkpointed if the tape selects it.
+type stack [2]mlp
+
+func (s stack) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(s, x)
+	return exit(tp.Checkpoint(s[1], tp.Checkpoint(s[0], x)))
+}
+
+// TestModulesKeepWhatBackwardReads: as a module returns, the tape frees
+// its results that neither its output shows nor a backward reads, as
+// PyTorch frees a tensor nothing refers to, and the gradients are bit for
+// bit those of a tape that keeps every result. The buffers freed are
+// handed out again and overwritten before backward, so that a backward
+// reading one would differ (and read NaN under -tags weftpoison).
+func TestModulesKeepWhatBackwardReads(t *testing.T) {
+	const f64 = 8
+	for _, c := range []struct {
+		name      string
+		layer     autograd.Layer
+		recompute bool
+		kept      int // results held when the forward ends, each (4, 8) or (4, 16)
+		keptBytes int64
+	}{
+		// h, GELU(h) and the softmax.
+		{"module", newMLP(rand.New(rand.NewPCG(5, 5))), false, 3, f64 * (64 + 64 + 32)},
+		// The same of each mlp: the first's softmax, the second's input, stays.
+		{"nested modules", stack{newMLP(rand.New(rand.NewPCG(5, 6))), newMLP(rand.New(rand.NewPCG(5, 7)))}, false, 6, 2 * f64 * (64 + 64 + 32)},
+		// Each checkpoint keeps its output, the first's read by the second's
+		// recompute.
+		{"checkpointed modules", stack{newMLP(rand.New(rand.NewPCG(5, 6))), newMLP(rand.New(rand.NewPCG(5, 7)))}, true, 2, 2 * f64 * 32},
+	} {
+		x := autograd.Param(randn(rand.New(rand.NewPCG(1, 2)), 4, 8))
+		params := append([]*autograd.Var{x}, paramsOf(c.layer)...)
+		pass := func(recycle bool) (grads [][]float64) {
+			tp := &autograd.Tape{Recycle: recycle}
+			if c.recompute {
+				tp.Recompute = func(autograd.Layer) bool { return true }
+			}
+			y := c.layer.Forward(tp, x)
+			if recycle {
+				if n, b := tp.Retained(); n != c.kept || b != c.keptBytes {
+					t.Errorf("%s: the forward leaves %d results, %d bytes; want %d, %d bytes", c.name, n, b, c.kept, c.keptBytes)
+				}
+			}
+			var junk []*tensor.Tensor // takes the buffers freed
+			for range 8 {
+				j := tensor.New(dtype.F64, 4, 8)
+				j.Fill(1e300)
+				junk = append(junk, j)
+			}
+			if err := tp.Backward(scalarize(tp, y)); err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range junk {
+				tensor.Free(j)
+			}
+			for _, p := range params {
+				grads = append(grads, p.Grad.Float64s())
+				tensor.Free(p.Grad)
+				p.Grad = nil
+			}
+			return grads
+		}
+		want, got := pass(false), pass(true)
+		for i := range want {
+			if !slices.Equal(got[i], want[i]) {
+				t.Errorf("%s: gradient %d differs from a tape that keeps every result:\n%v\n%v", c.name, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// paramsOf lists an mlp's or a stack's parameters.
+func paramsOf(l autograd.Layer) []*autograd.Var {
+	switch l := l.(type) {
+	case mlp:
+		return []*autograd.Var{l.w1, l.b1, l.w2}
+	case stack:
+		return append(paramsOf(l[0]), paramsOf(l[1])...)
+	}
+	return nil
 }

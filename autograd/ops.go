@@ -18,7 +18,7 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 	if b != nil {
 		bias = b.Value
 	}
-	return &tp.record(tensor.Linear(x.Value, w.Value, bias), linearBackward, x, w, b).out
+	return &tp.record(tensor.Linear(x.Value, w.Value, bias), linearBackward, readsIn0|readsIn1, x, w, b).out
 }
 
 func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -42,7 +42,7 @@ func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // and b, where b is batched like a or is one matrix shared by every batch.
 func (tp *Tape) MatMul(a, b *Var, transB bool) *Var {
 	a, b = tp.autocast(OpMatMul, a), tp.autocast(OpMatMul, b)
-	n := tp.record(tensor.MatMul(a.Value, b.Value, false, transB), matMulBackward, a, b)
+	n := tp.record(tensor.MatMul(a.Value, b.Value, false, transB), matMulBackward, readsIn0|readsIn1, a, b)
 	n.flag = transB
 	return &n.out
 }
@@ -75,7 +75,7 @@ func matMulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // add is a bf16 op whose result is rounded again.
 func (tp *Tape) Conv2d(x, w, b *Var, stride, pad int) *Var {
 	x, w, b = tp.autocast(OpConv2d, x), tp.autocast(OpConv2d, w), tp.autocast(OpConv2d, b)
-	n := tp.record(tensor.Conv2d(x.Value, w.Value, stride, pad), conv2dBackward, x, w)
+	n := tp.record(tensor.Conv2d(x.Value, w.Value, stride, pad), conv2dBackward, readsIn0|readsIn1, x, w)
 	n.ints[0], n.ints[1] = stride, pad
 	if b == nil {
 		return &n.out
@@ -99,7 +99,7 @@ func (tp *Tape) Add(a, b *Var) *Var { return tp.AddBroadcast(a, b, 0) }
 // AddBroadcast returns a + b with b spanning a's axes [from, from+rank(b)).
 func (tp *Tape) AddBroadcast(a, b *Var, from int) *Var {
 	a, b = tp.autocast(OpAdd, a), tp.autocast(OpAdd, b)
-	n := tp.record(tensor.AddBroadcast(a.Value, b.Value, from), addBackward, a, b)
+	n := tp.record(tensor.AddBroadcast(a.Value, b.Value, from), addBackward, readsNone, a, b)
 	n.ints[0] = from
 	return &n.out
 }
@@ -115,7 +115,7 @@ func addBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // Scale returns x·s.
 func (tp *Tape) Scale(x *Var, s float64) *Var {
 	x = tp.autocast(OpMul, x)
-	n := tp.record(tensor.Scale(x.Value, s), scaleBackward, x)
+	n := tp.record(tensor.Scale(x.Value, s), scaleBackward, readsNone, x)
 	n.scale = s
 	return &n.out
 }
@@ -124,24 +124,21 @@ func scaleBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	tp.accumulate(n.in[0], tensor.Scale(dy, n.scale))
 }
 
-// GELU is the exact erf form.
+// GELU is the exact erf form. Its backward recomputes Φ(x) from x, as
+// PyTorch's does, rather than keep it.
 func (tp *Tape) GELU(x *Var) *Var {
 	x = tp.autocast(OpGELU, x)
-	y, cdf := tensor.GELU(x.Value)
-	n := tp.record(y, geluBackward, x)
-	n.save(cdf)
-	return &n.out
+	return &tp.record(tensor.GELU(x.Value), geluBackward, readsIn0, x).out
 }
 
 func geluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
-	x, cdf := n.in[0], n.saved[0]
-	tp.accumulate(x, tensor.GELUBackward(x.Value, cdf, dy))
+	tp.accumulate(n.in[0], tensor.GELUBackward(n.in[0].Value, dy))
 }
 
 // ReLU returns max(x, 0).
 func (tp *Tape) ReLU(x *Var) *Var {
 	x = tp.autocast(OpReLU, x)
-	return &tp.record(tensor.ReLU(x.Value), reluBackward, x).out
+	return &tp.record(tensor.ReLU(x.Value), reluBackward, readsOut, x).out
 }
 
 func reluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -152,7 +149,7 @@ func reluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // -inf (masked_fill), so softmax gives them zero weight.
 func (tp *Tape) CausalMask(x *Var) *Var {
 	x = tp.autocast(OpMaskedFill, x)
-	return &tp.record(tensor.CausalMask(x.Value, math.Inf(-1)), causalMaskBackward, x).out
+	return &tp.record(tensor.CausalMask(x.Value, math.Inf(-1)), causalMaskBackward, readsNone, x).out
 }
 
 func causalMaskBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -162,7 +159,7 @@ func causalMaskBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // Softmax normalises over the last axis.
 func (tp *Tape) Softmax(x *Var) *Var {
 	x = tp.autocast(OpSoftmax, x)
-	return &tp.record(tensor.Softmax(x.Value), softmaxBackward, x).out
+	return &tp.record(tensor.Softmax(x.Value), softmaxBackward, readsOut, x).out
 }
 
 func softmaxBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -173,7 +170,7 @@ func softmaxBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 func (tp *Tape) LayerNorm(x, w, b *Var, eps float64) *Var {
 	x, w, b = tp.autocast(OpLayerNorm, x), tp.autocast(OpLayerNorm, w), tp.autocast(OpLayerNorm, b)
 	y, mean, rstd := tensor.LayerNorm(x.Value, w.Value, b.Value, eps)
-	n := tp.record(y, layerNormBackward, x, w, b)
+	n := tp.record(y, layerNormBackward, readsIn0|readsIn1, x, w, b)
 	n.save(mean, rstd)
 	return &n.out
 }
@@ -195,7 +192,7 @@ func (tp *Tape) Embedding(table *Var, idx []int, shape ...int) (*Var, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := tp.record(rows, embeddingBackward, table)
+	n := tp.record(rows, embeddingBackward, readsNone, table)
 	n.idx = idx
 	return &n.out, nil
 }
@@ -209,7 +206,7 @@ func embeddingBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 
 // Reshape returns a view of x with a new shape (one axis may be -1).
 func (tp *Tape) Reshape(x *Var, shape ...int) *Var {
-	return &tp.record(x.Value.Reshape(shape...), reshapeBackward, x).out
+	return &tp.record(x.Value.Reshape(shape...), reshapeBackward, readsNone, x).out
 }
 
 func reshapeBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -220,7 +217,7 @@ func reshapeBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // Permute reorders x's axes: output axis i is input axis perm[i] (at most
 // eight axes, as tensor.Permute).
 func (tp *Tape) Permute(x *Var, perm ...int) *Var {
-	n := tp.record(tensor.Permute(x.Value, perm...), permuteBackward, x)
+	n := tp.record(tensor.Permute(x.Value, perm...), permuteBackward, readsNone, x)
 	for i, p := range perm {
 		n.ints[p] = i // the inverse permutation
 	}
@@ -234,7 +231,7 @@ func permuteBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 
 // Narrow returns x restricted to [start, start+length) of its last axis.
 func (tp *Tape) Narrow(x *Var, start, length int) *Var {
-	n := tp.record(tensor.Narrow(x.Value, start, length), narrowBackward, x)
+	n := tp.record(tensor.Narrow(x.Value, start, length), narrowBackward, readsNone, x)
 	n.ints[0] = start
 	return &n.out
 }
@@ -252,7 +249,7 @@ func (tp *Tape) CrossEntropy(logits *Var, targets []int) (*Var, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := tp.record(loss, crossEntropyBackward, logits)
+	n := tp.record(loss, crossEntropyBackward, readsIn0, logits)
 	n.idx = targets
 	return &n.out, nil
 }
@@ -265,7 +262,7 @@ func crossEntropyBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // GELUTanh is GPT-2's tanh approximation of GELU.
 func (tp *Tape) GELUTanh(x *Var) *Var {
 	x = tp.autocast(OpGELU, x)
-	return &tp.record(tensor.GELUTanh(x.Value), geluTanhBackward, x).out
+	return &tp.record(tensor.GELUTanh(x.Value), geluTanhBackward, readsIn0, x).out
 }
 
 func geluTanhBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -275,7 +272,7 @@ func geluTanhBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // SiLU returns x·σ(x).
 func (tp *Tape) SiLU(x *Var) *Var {
 	x = tp.autocast(OpSiLU, x)
-	return &tp.record(tensor.SiLU(x.Value), siluBackward, x).out
+	return &tp.record(tensor.SiLU(x.Value), siluBackward, readsIn0, x).out
 }
 
 func siluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -285,7 +282,7 @@ func siluBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // Mul returns a·b elementwise for same-shaped a and b.
 func (tp *Tape) Mul(a, b *Var) *Var {
 	a, b = tp.autocast(OpMul, a), tp.autocast(OpMul, b)
-	return &tp.record(tensor.Mul(a.Value, b.Value), mulBackward, a, b).out
+	return &tp.record(tensor.Mul(a.Value, b.Value), mulBackward, readsIn0|readsIn1, a, b).out
 }
 
 func mulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
@@ -302,7 +299,7 @@ func mulBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 func (tp *Tape) RMSNorm(x, w *Var, eps float64) *Var {
 	x, w = tp.autocast(OpRMSNorm, x), tp.autocast(OpRMSNorm, w)
 	y, rstd := tensor.RMSNorm(x.Value, w.Value, eps)
-	n := tp.record(y, rmsNormBackward, x, w)
+	n := tp.record(y, rmsNormBackward, readsIn0|readsIn1, x, w)
 	n.save(rstd)
 	return &n.out
 }
@@ -318,7 +315,7 @@ func rmsNormBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 // (tensor.Rotary, HF Llama's rotate_half convention).
 func (tp *Tape) Rotary(x *Var, theta float64) *Var {
 	x = tp.autocast(OpRotary, x)
-	n := tp.record(tensor.Rotary(x.Value, theta, false), rotaryBackward, x)
+	n := tp.record(tensor.Rotary(x.Value, theta, false), rotaryBackward, readsNone, x)
 	n.scale = theta
 	return &n.out
 }

@@ -81,7 +81,7 @@ func strideOn(axis, cut, stride int) int {
 // group (each rank's GEMM gives the part of it that its columns reach).
 func (l *Layout) copyIn(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	same := x.Value.Reshape(x.Value.Shape()...) // a view: the tape must not free x's storage with it
-	return tp.Record(same, func(dy *tensor.Tensor) []*tensor.Tensor {
+	return tp.RecordUnsaved(same, func(dy *tensor.Tensor) []*tensor.Tensor {
 		l.allReduce(dy, "the input gradient of a column-parallel Linear")
 		return []*tensor.Tensor{dy}
 	}, x)
@@ -98,7 +98,7 @@ func (l *Layout) reduceOut(tp *autograd.Tape, y *autograd.Var) *autograd.Var {
 		sum = y.Value.Clone()
 	}
 	l.allReduce(sum, "the partial outputs of a row-parallel Linear")
-	return tp.Record(sum, func(dy *tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{dy} }, y)
+	return tp.RecordUnsaved(sum, func(dy *tensor.Tensor) []*tensor.Tensor { return []*tensor.Tensor{dy} }, y)
 }
 
 // failure carries a collective's error out of a pass, which has no error

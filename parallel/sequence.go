@@ -170,7 +170,7 @@ func (l *Layout) pathOf(mod nn.Module) string {
 // parameter used on the rank's share of the sequence.
 func (l *Layout) summedGrad(tp *autograd.Tape, v *autograd.Var) *autograd.Var {
 	same := v.Value.Reshape(v.Value.Shape()...) // a view: the tape must not free v's storage with it
-	return tp.Record(same, func(dy *tensor.Tensor) []*tensor.Tensor {
+	return tp.RecordUnsaved(same, func(dy *tensor.Tensor) []*tensor.Tensor {
 		l.allReduce(dy, "the gradient of a row-parallel bias")
 		return []*tensor.Tensor{dy}
 	}, v)
@@ -235,7 +235,7 @@ func (l *Layout) onRows(tp *autograd.Tape, x *autograd.Var, whole bool, move fun
 	rows := tp.Reshape(x, -1, t*c)
 	p := rows.Value.Dim(0)
 	y, back := move(rows.Value)
-	moved := tp.Record(y, func(dy *tensor.Tensor) []*tensor.Tensor {
+	moved := tp.RecordUnsaved(y, func(dy *tensor.Tensor) []*tensor.Tensor {
 		flat := dy.Reshape(p, -1)
 		g := back(flat)
 		tensor.FreeView(flat)

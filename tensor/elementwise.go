@@ -77,97 +77,138 @@ func mulRange[T float](ys, as, bs []T) {
 	}
 }
 
-// GELU is the exact (erf) form x·Φ(x). It also returns Φ(x) for
-// GELUBackward, so that erf is computed once a step. Φ is kept in the
-// compute type, float64 for F64 x and float32 for all others, so the
-// gradient is what computing it afresh would give.
-func GELU(x *Tensor) (y, cdf *Tensor) {
+// GELU is the exact (erf) form x·Φ(x), computed in float64 for F64 x and
+// in float32 for all others.
+func GELU(x *Tensor) *Tensor {
 	if x.meta {
-		return Meta(x.dtype, x.shape...), Meta(statsDType(x.dtype), x.shape...)
+		return Meta(x.dtype, x.shape...)
 	}
-	y = empty(x.dtype, x.shape...)
+	y := empty(x.dtype, x.shape...)
 	if x.dtype == dtype.F64 {
-		cdf = empty(dtype.F64, x.shape...)
-		gelu64(y, cdf, x)
+		gelu64(y, x)
 	} else {
-		cdf = empty(dtype.F32, x.shape...)
-		gelu32(y, cdf, x)
+		gelu32(y, x)
 	}
-	return y, cdf
+	return y
 }
 
-func gelu64(y, cdf, x *Tensor) {
-	xs, ys, cs := x.f64(), y.f64(), cdf.f64()
+// geluBlock is how many elements of Φ(x) the GELU kernels hold at a time,
+// on the stack: GELUBackward computes Φ again rather than have GELU keep
+// a tensor of it, as PyTorch's backward does.
+const geluBlock = 256
+
+func gelu64(y, x *Tensor) {
+	xs, ys := x.f64(), y.f64()
 	if parallelParts(len(xs)) <= 1 {
-		gelu64Range(ys, cs, xs)
+		gelu64Range(ys, xs)
 	} else {
-		parallelFor(len(xs), func(lo, hi int) { gelu64Range(ys[lo:hi], cs[lo:hi], xs[lo:hi]) })
+		parallelFor(len(xs), func(lo, hi int) { gelu64Range(ys[lo:hi], xs[lo:hi]) })
 	}
 }
 
-func gelu64Range(ys, cs, xs []float64) {
+func gelu64Range(ys, xs []float64) {
 	for i, v := range xs {
-		c := 0.5 * (1 + math.Erf(v/math.Sqrt2))
-		cs[i], ys[i] = c, v*c
+		ys[i] = v * phi64(v)
 	}
 }
+
+// phi64 is Φ(v) as the float64 GELU computes it.
+func phi64(v float64) float64 { return 0.5 * (1 + math.Erf(v/math.Sqrt2)) }
 
 // gelu32 computes as PyTorch's CUDA kernel does in float32 (vec.GELU).
-func gelu32(y, cdf, x *Tensor) {
-	xs, ys, cs := get[float32](x), buf[float32](y), cdf.f32()
+func gelu32(y, x *Tensor) {
+	xs, ys := get[float32](x), buf[float32](y)
 	if parallelParts(len(xs)) <= 1 {
-		vec.GELU(ys, cs, xs)
+		gelu32Range(ys, xs)
 	} else {
-		parallelFor(len(xs), func(lo, hi int) { vec.GELU(ys[lo:hi], cs[lo:hi], xs[lo:hi]) })
+		parallelFor(len(xs), func(lo, hi int) { gelu32Range(ys[lo:hi], xs[lo:hi]) })
 	}
 	put(y, ys)
 	drop(x, xs)
 }
 
-// GELUBackward returns dy·(Φ(x) + x·φ(x)) given GELU's Φ(x).
-func GELUBackward(x, cdf, dy *Tensor) *Tensor {
+func gelu32Range(ys, xs []float32) {
+	var cdf [geluBlock]float32
+	for i := 0; i < len(xs); i += geluBlock {
+		j := min(i+geluBlock, len(xs))
+		vec.GELU(ys[i:j], cdf[:j-i], xs[i:j])
+	}
+}
+
+// GELUBackward returns dy·(Φ(x) + x·φ(x)), with Φ(x) computed again as
+// GELU computes it (in x's compute type): the gradient is the one a kept
+// Φ would give.
+func GELUBackward(x, dy *Tensor) *Tensor {
 	dx := empty(Promote(x.dtype, dy.dtype), x.shape...)
 	if dx.dtype == dtype.F64 {
-		geluBackward64(dx, x, cdf, dy)
+		geluBackward64(dx, x, dy)
 	} else {
-		geluBackward32(dx, x, cdf, dy)
+		geluBackward32(dx, x, dy)
 	}
 	return dx
 }
 
-func geluBackward64(dx, x, cdf, dy *Tensor) {
-	xs, cs, gs, out := get[float64](x), get[float64](cdf), get[float64](dy), buf[float64](dx)
+func geluBackward64(dx, x, dy *Tensor) {
+	xs, gs, out := get[float64](x), get[float64](dy), buf[float64](dx)
+	phi32 := x.dtype != dtype.F64 // GELU computed x's Φ in float32
 	if parallelParts(len(xs)) <= 1 {
-		geluBackward64Range(out, xs, cs, gs)
+		geluBackward64Range(out, xs, gs, phi32)
 	} else {
-		parallelFor(len(xs), func(lo, hi int) { geluBackward64Range(out[lo:hi], xs[lo:hi], cs[lo:hi], gs[lo:hi]) })
+		parallelFor(len(xs), func(lo, hi int) { geluBackward64Range(out[lo:hi], xs[lo:hi], gs[lo:hi], phi32) })
 	}
 	put(dx, out)
 	drop(x, xs)
-	drop(cdf, cs)
 	drop(dy, gs)
 }
 
-func geluBackward64Range(out, xs, cs, gs []float64) {
-	for i, v := range xs {
-		pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
-		out[i] = gs[i] * (cs[i] + v*pdf)
+// geluBackward64Range takes Φ(x) in float32 from vec.GELU when phi32 (xs
+// are then float32 values), else from phi64.
+func geluBackward64Range(out, xs, gs []float64, phi32 bool) {
+	var cdf [geluBlock]float64
+	var x32, y32, c32 [geluBlock]float32
+	for i := 0; i < len(xs); i += geluBlock {
+		xb := xs[i:min(i+geluBlock, len(xs))]
+		if phi32 {
+			for k, v := range xb {
+				x32[k] = float32(v)
+			}
+			vec.GELU(y32[:len(xb)], c32[:len(xb)], x32[:len(xb)])
+			for k, c := range c32[:len(xb)] {
+				cdf[k] = float64(c)
+			}
+		} else {
+			for k, v := range xb {
+				cdf[k] = phi64(v)
+			}
+		}
+		for k, v := range xb {
+			pdf := math.Exp(-0.5*v*v) / math.Sqrt(2*math.Pi)
+			out[i+k] = gs[i+k] * (cdf[k] + v*pdf)
+		}
 	}
 }
 
 // geluBackward32 computes as PyTorch's CUDA kernel does in float32
 // (vec.GELUBackward).
-func geluBackward32(dx, x, cdf, dy *Tensor) {
-	xs, cs, gs, out := get[float32](x), get[float32](cdf), get[float32](dy), buf[float32](dx)
+func geluBackward32(dx, x, dy *Tensor) {
+	xs, gs, out := get[float32](x), get[float32](dy), buf[float32](dx)
 	if parallelParts(len(xs)) <= 1 {
-		vec.GELUBackward(out, xs, cs, gs)
+		geluBackward32Range(out, xs, gs)
 	} else {
-		parallelFor(len(xs), func(lo, hi int) { vec.GELUBackward(out[lo:hi], xs[lo:hi], cs[lo:hi], gs[lo:hi]) })
+		parallelFor(len(xs), func(lo, hi int) { geluBackward32Range(out[lo:hi], xs[lo:hi], gs[lo:hi]) })
 	}
 	put(dx, out)
 	drop(x, xs)
-	drop(cdf, cs)
 	drop(dy, gs)
+}
+
+func geluBackward32Range(out, xs, gs []float32) {
+	var y, cdf [geluBlock]float32
+	for i := 0; i < len(xs); i += geluBlock {
+		j := min(i+geluBlock, len(xs))
+		vec.GELU(y[:j-i], cdf[:j-i], xs[i:j])
+		vec.GELUBackward(out[i:j], xs[i:j], cdf[:j-i], gs[i:j])
+	}
 }
 
 // ReLU returns max(x, 0).

@@ -58,7 +58,7 @@ func elementwiseCases() []opCase {
 		{name: "GELU", dtypes: each(1, floats...), inputs: geluInputs, kernel: geluKernel, ref: geluRef},
 		{name: "GELUBackward", dtypes: runs(each(2, floats...), mixed), inputs: geluInputs, ref: geluBackwardRef,
 			kernel: func(_ []dtype.DType, in []*tensor.Tensor) []*tensor.Tensor {
-				return outputs(tensor.GELUBackward(in[0], in[1], in[2]))
+				return outputs(tensor.GELUBackward(in[0], in[1]))
 			}},
 		causalMaskCase("CausalMask/-inf", math.Inf(-1), 2, 3, 4, 4),
 		causalMaskCase("CausalMask/wide", -1e5, 3, 5, 7), // -1e5 overflows f16 to -inf
@@ -155,24 +155,18 @@ func broadcastCases(name string, a, b []int, from int) []opCase {
 	}
 }
 
-// geluInputs are x (σ = 2.5, reaching erf's tail beyond |x| = 2√2), Φ(x)
-// in the compute type as GELU returns it, and dy.
+// geluInputs are x (σ = 2.5, reaching erf's tail beyond |x| = 2√2) and
+// dy.
 func geluInputs(rng *rand.Rand, d []dtype.DType) []*tensor.Tensor {
-	x := randn(rng, d[0], 0, 2.5, 5, 37)
-	cdf := make([]float64, x.Len())
-	for i, v := range x.Float64s() {
-		cdf[i] = 0.5 * (1 + math.Erf(v/math.Sqrt2))
-	}
-	in := []*tensor.Tensor{x, tensor.FromFloat64(cdf, x.Shape()...).To(computeOf(d[0]))}
+	in := []*tensor.Tensor{randn(rng, d[0], 0, 2.5, 5, 37)}
 	if len(d) > 1 {
-		in = append(in, randn(rng, d[1], 0, 1, x.Shape()...))
+		in = append(in, randn(rng, d[1], 0, 1, 5, 37))
 	}
 	return in
 }
 
 func geluKernel(_ []dtype.DType, in []*tensor.Tensor) []*tensor.Tensor {
-	y, cdf := tensor.GELU(in[0])
-	return outputs(y, cdf)
+	return outputs(tensor.GELU(in[0]))
 }
 
 // geluRef bounds GELU's formula c = 0.5·(1 + erf(x·√½)), y = x·c in the
@@ -185,32 +179,33 @@ func geluKernel(_ []dtype.DType, in []*tensor.Tensor) []*tensor.Tensor {
 func geluRef(d []dtype.DType, in []*tensor.Tensor) []expect {
 	dt, c := d[0], computeOf(d[0])
 	u := boundRoundoff(c)
-	xs := in[0].Float64s()
-	y, cdf := expect{dt: dt, compute: c, shape: in[0].Shape()}, expect{dt: c, compute: c, shape: in[0].Shape()}
-	for _, v := range xs {
-		phi := 0.5 * (1 + math.Erf(v/math.Sqrt2))
-		b := gamma(5, u) * (1 + math.Abs(v))
-		cdf.val, cdf.bound = append(cdf.val, phi), append(cdf.bound, b)
-		y.val, y.bound = append(y.val, v*phi), append(y.bound, math.Abs(v)*b)
+	y := expect{dt: dt, compute: c, shape: in[0].Shape()}
+	for _, v := range in[0].Float64s() {
+		y.val = append(y.val, v*0.5*(1+math.Erf(v/math.Sqrt2)))
+		y.bound = append(y.bound, math.Abs(v)*phiBound(v, u))
 	}
-	return []expect{y, cdf}
+	return []expect{y}
 }
 
-// geluBackwardRef is dy·(Φ + x·φ(x)) with the given Φ. The kernel squares
-// x (one rounding: φ's exponent -x²/2 moves by u·x²/2, and so φ
-// relatively by about that), evaluates exp within 1 ulp (3u), multiplies
-// by a rounded 1/√(2π) and by x (3 roundings), adds Φ and multiplies by dy
-// (2 more): γ_{8+⌈x²/2⌉} of |dy·x·φ| and of |dx|.
+// phiBound is geluRef's bound on the error of the kernels' Φ(v).
+func phiBound(v, u float64) float64 { return gamma(5, u) * (1 + math.Abs(v)) }
+
+// geluBackwardRef is dy·(Φ + x·φ(x)), Φ computed as GELU computes it (in
+// x's compute type, within phiBound). The kernel squares x (one rounding:
+// φ's exponent -x²/2 moves by u·x²/2, and so φ relatively by about that),
+// evaluates exp within 1 ulp (3u), multiplies by a rounded 1/√(2π) and by
+// x (3 roundings), adds Φ and multiplies by dy (2 more): γ_{8+⌈x²/2⌉} of
+// |dy·x·φ| and of |dx|, and |dy| times Φ's error.
 func geluBackwardRef(d []dtype.DType, in []*tensor.Tensor) []expect {
 	out := promoted(d...)
-	u := boundRoundoff(computeOf(out))
-	xs, cs, gs := in[0].Float64s(), in[1].Float64s(), in[2].Float64s()
+	u, uPhi := boundRoundoff(computeOf(out)), boundRoundoff(computeOf(d[0]))
+	xs, gs := in[0].Float64s(), in[1].Float64s()
 	e := expect{dt: out, compute: computeOf(out), shape: in[0].Shape()}
 	for i, x := range xs {
 		pdf := math.Exp(-x*x/2) / math.Sqrt(2*math.Pi)
-		v := gs[i] * (cs[i] + x*pdf)
+		v := gs[i] * (0.5*(1+math.Erf(x/math.Sqrt2)) + x*pdf)
 		e.val = append(e.val, v)
-		e.bound = append(e.bound, gamma(8+int(math.Ceil(x*x/2)), u)*(math.Abs(gs[i]*x*pdf)+math.Abs(v)))
+		e.bound = append(e.bound, gamma(8+int(math.Ceil(x*x/2)), u)*(math.Abs(gs[i]*x*pdf)+math.Abs(v))+math.Abs(gs[i])*phiBound(x, uPhi))
 	}
 	return []expect{e}
 }

@@ -43,11 +43,9 @@ func parallelOps() []parallelOp {
 			dx, dw, db := tensor.LayerNormBackward(x, w, m, r, in(dt, 4, rows, c))
 			return outs(dx, dw, db)
 		}},
-		{"GELU", func(dt dtype.DType) []*tensor.Tensor { y, cdf := tensor.GELU(in(dt, 1, rows, c)); return outs(y, cdf) }},
+		{"GELU", func(dt dtype.DType) []*tensor.Tensor { return outs(tensor.GELU(in(dt, 1, rows, c))) }},
 		{"GELUBackward", func(dt dtype.DType) []*tensor.Tensor {
-			x := in(dt, 1, rows, c)
-			_, cdf := tensor.GELU(x)
-			return outs(tensor.GELUBackward(x, cdf, in(dt, 2, rows, c)))
+			return outs(tensor.GELUBackward(in(dt, 1, rows, c), in(dt, 2, rows, c)))
 		}},
 		{"ReLU", func(dt dtype.DType) []*tensor.Tensor { return outs(tensor.ReLU(in(dt, 1, rows, c))) }},
 		{"ReLUBackward", func(dt dtype.DType) []*tensor.Tensor {
