@@ -23,7 +23,7 @@ func (c column) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, 
 	if c.sequence {
 		return local(c.l.gatherIn(tp, x), bias) // (B, T, out/n) from (B, T/n, in)
 	}
-	return local(c.l.copyIn(tp, x), bias) // (..., out/n)
+	return local(c.l.copyIn(tp, x, "the input gradient of a column-parallel Linear"), bias) // (..., out/n)
 }
 
 // row is a row-parallel Linear's pass: the rank's GEMM without bias,
@@ -41,7 +41,7 @@ func (r row) Forward(tp *autograd.Tape, x, bias *autograd.Var, local func(x, bia
 	if r.sequence {
 		y = r.l.scatterOut(tp, local(x, nil)) // (B, T/n, out)
 		if bias != nil {
-			bias = r.l.summedGrad(tp, bias) // added on the share: each rank has part of its gradient
+			bias = r.l.copyIn(tp, bias, "the gradient of a row-parallel bias") // added on the share: each rank has part of its gradient
 		}
 	} else {
 		y = r.l.reduceOut(tp, local(x, nil)) // (..., out)
@@ -77,12 +77,15 @@ func strideOn(axis, cut, stride int) int {
 	return stride
 }
 
-// copyIn is Megatron's f: x as it is, its gradient all-reduced over the
-// group (each rank's GEMM gives the part of it that its columns reach).
-func (l *Layout) copyIn(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+// copyIn is Megatron's f: x as it is, its gradient (what names it, for
+// errors) all-reduced over the group. Before a column-parallel Linear each
+// rank's GEMM gives the part of x's gradient that its columns reach; a
+// parameter used on a share of the sequence gets part of its gradient on
+// each rank.
+func (l *Layout) copyIn(tp *autograd.Tape, x *autograd.Var, what string) *autograd.Var {
 	same := x.Value.Reshape(x.Value.Shape()...) // a view: the tape must not free x's storage with it
 	return tp.RecordUnsaved(same, func(dy *tensor.Tensor) []*tensor.Tensor {
-		l.allReduce(dy, "the input gradient of a column-parallel Linear")
+		l.allReduce(dy, what)
 		return []*tensor.Tensor{dy}
 	}, x)
 }

@@ -166,16 +166,6 @@ func (l *Layout) pathOf(mod nn.Module) string {
 	return nn.Kind(mod)
 }
 
-// summedGrad is v as it is, its gradient summed over the group: for a
-// parameter used on the rank's share of the sequence.
-func (l *Layout) summedGrad(tp *autograd.Tape, v *autograd.Var) *autograd.Var {
-	same := v.Value.Reshape(v.Value.Shape()...) // a view: the tape must not free v's storage with it
-	return tp.RecordUnsaved(same, func(dy *tensor.Tensor) []*tensor.Tensor {
-		l.allReduce(dy, "the gradient of a row-parallel bias")
-		return []*tensor.Tensor{dy}
-	}, v)
-}
-
 // The four moves between whole sequences and shares. Each views x
 // [..., T, C] as rows [P, T·C], in which rank r's share is the block of
 // columns [r·K, (r+1)·K), K = T·C/n.
