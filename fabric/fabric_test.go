@@ -2,7 +2,9 @@ package fabric_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -622,4 +624,35 @@ func TestNewNilIs32True(t *testing.T) {
 		return m
 	}
 	sameParams(t, train(fabric.New(mustParse(t, "32-true"))), train(fabric.New(nil)))
+}
+
+// TestGlobalLossGathersOneNumberARow: on 2 ddp ranks the reported loss of
+// a global batch is one device's bit for bit (float32 and bfloat16
+// logits), and computing it gathers one float32 per row, not the rows'
+// logits.
+func TestGlobalLossGathersOneNumberARow(t *testing.T) {
+	for _, spec := range []string{"32-true", "bf16-true"} {
+		global := batches(1)[0]
+		one, m := mlpFabric(t, 1, spec, "", nil)
+		want, err := one.EvalLoss(context.Background(), m, global)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onRanks(t, 2, func(r int, c comm.Communicator) error {
+			f, m := mlpFabric(t, 1, spec, "ddp", c)
+			before := c.Stats().Bytes[comm.Key{Collective: comm.AllGather}]
+			got, err := f.EvalLoss(context.Background(), m, global)
+			if err != nil {
+				return err
+			}
+			if got != want {
+				return fmt.Errorf("%s rank %d: loss %v, one device %v", spec, r, got, want)
+			}
+			rows := int64(global.X.Dim(0) / 2)
+			if sent := c.Stats().Bytes[comm.Key{Collective: comm.AllGather}] - before; sent != 4*rows {
+				return fmt.Errorf("%s rank %d: gathered %d bytes for the loss, want %d (a float32 per row)", spec, r, sent, 4*rows)
+			}
+			return nil
+		})
+	}
 }

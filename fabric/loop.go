@@ -213,47 +213,27 @@ func (f *Fabric) cast(b data.Batch) (data.Batch, *tensor.Tensor) {
 }
 
 // globalLoss is the loss one device would compute over the global batch:
-// every rank's logits and targets gathered in rank order (the batch's row
-// order) and reduced as one batch; on one rank, this rank's loss.
+// each rank's rows' log-probabilities of their targets gathered in rank
+// order (the batch's row order) and reduced as one batch, bit for bit one
+// device's; on one rank, this rank's loss. A row sends one number, not
+// its vocabulary's logits.
 func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, targets []int) (float64, error) {
 	if f.dist == nil || f.dist.Comm().Size() == 1 {
 		return local.Item(), nil
 	}
-	stacked, err := f.AllGather(ctx, logits)
-	if err != nil {
-		return 0, fmt.Errorf("gathering logits: %w", err)
-	}
-	full := stacked.Reshape(-1, logits.Dim(-1)) // the ranks' rows, one batch
-	defer tensor.Discard(full)
-	all, err := f.gatherTargets(ctx, targets)
+	logp, err := tensor.TargetLogProbs(logits, targets)
 	if err != nil {
 		return 0, err
 	}
-	l, err := tensor.CrossEntropy(full, all)
+	defer tensor.Free(logp)
+	all, err := f.AllGather(ctx, logp)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("gathering log-probabilities: %w", err)
 	}
+	defer tensor.Free(all)
+	l := tensor.NLLMean(all, local.DType())
 	defer tensor.Free(l)
 	return l.Item(), nil
-}
-
-// gatherTargets is every rank's targets in rank order, gathered as
-// float64 (exact for any class index).
-func (f *Fabric) gatherTargets(ctx context.Context, targets []int) ([]int, error) {
-	vals := make([]float64, len(targets))
-	for i, t := range targets {
-		vals[i] = float64(t)
-	}
-	stacked, err := f.AllGather(ctx, tensor.FromFloat64(vals, len(vals)))
-	if err != nil {
-		return nil, fmt.Errorf("gathering targets: %w", err)
-	}
-	defer tensor.Free(stacked)
-	all := make([]int, stacked.Len())
-	for i, v := range stacked.Float64s() {
-		all[i] = int(v)
-	}
-	return all, nil
 }
 
 // explainNonFinite is the error of a non-finite loss: the first module

@@ -254,6 +254,20 @@ func softmaxBackwardRows[T float](out, ys, gs []T, c int) {
 // CrossEntropy returns the mean over rows of -log softmax(logits)[target]
 // for logits [N, C]; targets must lie in [0, C).
 func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
+	logp, err := TargetLogProbs(logits, targets)
+	if err != nil {
+		return nil, err
+	}
+	defer Free(logp)
+	return NLLMean(logp, logits.dtype), nil
+}
+
+// TargetLogProbs returns log softmax(row i of logits)[targets[i]] for
+// logits [N, C], [N] in the compute type (float64 for float64 logits,
+// float32 for the others: nothing rounds between the halves):
+// CrossEntropy's first half, which rows can compute apart (ranks, each on
+// its rows) before NLLMean joins them.
+func TargetLogProbs(logits *Tensor, targets []int) (*Tensor, error) {
 	n, c := logits.Dim(0), logits.Dim(-1)
 	if len(targets) != n {
 		return nil, fmt.Errorf("tensor: cross entropy of %d rows with %d targets", n, len(targets))
@@ -263,38 +277,57 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 			return nil, fmt.Errorf("tensor: cross entropy target %d at row %d is outside [0, %d)", t, i, c)
 		}
 	}
-	if logits.meta {
-		return Meta(logits.dtype), nil
-	}
-	loss := New(logits.dtype)
+	compute := dtype.F32
 	if logits.dtype == dtype.F64 {
-		crossEntropy[float64](loss, logits, targets)
-	} else {
-		crossEntropy[float32](loss, logits, targets)
+		compute = dtype.F64
 	}
-	return loss, nil
+	if logits.meta {
+		return Meta(compute, n), nil
+	}
+	logp := empty(compute, n)
+	if compute == dtype.F64 {
+		targetLogProbs(view[float64](logp), logits, targets)
+	} else {
+		targetLogProbs(view[float32](logp), logits, targets)
+	}
+	return logp, nil
 }
 
-// crossEntropy sums in the order of PyTorch's CUDA kernels, so that a
-// float32 loss matches PyTorch's bit for bit: log_softmax per row by a warp
-// (logSumExpShifted), then nll_loss's strided partial sums over a block of
-// nllThreads, combined by a halving tree.
-func crossEntropy[T float](loss, logits *Tensor, targets []int) {
+// NLLMean returns the mean of -logp (TargetLogProbs' result, of any
+// rows), summed as CrossEntropy sums it, as a scalar of dtype dt.
+func NLLMean(logp *Tensor, dt dtype.DType) *Tensor {
+	if logp.meta {
+		return Meta(dt)
+	}
+	loss := New(dt)
+	if logp.dtype == dtype.F64 {
+		nllMean(loss, view[float64](logp))
+	} else {
+		nllMean(loss, view[float32](logp))
+	}
+	return loss
+}
+
+// targetLogProbs computes log_softmax per row as PyTorch's CUDA kernels do,
+// by a warp (logSumExpShifted), split across cores.
+func targetLogProbs[T float](logp []T, logits *Tensor, targets []int) {
 	c, zs := logits.Dim(-1), get[T](logits)
 	defer drop(logits, zs)
-	// The rows' log-probabilities split across cores; their sum stays in
-	// row order.
-	logp := scratch[T](len(targets))
-	defer release(logp)
 	if parts := min(parallelParts(len(zs)), len(targets)); parts <= 1 {
 		logProbs(logp, zs, targets, c)
 	} else {
 		parallelSplit(len(targets), parts, func(lo, hi int) { logProbs(logp[lo:hi], zs[lo*c:hi*c], targets[lo:hi], c) })
 	}
-	partial := scratch[T](nllThreads(len(targets)))
+}
+
+// nllMean sums -logp in the order of PyTorch's nll_loss, so that a float32
+// loss matches PyTorch's bit for bit: strided partial sums over a block of
+// nllThreads, combined by a halving tree.
+func nllMean[T float](loss *Tensor, ls []T) {
+	partial := scratch[T](nllThreads(len(ls)))
 	defer release(partial)
 	clear(partial)
-	for i, l := range logp {
+	for i, l := range ls {
 		partial[i%len(partial)] -= l
 	}
 	for stride := len(partial) / 2; stride > 0; stride /= 2 {
@@ -303,7 +336,7 @@ func crossEntropy[T float](loss, logits *Tensor, targets []int) {
 		}
 	}
 	out := buf[T](loss)
-	out[0] = partial[0] / T(len(targets))
+	out[0] = partial[0] / T(len(ls))
 	put(loss, out)
 }
 
