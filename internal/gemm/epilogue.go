@@ -1,6 +1,8 @@
 package gemm
 
 import (
+	"unsafe"
+
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/internal/vec"
 )
@@ -20,28 +22,61 @@ func (e epilogue[T]) from(i, j int) epilogue[T] {
 	if e.Out != nil {
 		e.Out = e.Out[e.OutDType.StorageBytes(i*e.ldo+j):]
 	}
+	if e.GELU.CDF != nil {
+		e.GELU.Y = e.GELU.Y[e.yDType().StorageBytes(i*e.ldo+j):]
+		e.GELU.CDF = e.GELU.CDF[i*e.ldo+j:]
+	}
 	return e
+}
+
+// yDType is the dtype of GELU.Y.
+func (e *epilogue[T]) yDType() dtype.DType {
+	if e.Out != nil {
+		return e.OutDType
+	}
+	return dtype.F32
 }
 
 // apply runs the epilogue on the finished h×w block of C at c (row stride
 // ldc), which is element (i, j) of the part's C.
 func (e *epilogue[T]) apply(c []T, ldc, i, j, h, w int) {
-	if e.Bias == nil && e.Out == nil {
+	if e.Bias == nil && e.Out == nil && e.GELU.CDF == nil {
 		return
 	}
 	for r := range h {
-		row := c[r*ldc:][:w]
+		row, at := c[r*ldc:][:w], (i+r)*e.ldo+j
 		if e.Bias != nil {
 			vec.Add(row, e.Bias[j:j+w])
 		}
 		if e.Out != nil {
-			out := e.Out[e.OutDType.StorageBytes((i+r)*e.ldo+j):]
+			out := e.Out[e.OutDType.StorageBytes(at):][:e.OutDType.StorageBytes(w)]
 			switch row := any(row).(type) {
 			case []float32:
 				dtype.Encode(e.OutDType, out, row, false)
+				if e.GELU.CDF != nil {
+					dtype.Decode(e.OutDType, row, out) // what GELU reads back
+				}
 			case []float64:
 				dtype.EncodeF64(e.OutDType, out, row, false)
 			}
 		}
+		if e.GELU.CDF != nil {
+			e.gelu(any(row).([]float32), at)
+		}
 	}
+}
+
+// gelu runs the GELU on x, a row of C as rounded, which is element at of
+// the part's C: into Y directly when it is float32, else through x (the
+// scratch C) and rounded from there.
+func (e *epilogue[T]) gelu(x []float32, at int) {
+	cdf := e.GELU.CDF[at:][:len(x)]
+	ydt := e.yDType()
+	y := e.GELU.Y[ydt.StorageBytes(at):][:ydt.StorageBytes(len(x))]
+	if ydt == dtype.F32 {
+		vec.GELU(unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(y))), len(x)), cdf, x)
+		return
+	}
+	vec.GELU(x, cdf, x)
+	dtype.Encode(ydt, y, x, false)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/vec"
 )
 
 // epilogueShapes add, to the direct, serial and k == 0 paths of shapes,
@@ -36,36 +37,80 @@ func testEpilogue(t *testing.T, _ *impl) {
 			bias := to32(newMat(rng, 1, s.n, false, 0).v)
 			for _, od := range outs {
 				for _, withBias := range []bool{false, true} {
-					name := fmt.Sprintf("%dx%dx%d/%v/ta=%v/out=%v/bias=%v", s.m, s.n, s.k, operands, ta, od, withBias)
-					c64, ldc := newC(rng, s.m, s.n, 0) // all NaN: beta 0 must not read it
-					want, got := to32(c64), to32(c64)
-					F32(s.m, s.n, s.k, am, bm, 0, want, ldc)
-					var ep Epilogue[float32]
-					if withBias {
-						ep.Bias = bias
-						for i := range s.m {
-							for j := range s.n {
-								want[i*ldc+j] += bias[j]
-							}
+					for _, withGELU := range []bool{false, true} {
+						name := fmt.Sprintf("%dx%dx%d/%v/ta=%v/out=%v/bias=%v/gelu=%v", s.m, s.n, s.k, operands, ta, od, withBias, withGELU)
+						var b []float32
+						if withBias {
+							b = bias
 						}
-					}
-					var wantOut []byte
-					if od != dtype.Invalid {
-						ep.OutDType = od
-						ep.Out = guarded(od.StorageBytes(s.m*s.n) + 8)
-						wantOut = guarded(len(ep.Out))
-						for i := range s.m {
-							dtype.Encode(od, wantOut[od.StorageBytes(i*s.n):], want[i*ldc:][:s.n], false)
-						}
-					}
-					F32Epilogue(s.m, s.n, s.k, am, bm, got, ldc, ep)
-					sameC(t, name, got, want)
-					if !slices.Equal(ep.Out, wantOut) {
-						t.Fatalf("%s: Out differs from the rounded rows (or its guard bytes were written)", name)
+						checkEpilogue(t, name, rng, s, am, bm, b, od, withGELU)
 					}
 				}
 			}
 		}
+	}
+}
+
+// checkEpilogue runs F32Epilogue and compares it with F32 followed by the
+// passes the epilogue replaces.
+func checkEpilogue(t *testing.T, name string, rng *rand.Rand, s shape, am, bm Matrix, bias []float32, od dtype.DType, withGELU bool) {
+	t.Helper()
+	c64, ldc := newC(rng, s.m, s.n, 0) // all NaN: beta 0 must not read it
+	want, got := to32(c64), to32(c64)
+	F32(s.m, s.n, s.k, am, bm, 0, want, ldc)
+	ep := Epilogue[float32]{Bias: bias}
+	if bias != nil {
+		for i := range s.m {
+			for j := range s.n {
+				want[i*ldc+j] += bias[j]
+			}
+		}
+	}
+	var wantOut []byte
+	if od != dtype.Invalid {
+		ep.OutDType = od
+		ep.Out = guarded(od.StorageBytes(s.m*s.n) + 8)
+		wantOut = guarded(len(ep.Out))
+		for i := range s.m {
+			dtype.Encode(od, wantOut[od.StorageBytes(i*s.n):], want[i*ldc:][:s.n], false)
+		}
+	}
+	var wantY []byte
+	var wantCDF []float32
+	if withGELU {
+		// What a separate GELU computes from the rounded output.
+		ydt, x := od, make([]float32, s.m*s.n)
+		if od == dtype.Invalid {
+			ydt = dtype.F32
+			for i := range s.m {
+				copy(x[i*s.n:], want[i*ldc:][:s.n])
+			}
+		} else {
+			dtype.Decode(od, x, wantOut)
+		}
+		y := make([]float32, len(x))
+		wantCDF = make([]float32, len(x))
+		vec.GELU(y, wantCDF, x)
+		wantY = guarded(ydt.StorageBytes(len(y)) + 8)
+		dtype.Encode(ydt, wantY, y, false)
+		ep.GELU = GELU{Y: guarded(len(wantY)), CDF: slices.Repeat([]float32{float32(math.NaN())}, len(x))}
+		defer func() {
+			if !slices.Equal(ep.GELU.Y, wantY) {
+				t.Fatalf("%s: GELU's Y differs from a separate GELU's (or its guard bytes were written)", name)
+			}
+			for i := range wantCDF {
+				if math.Float32bits(ep.GELU.CDF[i]) != math.Float32bits(wantCDF[i]) {
+					t.Fatalf("%s: CDF[%d] = %v, want %v", name, i, ep.GELU.CDF[i], wantCDF[i])
+				}
+			}
+		}()
+	}
+	F32Epilogue(s.m, s.n, s.k, am, bm, got, ldc, ep)
+	if !withGELU || od == dtype.Invalid { // a GELU with Out leaves C as scratch
+		sameC(t, name, got, want)
+	}
+	if !slices.Equal(ep.Out, wantOut) {
+		t.Fatalf("%s: Out differs from the rounded rows (or its guard bytes were written)", name)
 	}
 }
 

@@ -88,6 +88,18 @@ type Epilogue[T float] struct {
 	// holds the sums. OutDType takes a whole number of bytes an element.
 	Out      []byte
 	OutDType dtype.DType
+	// GELU, if its CDF is set (float32 only), then takes each element of
+	// C as a separate GELU would read it, after the bias and as rounded
+	// into Out, through vec.GELU, the exact erf form. C is then scratch.
+	GELU GELU
+}
+
+// GELU receives an epilogue's GELU, element (i, j) at element i·n+j of
+// each: Y the result in the epilogue's OutDType (float32 without Out),
+// CDF its Φ(x).
+type GELU struct {
+	Y   []byte
+	CDF []float32
 }
 
 // mul computes C = op(A)·op(B) + beta·C, then ep, once the operands are checked.
@@ -104,6 +116,18 @@ func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc
 		}
 		if e := ep.OutDType.StorageBytes(m * n); len(ep.Out) < e {
 			panic(fmt.Sprintf("gemm: epilogue output has %d bytes, want >= %d", len(ep.Out), e))
+		}
+	}
+	if ep.GELU.CDF != nil {
+		if _, ok := any(c).([]float32); !ok {
+			panic("gemm: a GELU epilogue needs float32 sums")
+		}
+		ydt := dtype.F32
+		if ep.Out != nil {
+			ydt = ep.OutDType
+		}
+		if len(ep.GELU.CDF) < m*n || len(ep.GELU.Y) < ydt.StorageBytes(m*n) {
+			panic(fmt.Sprintf("gemm: GELU epilogue has %d bytes of Y and %d elements of CDF, want %d and %d", len(ep.GELU.Y), len(ep.GELU.CDF), ydt.StorageBytes(m*n), m*n))
 		}
 	}
 	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc, kern: ar.kern, pk: &ar.pack,
