@@ -12,29 +12,55 @@ import (
 // Inputs are read in their storage dtype, accumulated in float32 (float64
 // when the result is F64), and the result is rounded once to the promoted dtype.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
-	return matmul(a, b, transA, transB, nil)
+	out, _, _ := matmul(a, b, transA, transB, nil, false)
+	return out
 }
 
 // Linear returns x·wᵀ + bias for x [..., in], w [out, in], bias [out] or nil,
 // adding the bias before the single rounding as cuBLAS's addmm does.
 func Linear(x, w, bias *Tensor) *Tensor {
+	h, _, _ := linear(x, w, bias, false)
+	return h
+}
+
+// LinearGELU returns h = Linear(x, w, bias) and GELU(h), y and Φ(h) as GELU
+// returns them, bit for bit: the GEMM's epilogue computes the GELU from h as
+// rounded, while it is in cache, instead of a pass reading h back.
+func LinearGELU(x, w, bias *Tensor) (h, y, cdf *Tensor) {
+	if dt := promoteAll(x, w); anyMeta(x, w, bias) || dt == dtype.F64 || dt.Bits()%8 != 0 {
+		h = Linear(x, w, bias) // float64 and packed codes take two passes
+		y, cdf = GELU(h)
+		return h, y, cdf
+	}
+	return linear(x, w, bias, true)
+}
+
+// linear is Linear, and with gelu LinearGELU for a byte-addressable
+// float32-computed result.
+func linear(x, w, bias *Tensor, gelu bool) (h, y, cdf *Tensor) {
 	in := x.Dim(-1)
+	var dims [8]int // same elements as the product's [M, N] rows, no view needed
+	shape := append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0))
 	if anyMeta(x, w, bias) {
-		var dims [8]int
-		return Meta(promoteAll(x, w), append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0))...)
+		return Meta(promoteAll(x, w), shape...), nil, nil
 	}
 	x2 := x.Reshape(-1, in)
-	out := matmul(x2, w, false, true, bias)
+	h, y, cdf = matmul(x2, w, false, true, bias, gelu)
 	Free(x2)
-	var dims [8]int // same elements as out's [M, N] rows, no view needed
-	out.setShape(append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0)))
-	return out
+	for _, t := range []*Tensor{h, y, cdf} {
+		if t != nil {
+			t.setShape(shape)
+		}
+	}
+	return h, y, cdf
 }
 
 // matmul returns op(a)·op(b), plus bias [N] (nil for none) before the
 // rounding. The GEMM's epilogue adds the bias and rounds the float32 sums
-// into a low-precision result while they are in cache.
-func matmul(a, b *Tensor, transA, transB bool, bias *Tensor) *Tensor {
+// into a low-precision result while they are in cache; with gelu (for a
+// float32-computed, byte-addressable result only) it also returns GELU's y
+// and Φ of the rounded result.
+func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool) (out, y, cdf *Tensor) {
 	ra, rb := len(a.shape), len(b.shape)
 	if ra < 2 || rb < 2 {
 		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a, b))
@@ -55,9 +81,9 @@ func matmul(a, b *Tensor, transA, transB bool, bias *Tensor) *Tensor {
 	var dims [8]int
 	shape := append(append(dims[:0], a.shape[:ra-2]...), m, n)
 	if anyMeta(a, b) {
-		return Meta(promoteAll(a, b), shape...)
+		return Meta(promoteAll(a, b), shape...), nil, nil
 	}
-	out := empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
+	out = empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
 	strideA, strideB := m*k, k*n
 	if sharedB {
 		strideB = 0
@@ -69,29 +95,41 @@ func matmul(a, b *Tensor, transA, transB bool, bias *Tensor) *Tensor {
 			gemm.DgemmEpilogue(transA, transB, m, n, k, as[i*strideA:], a.shape[ra-1], bs[i*strideB:], b.shape[rb-1], 0, c[i*m*n:], n, ep)
 		}
 		dropOrNil(bias, ep.Bias)
-		return out
+		return out, nil, nil
 	}
 	ep := gemm.Epilogue[float32]{Bias: getOrNil[float32](bias)}
 	defer dropOrNil(bias, ep.Bias)
-	if native[float32](out) || out.dtype.Bits()%8 != 0 {
-		// float32 sums in place, or rounded whole by put: rows of packed
-		// codes may share bytes.
-		c := buf[float32](out)
-		for i := range batch {
-			gemm.F32Epilogue(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), c[i*m*n:], n, ep)
-		}
-		put(out, c)
-		return out
+	if gelu {
+		y, cdf = empty(out.dtype, shape...), empty(dtype.F32, shape...)
 	}
-	// One batch's float32 sums at a time, which the epilogue rounds into out.
-	c := scratch[float32](m * n)
-	ep.OutDType = out.dtype
+	// Each batch's float32 sums go into out itself (float32), or into
+	// scratch the epilogue rounds into out, or, for packed codes whose
+	// rows may share bytes, into scratch put rounds whole.
+	var c []float32
+	switch {
+	case native[float32](out):
+		c = out.f32()
+	case out.dtype.Bits()%8 == 0:
+		c, ep.OutDType = scratch[float32](m*n), out.dtype
+	default:
+		c = scratch[float32](out.Len())
+	}
 	for i := range batch {
-		ep.Out = out.data[out.dtype.StorageBytes(i*m*n):]
-		gemm.F32Epilogue(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), c, n, ep)
+		at, cAt := i*m*n, i*m*n
+		if ep.OutDType != dtype.Invalid {
+			ep.Out, cAt = out.data[out.dtype.StorageBytes(at):], 0
+		}
+		if gelu {
+			ep.GELU = gemm.GELU{Y: y.data[y.dtype.StorageBytes(at):], CDF: cdf.f32()[at:]}
+		}
+		gemm.F32Epilogue(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), c[cAt:], n, ep)
 	}
-	release(c)
-	return out
+	if ep.OutDType != dtype.Invalid {
+		release(c)
+	} else {
+		put(out, c)
+	}
+	return out, y, cdf
 }
 
 // getOrNil is get, or nil for a nil t.
