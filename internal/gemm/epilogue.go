@@ -1,6 +1,7 @@
 package gemm
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/weftml/weft/dtype"
@@ -12,6 +13,33 @@ import (
 type epilogue[T float] struct {
 	Epilogue[T]
 	ldo int // elements between rows of Out: the whole call's n
+}
+
+// newEpilogue returns ep for a call whose C is m×n, panicking if ep does
+// not fit it.
+func newEpilogue[T float](ep Epilogue[T], m, n int) epilogue[T] {
+	e := epilogue[T]{Epilogue: ep, ldo: n}
+	if ep.Bias != nil && len(ep.Bias) < n {
+		panic(fmt.Sprintf("gemm: bias has %d elements, want >= %d", len(ep.Bias), n))
+	}
+	if ep.Out != nil {
+		if !ep.OutDType.IsFloat() || ep.OutDType.Bits()%8 != 0 {
+			panic(fmt.Sprintf("gemm: epilogue output dtype %v, want a float format of whole bytes", ep.OutDType))
+		}
+		if want := ep.OutDType.StorageBytes(m * n); len(ep.Out) < want {
+			panic(fmt.Sprintf("gemm: epilogue output has %d bytes, want >= %d", len(ep.Out), want))
+		}
+	}
+	if ep.GELU.CDF != nil {
+		var z T
+		if _, ok := any(z).(float32); !ok {
+			panic("gemm: a GELU epilogue needs float32 sums")
+		}
+		if want := e.yDType().StorageBytes(m * n); len(ep.GELU.CDF) < m*n || len(ep.GELU.Y) < want {
+			panic(fmt.Sprintf("gemm: GELU epilogue has %d bytes of Y and %d elements of CDF, want %d and %d", len(ep.GELU.Y), len(ep.GELU.CDF), want, m*n))
+		}
+	}
+	return e
 }
 
 // from returns the epilogue of the part of C from row i and column j on.

@@ -11,7 +11,9 @@
 // multiplies them as they are. Large products are split between goroutines
 // by rows or columns of C. Small ones run on the calling goroutine and,
 // when the kernel can read the operands where they lie, skip packing.
-// Packing buffers are pooled, so calls allocate nothing once warm.
+// Packing buffers are pooled, so calls allocate nothing once warm. An
+// epilogue (bias, rounding to a low-precision output, GELU) runs on each
+// panel of C as its last k step finishes, while it is in cache.
 //
 // The micro-kernels and packing routines are assembly where the CPU has
 // AVX-512 (with VDPBF16PS for bfloat16 pairs where it has AVX512_BF16) or
@@ -107,31 +109,8 @@ func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc
 	if e := need("C", m, n, ldc); len(c) < e {
 		panic(fmt.Sprintf("gemm: C has %d elements, want >= %d", len(c), e))
 	}
-	if ep.Bias != nil && len(ep.Bias) < n {
-		panic(fmt.Sprintf("gemm: bias has %d elements, want >= %d", len(ep.Bias), n))
-	}
-	if ep.Out != nil {
-		if bits := ep.OutDType.Bits(); !ep.OutDType.IsFloat() || bits%8 != 0 {
-			panic(fmt.Sprintf("gemm: epilogue output dtype %v, want a float format of whole bytes", ep.OutDType))
-		}
-		if e := ep.OutDType.StorageBytes(m * n); len(ep.Out) < e {
-			panic(fmt.Sprintf("gemm: epilogue output has %d bytes, want >= %d", len(ep.Out), e))
-		}
-	}
-	if ep.GELU.CDF != nil {
-		if _, ok := any(c).([]float32); !ok {
-			panic("gemm: a GELU epilogue needs float32 sums")
-		}
-		ydt := dtype.F32
-		if ep.Out != nil {
-			ydt = ep.OutDType
-		}
-		if len(ep.GELU.CDF) < m*n || len(ep.GELU.Y) < ydt.StorageBytes(m*n) {
-			panic(fmt.Sprintf("gemm: GELU epilogue has %d bytes of Y and %d elements of CDF, want %d and %d", len(ep.GELU.Y), len(ep.GELU.CDF), ydt.StorageBytes(m*n), m*n))
-		}
-	}
 	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc, kern: ar.kern, pk: &ar.pack,
-		ep: epilogue[T]{Epilogue: ep, ldo: n}}
+		ep: newEpilogue(ep, m, n)}
 	if ar.bf16.fn != nil && a.bf16() && b.bf16() {
 		g.kern, g.bf16 = ar.bf16, true
 	}

@@ -435,6 +435,15 @@ func TestPanics(t *testing.T) {
 		"short out": func() {
 			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{Out: make([]byte, 7), OutDType: dtype.BF16})
 		},
+		"short CDF": func() {
+			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{GELU: GELU{Y: make([]byte, 16), CDF: x[:3]}})
+		},
+		"short Y": func() {
+			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{Out: make([]byte, 8), OutDType: dtype.BF16, GELU: GELU{Y: make([]byte, 7), CDF: x[:4]}})
+		},
+		"float64 GELU": func() {
+			DgemmEpilogue(false, false, 1, 1, 1, make([]float64, 1), 1, make([]float64, 1), 1, 0, make([]float64, 1), 1, Epilogue[float64]{GELU: GELU{Y: make([]byte, 8), CDF: x[:1]}})
+		},
 		"4-bit out": func() {
 			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{Out: make([]byte, 8), OutDType: dtype.E2M1})
 		},
