@@ -13,12 +13,33 @@ import (
 
 // Linear returns x·wᵀ + b (b may be nil) for x [..., in], w [out, in].
 func (tp *Tape) Linear(x, w, b *Var) *Var {
+	x, w, b, bias := tp.linearInputs(x, w, b)
+	return &tp.record(tensor.Linear(x.Value, w.Value, bias), linearBackward, readsIn0|readsIn1, x, w, b).out
+}
+
+// linearInputs autocasts a linear's inputs; bias is b's value, nil for none.
+func (tp *Tape) linearInputs(x, w, b *Var) (_, _, _ *Var, bias *tensor.Tensor) {
 	x, w, b = tp.autocast(OpLinear, x), tp.autocast(OpLinear, w), tp.autocast(OpLinear, b)
-	var bias *tensor.Tensor
 	if b != nil {
 		bias = b.Value
 	}
-	return &tp.record(tensor.Linear(x.Value, w.Value, bias), linearBackward, readsIn0|readsIn1, x, w, b).out
+	return x, w, b, bias
+}
+
+// LinearGELU is GELU(exit(Linear(x, w, b))), where exit closes the linear
+// module's precision scope (see Enter): one GEMM whose epilogue computes
+// the GELU from the linear's output as rounded, recorded as the two ops it
+// stands for, so backward is theirs. Where exit changes that output (a cast
+// at the scope's edge) or GELU's autocast would, the GELU runs on its own.
+func (tp *Tape) LinearGELU(x, w, b *Var, exit func(*Var) *Var) *Var {
+	x, w, b, bias := tp.linearInputs(x, w, b)
+	h, y := tensor.LinearGELU(x.Value, w.Value, bias)
+	hv := &tp.record(h, linearBackward, readsIn0|readsIn1, x, w, b).out
+	if out := exit(hv); out != hv || tp.castFor(OpGELU, h.DType()) != h.DType() {
+		tensor.Free(y)
+		return tp.GELU(out)
+	}
+	return &tp.record(y, geluBackward, readsIn0, hv).out
 }
 
 func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {

@@ -163,11 +163,11 @@ func NewBlock(init *nn.Init, cfg GPTConfig) *Block {
 func (b *Block) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	x, exit := tp.Enter(b, x)
 	x = tp.Add(x, b.Attn.Forward(tp, b.Ln1.Forward(tp, x))) // (B, T, C)
-	h := b.FC.Forward(tp, b.Ln2.Forward(tp, x))             // (B, T, 4C)
+	var h *autograd.Var
 	if b.TanhGELU {
-		h = tp.GELUTanh(h)
+		h = tp.GELUTanh(b.FC.Forward(tp, b.Ln2.Forward(tp, x))) // (B, T, 4C)
 	} else {
-		h = tp.GELU(h)
+		h = b.FC.ForwardGELU(tp, b.Ln2.Forward(tp, x)) // (B, T, 4C)
 	}
 	x = tp.Add(x, b.Out.Forward(tp, h)) // (B, T, C)
 	return exit(x)

@@ -24,8 +24,8 @@ func NewMLP(init *nn.Init) *MLP {
 }
 
 func (m *MLP) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
-	x := tp.Const(b.X)                // (B, 32)
-	x = tp.GELU(m.FC1.Forward(tp, x)) // (B, 64)
+	x := tp.Const(b.X)           // (B, 32)
+	x = m.FC1.ForwardGELU(tp, x) // (B, 64)
 	x = m.Norm.Forward(tp, m.FC2.Forward(tp, x))
 	x = tp.GELU(x)
 	return m.Head.Forward(tp, x), nil // (B, 10)

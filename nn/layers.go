@@ -89,6 +89,17 @@ func (l *Linear) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	return exit(l.gemm(tp, x, l.Bias))
 }
 
+// ForwardGELU is tp.GELU(l.Forward(tp, x)), the GELU computed in the
+// GEMM's epilogue (Tape.LinearGELU) unless a split or a GEMM of its own
+// computes the layer.
+func (l *Linear) ForwardGELU(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	if l.Split != nil || l.GEMM != nil {
+		return tp.GELU(l.Forward(tp, x))
+	}
+	x, exit := tp.Enter(l, x)
+	return tp.LinearGELU(x, l.Weight, l.Bias, exit)
+}
+
 // gemm is x·Wᵀ + b, computed by GEMM if set.
 func (l *Linear) gemm(tp *autograd.Tape, x, b *autograd.Var) *autograd.Var {
 	if l.GEMM != nil {

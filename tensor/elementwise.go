@@ -421,10 +421,7 @@ func reduceBroadcastRange[T float](sums, gs []T, outer, inner, lo, hi int) {
 // of gs's rows of c elements.
 func sumColumns[T float](sums, gs []T, c, lo int) {
 	for r := lo; r < len(gs); r += c {
-		row := gs[r:][:len(sums)]
-		for m, g := range row {
-			sums[m] += g
-		}
+		vec.Add(sums, gs[r:][:len(sums)])
 	}
 }
 

@@ -12,81 +12,54 @@ import (
 // Inputs are read in their storage dtype, accumulated in float32 (float64
 // when the result is F64), and the result is rounded once to the promoted dtype.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
-	p := matmul(a, b, transA, transB)
-	p.commit()
-	return p.out
+	out, _ := matmul(a, b, transA, transB, nil, false)
+	return out
 }
 
 // Linear returns x·wᵀ + bias for x [..., in], w [out, in], bias [out] or nil,
 // adding the bias before the single rounding as cuBLAS's addmm does.
 func Linear(x, w, bias *Tensor) *Tensor {
+	h, _ := linear(x, w, bias, false)
+	return h
+}
+
+// LinearGELU returns h = Linear(x, w, bias) and y = GELU(h), bit for bit:
+// the GEMM's epilogue computes the GELU from h as rounded, while it is in
+// cache, instead of a pass reading h back.
+func LinearGELU(x, w, bias *Tensor) (h, y *Tensor) {
+	if dt := promoteAll(x, w); anyMeta(x, w, bias) || dt == dtype.F64 || dt.Bits()%8 != 0 {
+		h = Linear(x, w, bias) // float64 and packed codes take two passes
+		return h, GELU(h)
+	}
+	return linear(x, w, bias, true)
+}
+
+// linear is Linear, and with gelu LinearGELU for a byte-addressable
+// float32-computed result.
+func linear(x, w, bias *Tensor, gelu bool) (h, y *Tensor) {
 	in := x.Dim(-1)
+	var dims [8]int // same elements as the product's [M, N] rows, no view needed
+	shape := append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0))
 	if anyMeta(x, w, bias) {
-		var dims [8]int
-		return Meta(promoteAll(x, w), append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0))...)
+		return Meta(promoteAll(x, w), shape...), nil
 	}
 	x2 := x.Reshape(-1, in)
-	p := matmul(x2, w, false, true)
+	h, y = matmul(x2, w, false, true, bias, gelu)
 	Free(x2)
-	if bias != nil {
-		if p.f64 != nil {
-			bs := get[float64](bias)
-			addRows(p.f64, bs)
-			drop(bias, bs)
-		} else {
-			bs := get[float32](bias)
-			addRows(p.f32, bs)
-			drop(bias, bs)
+	for _, t := range []*Tensor{h, y} {
+		if t != nil {
+			t.setShape(shape)
 		}
 	}
-	p.commit()
-	var dims [8]int // same elements as out's [M, N] rows, no view needed
-	p.out.setShape(append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0)))
-	return p.out
+	return h, y
 }
 
-// addRows adds bias to each row of c, large products split by rows.
-func addRows[T float](c, bias []T) {
-	n := len(bias)
-	if parts := parallelParts(len(c)); parts <= 1 {
-		addRowsRange(c, bias)
-	} else {
-		parallelSplit(len(c)/n, parts, func(lo, hi int) { addRowsRange(c[lo*n:hi*n], bias) })
-	}
-}
-
-func addRowsRange[T float](c, bias []T) {
-	for r := 0; r < len(c); r += len(bias) {
-		for j, v := range bias {
-			c[r+j] += v
-		}
-	}
-}
-
-// product is a matmul's output tensor and the accumulator holding the
-// product, f32 or f64: out's own storage when out is F32 or F64, else
-// pooled scratch for commit to round.
-type product struct {
-	out *Tensor
-	f32 []float32
-	f64 []float64
-}
-
-// commit rounds the accumulator into out (a no-op when it is out's own
-// storage).
-func (p product) commit() {
-	if p.out.meta {
-		return
-	}
-	if p.f64 != nil {
-		put(p.out, p.f64)
-	} else {
-		put(p.out, p.f32)
-	}
-}
-
-// matmul multiplies without rounding.
-func matmul(a, b *Tensor, transA, transB bool) product {
+// matmul returns op(a)·op(b), plus bias [N] (nil for none) before the
+// rounding. The GEMM's epilogue adds the bias and rounds the float32 sums
+// into a low-precision result while they are in cache; with gelu (for a
+// float32-computed, byte-addressable result only) it also returns GELU of
+// the rounded result.
+func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool) (out, y *Tensor) {
 	ra, rb := len(a.shape), len(b.shape)
 	if ra < 2 || rb < 2 {
 		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a, b))
@@ -107,25 +80,70 @@ func matmul(a, b *Tensor, transA, transB bool) product {
 	var dims [8]int
 	shape := append(append(dims[:0], a.shape[:ra-2]...), m, n)
 	if anyMeta(a, b) {
-		return product{out: Meta(promoteAll(a, b), shape...)}
+		return Meta(promoteAll(a, b), shape...), nil
 	}
-	out := empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
+	out = empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
 	strideA, strideB := m*k, k*n
 	if sharedB {
 		strideB = 0
 	}
 	if out.dtype == dtype.F64 {
-		as, bs, c := get[float64](a), get[float64](b), buf[float64](out)
+		as, bs, c := get[float64](a), get[float64](b), out.f64()
+		ep := gemm.Epilogue[float64]{Bias: getOrNil[float64](bias)}
 		for i := range batch {
-			gemm.Dgemm(transA, transB, m, n, k, as[i*strideA:], a.shape[ra-1], bs[i*strideB:], b.shape[rb-1], 0, c[i*m*n:], n)
+			gemm.DgemmEpilogue(transA, transB, m, n, k, as[i*strideA:], a.shape[ra-1], bs[i*strideB:], b.shape[rb-1], 0, c[i*m*n:], n, ep)
 		}
-		return product{out: out, f64: c}
+		dropOrNil(bias, ep.Bias)
+		return out, nil
 	}
-	c := buf[float32](out)
+	ep := gemm.Epilogue[float32]{Bias: getOrNil[float32](bias)}
+	defer dropOrNil(bias, ep.Bias)
+	if gelu {
+		y = empty(out.dtype, shape...)
+	}
+	// Each batch's float32 sums go into out itself (float32), or into
+	// scratch the epilogue rounds into out, or, for packed codes whose
+	// rows may share bytes, into scratch put rounds whole.
+	var c []float32
+	switch {
+	case native[float32](out):
+		c = out.f32()
+	case out.dtype.Bits()%8 == 0:
+		c, ep.OutDType = scratch[float32](m*n), out.dtype
+	default:
+		c = scratch[float32](out.Len())
+	}
 	for i := range batch {
-		gemm.F32(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), 0, c[i*m*n:], n)
+		at, cAt := i*m*n, i*m*n
+		if ep.OutDType != dtype.Invalid {
+			ep.Out, cAt = out.data[out.dtype.StorageBytes(at):], 0
+		}
+		if gelu {
+			ep.GELU = y.data[y.dtype.StorageBytes(at):]
+		}
+		gemm.F32Epilogue(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), c[cAt:], n, ep)
 	}
-	return product{out: out, f32: c}
+	if ep.OutDType != dtype.Invalid {
+		release(c)
+	} else {
+		put(out, c)
+	}
+	return out, y
+}
+
+// getOrNil is get, or nil for a nil t.
+func getOrNil[T float](t *Tensor) []T {
+	if t == nil {
+		return nil
+	}
+	return get[T](t)
+}
+
+// dropOrNil is drop for what getOrNil returned.
+func dropOrNil[T float](t *Tensor, vals []T) {
+	if t != nil {
+		drop(t, vals)
+	}
 }
 
 // operand describes the matrix starting at element off of t for GEMM, which

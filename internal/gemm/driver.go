@@ -75,6 +75,7 @@ type gemm[T float] struct {
 	kern    kernel[T] // the kernel in use when the call began
 	bf16    bool      // kern multiplies pairs of bfloat16
 	pk      *packer   // the packer in use when the call began
+	ep      epilogue[T]
 }
 
 // kstep returns the elements of k in one k step.
@@ -109,6 +110,7 @@ func (g *gemm[T]) run(ar *arith[T]) {
 	case g.m == 0 || g.n == 0:
 	case g.k == 0:
 		g.scaleC()
+		g.ep.apply(g.c, g.ldc, 0, 0, g.m, g.n)
 	case small && g.k <= kcMax && g.kern.strided != nil && g.a.inPlace() && g.bt.inPlace():
 		g.direct()
 	case small:
@@ -147,11 +149,14 @@ func (g *gemm[T]) direct() {
 			c[i*ldc+j] += s
 		}
 	}
+	g.ep.apply(c, ldc, 0, 0, g.m, g.n)
 }
 
 // serial computes g on the calling goroutine, for k > 0.
 func (g *gemm[T]) serial(ar *arith[T]) {
-	g.scaleC()
+	if g.beta != 0 {
+		g.scaleC() // with beta 0, block clears C a panel at a time instead, in cache
+	}
 	ws := ar.workspace(g)
 	mr, nr := g.kern.mr, g.kern.nr
 	for jc := 0; jc < g.n; jc += ncMax {
@@ -162,7 +167,7 @@ func (g *gemm[T]) serial(ar *arith[T]) {
 			for ic := 0; ic < g.m; ic += mcMax {
 				mc := min(mcMax, g.m-ic)
 				g.pack(&g.a, ws.a, ic, mc, pc, kc, mr, ws.dec)
-				g.block(ws, mc, nc, g.words(kc), g.c[ic*g.ldc+jc:])
+				g.block(ws, ic, jc, mc, nc, g.words(kc), pc == 0, pc+kc == g.k)
 			}
 		}
 	}
@@ -196,15 +201,27 @@ func (g *gemm[T]) scaleC() {
 }
 
 // block adds the product of the packed mc×kc block of A and kc×nc block of
-// B to c, one panel of A at a time so that it stays in L1.
-func (g *gemm[T]) block(ws *workspace[T], mc, nc, kc int, c []T) {
+// B to the block of C at row ic and column jc, one panel of A at a time so
+// that it stays in L1. In the first k step with beta 0 it first clears the
+// panel's rows of C; in the last it runs the epilogue on them, while they
+// are in cache.
+func (g *gemm[T]) block(ws *workspace[T], ic, jc, mc, nc, kc int, first, last bool) {
 	ldc, kern := g.ldc, g.kern.fn
 	mr, nr := g.kern.mr, g.kern.nr
 	for ir := 0; ir < mc; ir += mr {
 		a := ws.a[ir*kc : (ir+mr)*kc]
 		h := min(mr, mc-ir)
+		c := g.c[(ic+ir)*ldc+jc:]
+		if first && g.beta == 0 {
+			for r := range h {
+				clear(c[r*ldc:][:nc])
+			}
+		}
 		for jr := 0; jr < nc; jr += nr {
-			kern(kc, a, ws.b[jr*kc:(jr+nr)*kc], c[ir*ldc+jr:], ldc, h, min(nr, nc-jr))
+			kern(kc, a, ws.b[jr*kc:(jr+nr)*kc], c[jr:], ldc, h, min(nr, nc-jr))
+		}
+		if last {
+			g.ep.apply(c, ldc, ic+ir, jc, h, nc)
 		}
 	}
 }

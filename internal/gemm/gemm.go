@@ -11,7 +11,9 @@
 // multiplies them as they are. Large products are split between goroutines
 // by rows or columns of C. Small ones run on the calling goroutine and,
 // when the kernel can read the operands where they lie, skip packing.
-// Packing buffers are pooled, so calls allocate nothing once warm.
+// Packing buffers are pooled, so calls allocate nothing once warm. An
+// epilogue (bias, rounding to a low-precision output, GELU) runs on each
+// panel of C as its last k step finishes, while it is in cache.
 //
 // The micro-kernels and packing routines are assembly where the CPU has
 // AVX-512 (with VDPBF16PS for bfloat16 pairs where it has AVX512_BF16) or
@@ -52,25 +54,56 @@ type Matrix struct {
 // F32 computes C = op(A)·op(B) + beta·C, op(A) m×k, op(B) k×n, C m×n row-major with leading dim ldc.
 // Accumulation is float32. beta==0 means C is overwritten (never read, so NaNs in C do not leak).
 func F32(m, n, k int, a, b Matrix, beta float32, c []float32, ldc int) {
-	mul(&single, m, n, k, a.operand("A", m, k), b.operand("B", k, n), beta, c, ldc)
+	mul(&single, m, n, k, a.operand("A", m, k), b.operand("B", k, n), beta, c, ldc, Epilogue[float32]{})
+}
+
+// F32Epilogue is F32 with beta 0 followed by ep.
+func F32Epilogue(m, n, k int, a, b Matrix, c []float32, ldc int, ep Epilogue[float32]) {
+	mul(&single, m, n, k, a.operand("A", m, k), b.operand("B", k, n), 0, c, ldc, ep)
 }
 
 // Sgemm is F32 for float32 slices.
 func Sgemm(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-	mul(&single, m, n, k, fromSlice("A", a, lda, transA, m, k), fromSlice("B", b, ldb, transB, k, n), beta, c, ldc)
+	mul(&single, m, n, k, fromSlice("A", a, lda, transA, m, k), fromSlice("B", b, ldb, transB, k, n), beta, c, ldc, Epilogue[float32]{})
 }
 
 // Dgemm is the float64 twin (float64 accumulation), used by float64 training which must match PyTorch to 1e-9.
 func Dgemm(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
-	mul(&double, m, n, k, fromSlice("A", a, lda, transA, m, k), fromSlice("B", b, ldb, transB, k, n), beta, c, ldc)
+	DgemmEpilogue(transA, transB, m, n, k, a, lda, b, ldb, beta, c, ldc, Epilogue[float64]{})
 }
 
-// mul computes C = op(A)·op(B) + beta·C once the operands are checked.
-func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc int) {
+// DgemmEpilogue is Dgemm followed by ep.
+func DgemmEpilogue(transA, transB bool, m, n, k int, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int, ep Epilogue[float64]) {
+	mul(&double, m, n, k, fromSlice("A", a, lda, transA, m, k), fromSlice("B", b, ldb, transB, k, n), beta, c, ldc, ep)
+}
+
+// Epilogue is what a product does to each element of C once its sum is
+// complete, while the block of C it lies in is still in cache: first add
+// Bias, then round into Out. It gives the same bits as a second pass over C
+// would, without that pass's trips to memory.
+type Epilogue[T float] struct {
+	// Bias, if not nil, holds n values: Bias[j] is added to every
+	// element of column j of C.
+	Bias []T
+	// Out, if not nil, receives C rounded to OutDType (to nearest even,
+	// not saturating), element (i, j) at element i·n+j of Out; C still
+	// holds the sums. OutDType takes a whole number of bytes an element.
+	Out      []byte
+	OutDType dtype.DType
+	// GELU, if not nil (float32 sums only), receives the GELU (vec.GELU,
+	// the exact erf form) of each element of C as a separate GELU would
+	// read it, after the bias and as rounded into Out: element (i, j) at
+	// element i·n+j, in OutDType (float32 without Out). C is then scratch.
+	GELU []byte
+}
+
+// mul computes C = op(A)·op(B) + beta·C, then ep, once the operands are checked.
+func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc int, ep Epilogue[T]) {
 	if e := need("C", m, n, ldc); len(c) < e {
 		panic(fmt.Sprintf("gemm: C has %d elements, want >= %d", len(c), e))
 	}
-	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc, kern: ar.kern, pk: &ar.pack}
+	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc, kern: ar.kern, pk: &ar.pack,
+		ep: newEpilogue(ep, m, n)}
 	if ar.bf16.fn != nil && a.bf16() && b.bf16() {
 		g.kern, g.bf16 = ar.bf16, true
 	}

@@ -401,9 +401,13 @@ func testAllocs(t *testing.T, _ *impl) {
 		sg := func() { Sgemm(false, true, n, n, n, a, n, a, n, 0, c, n) }
 		f32 := func() { F32(n, n, n, Matrix{DType: dtype.F32, Data: bytesOf(a), LD: n}, bf, 1, c, n) }
 		bf16 := func() { F32(n, n, n, bf, bf, 1, c, n) }
+		out := make([]byte, 2*n*n)
+		ep := func() {
+			F32Epilogue(n, n, n, bf, bf, c, n, Epilogue[float32]{Bias: a[:n], Out: out, OutDType: dtype.BF16})
+		}
 		d := make([]float64, n*n)
 		dg := func() { Dgemm(true, false, n, n, n, d, n, d, n, 1, d, n) }
-		for name, f := range map[string]func(){"Sgemm": sg, "F32": f32, "BF16": bf16, "Dgemm": dg} {
+		for name, f := range map[string]func(){"Sgemm": sg, "F32": f32, "BF16": bf16, "Epilogue": ep, "Dgemm": dg} {
 			if allocs := testing.AllocsPerRun(20, f); allocs != 0 {
 				t.Errorf("%s %d³: %v allocations per call, want 0", name, n, allocs)
 			}
@@ -413,6 +417,7 @@ func testAllocs(t *testing.T, _ *impl) {
 
 func TestPanics(t *testing.T) {
 	x := make([]float32, 12)
+	f32x := Matrix{DType: dtype.F32, Data: bytesOf(x), LD: 3}
 	for name, f := range map[string]func(){
 		"negative m": func() { Sgemm(false, false, -1, 2, 2, x, 2, x, 2, 0, x, 2) },
 		"short lda":  func() { Sgemm(false, false, 3, 2, 4, x, 3, x, 2, 0, x, 2) },
@@ -425,6 +430,22 @@ func TestPanics(t *testing.T) {
 		},
 		"short absmax": func() {
 			F32(2, 2, 2, Matrix{Data: make([]byte, 2), LD: 2, Codebook: new([16]float32), Absmax: x[:1], BlockSize: 2}, Matrix{}, 0, x, 2)
+		},
+		"short bias": func() { F32Epilogue(2, 3, 2, f32x, f32x, x, 3, Epilogue[float32]{Bias: x[:2]}) },
+		"short out": func() {
+			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{Out: make([]byte, 7), OutDType: dtype.BF16})
+		},
+		"short GELU": func() {
+			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{GELU: make([]byte, 15)})
+		},
+		"short rounded GELU": func() {
+			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{Out: make([]byte, 8), OutDType: dtype.BF16, GELU: make([]byte, 7)})
+		},
+		"float64 GELU": func() {
+			DgemmEpilogue(false, false, 1, 1, 1, make([]float64, 1), 1, make([]float64, 1), 1, 0, make([]float64, 1), 1, Epilogue[float64]{GELU: make([]byte, 8)})
+		},
+		"4-bit out": func() {
+			F32Epilogue(2, 2, 2, f32x, f32x, x, 2, Epilogue[float32]{Out: make([]byte, 8), OutDType: dtype.E2M1})
 		},
 		"codebook dtype": func() {
 			F32(1, 1, 1, Matrix{DType: dtype.E2M1, Data: make([]byte, 1), LD: 1, Codebook: new([16]float32), Absmax: x, BlockSize: 1}, Matrix{}, 0, x, 1)

@@ -55,9 +55,9 @@ func (ar *arith[T]) parallel(g *gemm[T]) {
 		p := &s.parts[i]
 		*p = part[T]{gemm: *g, ar: ar, wg: &s.wg}
 		if byRows {
-			p.m, p.a, p.c = hi-lo, g.a.from(lo), g.c[lo*g.ldc:]
+			p.m, p.a, p.c, p.ep = hi-lo, g.a.from(lo), g.c[lo*g.ldc:], g.ep.from(lo, 0)
 		} else {
-			p.n, p.bt, p.c = hi-lo, g.bt.from(lo), g.c[lo:]
+			p.n, p.bt, p.c, p.ep = hi-lo, g.bt.from(lo), g.c[lo:], g.ep.from(0, lo)
 		}
 	}
 	s.wg.Add(n - 1)

@@ -8,7 +8,7 @@ import "math"
 //	c = 0.5·(1 + erf(x·√½)); cdf[i] = c; y[i] = x·c
 //
 // with erf32 for erff. With AVX-512 it runs eight elements at a time, and
-// the last len(x)%8 in Go. y and cdf need len(x) elements.
+// the last len(x)%8 in Go. y and cdf need len(x) elements; y may be x.
 func GELU(y, cdf, x []float32) {
 	y, cdf = y[:len(x)], cdf[:len(x)]
 	n := 0

@@ -171,6 +171,32 @@ func TestGELULengths(t *testing.T) {
 	}
 }
 
+// TestGELUInPlace checks that GELU with y = x gives what it gives into a
+// slice of its own, on both paths and every length up to 70.
+func TestGELUInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	specials := geluSpecials()
+	for n := range 71 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(4 * r.NormFloat64())
+			if r.IntN(4) == 0 {
+				x[i] = specials[r.IntN(len(specials))]
+			}
+		}
+		for name, gelu := range map[string]func(y, cdf, x []float32){"GELU": GELU, "geluGo": geluGo} {
+			y, cdf, inPlace, cdf2 := make([]float32, n), make([]float32, n), slices.Clone(x), make([]float32, n)
+			gelu(y, cdf, x)
+			gelu(inPlace, cdf2, inPlace)
+			for i := range y {
+				if math.Float32bits(inPlace[i]) != math.Float32bits(y[i]) || math.Float32bits(cdf2[i]) != math.Float32bits(cdf[i]) {
+					t.Fatalf("%s n=%d: in place y[%d], cdf[%d] = %g, %g; want %g, %g", name, n, i, i, inPlace[i], cdf2[i], y[i], cdf[i])
+				}
+			}
+		}
+	}
+}
+
 func BenchmarkGELU(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, shape := range [][2]int{{128, 128}, {64, 4096}} {
