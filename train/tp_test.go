@@ -26,17 +26,24 @@ func closeLosses(t *testing.T, got, want string, rel float64) {
 	}
 }
 
+// oneDeviceRun is the one-device run the mesh tests follow: 6 steps of the
+// tiny gpt in 64-true, saving and validating every 3.
+func oneDeviceRun(t *testing.T) Config {
+	c := tinyConfig(t, "64-true")
+	c.Steps, c.SaveEvery, c.EvalEvery = 6, 3, 3
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestTensorParallelTrain: weft train's gpt (2 heads) in 64-true on --tp 2,
 // alone and on a 2×2 mesh under every data-parallel strategy, logs the
 // one-device losses to 1e-9, validation included; a --tp 2 checkpoint
 // holds whole weights and moments and resumes on one device and on
 // --tp 2 alike, and a 2×2 fsdp run's resumes on a 1×2 mesh.
 func TestTensorParallelTrain(t *testing.T) {
-	c := tinyConfig(t, "64-true")
-	c.Steps, c.SaveEvery, c.EvalEvery = 6, 3, 3
-	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
-		t.Fatal(err)
-	}
+	c := oneDeviceRun(t)
 	for _, mesh := range []struct {
 		strategy   string
 		devices, t int
@@ -162,11 +169,7 @@ func TestResumeNamesTheMesh(t *testing.T) {
 // parallelism; a sequence that the row's ranks cannot share, and sequence
 // parallelism without tp, are refused before anything runs.
 func TestSequenceParallelTrain(t *testing.T) {
-	c := tinyConfig(t, "64-true")
-	c.Steps, c.SaveEvery, c.EvalEvery = 6, 3, 3
-	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
-		t.Fatal(err)
-	}
+	c := oneDeviceRun(t)
 	for _, mesh := range []struct {
 		strategy          string
 		devices, t, accum int
