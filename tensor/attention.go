@@ -264,8 +264,9 @@ func probabilities[T float](s, p, stats []T, i0, bq, ld int, fresh bool) {
 			continue
 		}
 		mx, sum := stats[2*r], stats[2*r+1]
-		for c, v := range row {
-			out[c] = T(math.Exp(float64(v-mx))) / sum
+		expShifted(out, row, mx)
+		for c := range out {
+			out[c] /= sum
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/vec"
 )
 
 // statsDType is the dtype of saved statistics (mean, rstd): the compute type.
@@ -205,11 +206,31 @@ func expRow[T float](out, row []T, from T) (mx, sum T) {
 	for _, v := range row {
 		mx = max(mx, v)
 	}
-	for j, v := range row {
-		out[j] = T(math.Exp(float64(v - mx)))
-		sum += out[j]
+	expShifted(out, row, mx)
+	for _, v := range out {
+		sum += v
 	}
 	return mx, sum
+}
+
+// expShifted sets out to exp(row - mx), each rounded to T; out may be row.
+func expShifted[T float](out, row []T, mx T) {
+	for j, v := range row {
+		out[j] = v - mx
+	}
+	expInPlace(out)
+}
+
+// expInPlace sets each x to T(math.Exp(float64(x))), by vec.ExpF32 (the
+// same bits, faster) for float32.
+func expInPlace[T float](xs []T) {
+	if x32, ok := any(xs).([]float32); ok {
+		vec.ExpF32(x32, x32)
+		return
+	}
+	for j, v := range xs {
+		xs[j] = T(math.Exp(float64(v)))
+	}
 }
 
 // SoftmaxBackward returns y·(dy - Σ dy·y) over the last axis, y being Softmax's output.
@@ -342,9 +363,11 @@ func nllMean[T float](loss *Tensor, ls []T) {
 
 // logProbs sets logp[i] to log softmax(row i of zs)[targets[i]], for rows of c.
 func logProbs[T float](logp, zs []T, targets []int, c int) {
+	exps := scratch[T](c)
+	defer release(exps)
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
-		logp[i] = (row[t] - row[maxIndex(row)]) - logSumExpShifted(row)
+		logp[i] = (row[t] - row[maxIndex(row)]) - logSumExpShifted(row, exps)
 	}
 }
 
@@ -370,16 +393,18 @@ func maxIndex[T float](row []T) int {
 // logSumExpShifted returns log Σ exp(x - max) over row, reduced as CUDA's
 // persistent softmax does for rows of up to 1024: lane l of a warp of
 // min(pow2(len), 32) lanes sums elements l, l+w, ... in turn, then the
-// lanes combine by butterfly (xor-shuffle) steps of w/2, ..., 1.
-func logSumExpShifted[T float](row []T) T {
+// lanes combine by butterfly (xor-shuffle) steps of w/2, ..., 1. It keeps
+// the exponentials in exps, of len(row).
+func logSumExpShifted[T float](row, exps []T) T {
 	mx := row[maxIndex(row)]
 	w := 1
 	for w < len(row) && w < 32 {
 		w *= 2
 	}
 	var sums [32]T
-	for j, v := range row {
-		sums[j%w] += T(math.Exp(float64(v - mx)))
+	expShifted(exps, row, mx)
+	for j, e := range exps {
+		sums[j%w] += e
 	}
 	for off := w / 2; off >= 1; off /= 2 {
 		var next [32]T
@@ -422,12 +447,17 @@ func crossEntropyBackward[T float](dz, logits *Tensor, targets []int, dloss *Ten
 func crossEntropyGrads[T float](out, zs []T, targets []int, c int, scale T) {
 	for i, t := range targets {
 		row := zs[i*c : (i+1)*c]
-		mx, ls := row[maxIndex(row)], logSumExpShifted(row)
+		grads := out[i*c : (i+1)*c]
+		mx, ls := row[maxIndex(row)], logSumExpShifted(row, grads)
 		for j, v := range row {
 			// The log-probability rounded as the forward pass rounds it.
-			out[i*c+j] = T(math.Exp(float64((v-mx)-ls))) * scale
+			grads[j] = (v - mx) - ls
 		}
-		out[i*c+t] -= scale
+		expInPlace(grads)
+		for j := range grads {
+			grads[j] *= scale
+		}
+		grads[t] -= scale
 	}
 }
 

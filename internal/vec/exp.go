@@ -7,8 +7,9 @@ import "math"
 // in float64 to far better than float32's precision, which then rounds to
 // float32 as math.Exp's value does unless the two lie on either side of a
 // float32 rounding boundary. The kernel stops at a block with a lane that
-// close to one (about one lane in 30000), which Go then computes with
-// math.Exp. dst needs len(src) elements and may be src.
+// close to one (one block in 30000 over all float32 in [-104, 89]),
+// which Go then computes with math.Exp. dst needs len(src) elements and
+// may be src.
 func ExpF32(dst, src []float32) {
 	dst = dst[:len(src)]
 	if useAVX512 {
