@@ -19,8 +19,8 @@ gpt=${GPT:-"{layers: 8, width: 512, heads: 8, context: 64}"}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/weft" ./cmd/weft
-config() { # model size, batch size
-	printf 'model: gpt\ngpt: %s\nbatch_size: %s\nsteps: %s\neval_every: 1000\neval_batches: 1\nsave_every: 1000\n' "$1" "$2"
+config() { # model size, batch size, steps
+	printf 'model: gpt\ngpt: %s\nbatch_size: %s\nsteps: %s\neval_every: 1000\neval_batches: 1\nsave_every: 1000\n' "$1" "$2" "$3"
 }
 config "$gpt" "${BATCH:-8}" "${STEPS:-3}" >"$work/model.yaml"
 config "{layers: 1, width: 16, heads: 2, context: 8}" 4 3 >"$work/tiny.yaml"
