@@ -134,9 +134,9 @@ func (b *LlamaBlock) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 //
 // The head counts are read off q's and k's widths, so that a rank whose
 // projections a tensor-parallel plan split (LlamaPlan) runs its own share
-// of the heads: nh and nkv below are that share.
-// The sequence is read off q too: under sequence parallelism x holds the
-// rank's share of it, and the projections gather it whole.
+// of the heads: nh and nkv below are that share. The sequence is read off
+// q too: under sequence parallelism x holds the rank's share of it, and
+// the projections gather it whole.
 func (b *LlamaBlock) attention(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
 	hs := x.Value.Dim(-1) / b.Heads
 	proj := b.Q.Forward(tp, x)

@@ -111,8 +111,8 @@ type Layout struct {
 	Group    comm.Communicator
 	Linears  []Linear         // in the model's order
 	Sequence []SequenceModule // in the model's order; empty without sequence parallelism
-	// sequence is each of Sequence's modules' style, for the Scoper.
-	sequence map[nn.Module]Style
+	// sequence is Sequence by module, for the Scoper.
+	sequence map[nn.Module]SequenceModule
 	// ctx is the running pass's context (see Guard), the collectives'.
 	ctx context.Context
 }
@@ -155,7 +155,7 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 			styles[mod] = plan[p]
 		}
 	}
-	l := &Layout{Group: group, sequence: map[nn.Module]Style{}}
+	l := &Layout{Group: group, sequence: map[nn.Module]SequenceModule{}}
 	for _, n := range all {
 		s, ok := styles[n.mod]
 		if !ok {
@@ -166,8 +166,8 @@ func Parallelize(m nn.Module, group comm.Communicator, plan Plan) (*Layout, erro
 		}
 		ls, splits := s.(linearStyle)
 		if !splits {
-			l.Sequence = append(l.Sequence, SequenceModule{Path: n.path, Style: s, Module: n.mod})
-			l.sequence[n.mod] = s
+			sm := SequenceModule{Path: n.path, Style: s, Module: n.mod}
+			l.Sequence, l.sequence[n.mod] = append(l.Sequence, sm), sm
 			continue
 		}
 		lin := n.mod.(*nn.Linear)

@@ -93,11 +93,12 @@ func (s *sequenceScoper) EnterScope(tp *autograd.Tape, module any, x *autograd.V
 	if !ok {
 		return in, exit
 	}
-	switch style := s.l.sequence[mod].(type) {
+	sm := s.l.sequence[mod]
+	switch style := sm.Style.(type) {
 	case Scatter:
 		return in, func(out *autograd.Var) *autograd.Var { return s.l.cutSequence(tp, exit(out)) }
 	case Sequence:
-		setAside := s.l.sumPartialGrads(tp, mod)
+		setAside := s.l.sumPartialGrads(tp, sm)
 		return in, func(out *autograd.Var) *autograd.Var {
 			out = exit(out)
 			setAside()
@@ -119,20 +120,20 @@ func (s *sequenceScoper) Resume() autograd.Scoper {
 	return s
 }
 
-// sumPartialGrads is called as mod's forward starts: once mod's backward
-// is done, the gradients it gave its parameters (partial sums over the
+// sumPartialGrads is called as sm's forward starts: once its backward is
+// done, the gradients it gave its parameters (partial sums over the
 // share's positions) are summed over the group. The returned function,
 // called as the forward ends, sets the gradients held before (earlier
-// micro-batches') aside during mod's backward, so that only this pass's
-// part is summed, then added to them as one device adds it.
-func (l *Layout) sumPartialGrads(tp *autograd.Tape, mod nn.Module) (setAside func()) {
-	params := mod.Params()
+// micro-batches') aside during the module's backward, so that only this
+// pass's part is summed, then added to them as one device adds it.
+func (l *Layout) sumPartialGrads(tp *autograd.Tape, sm SequenceModule) (setAside func()) {
+	params := sm.Module.Params()
 	held := make([]*tensor.Tensor, len(params))
 	tp.OnBackward(func() error { // after mod's backward
 		for i, p := range params {
 			g := p.Var.Grad
 			if g != nil {
-				if err := l.sum(g, "the gradient of "+l.pathOf(mod)+"."+p.Name); err != nil {
+				if err := l.sum(g, "the gradient of "+sm.Path+"."+p.Name); err != nil {
 					return err
 				}
 			}
@@ -154,16 +155,6 @@ func (l *Layout) sumPartialGrads(tp *autograd.Tape, mod nn.Module) (setAside fun
 			return nil
 		})
 	}
-}
-
-// pathOf is mod's path, for errors.
-func (l *Layout) pathOf(mod nn.Module) string {
-	for _, s := range l.Sequence {
-		if s.Module == mod {
-			return s.Path
-		}
-	}
-	return nn.Kind(mod)
 }
 
 // The four moves between whole sequences and shares. Each views x

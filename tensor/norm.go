@@ -8,7 +8,8 @@ import (
 	"github.com/weftml/weft/internal/vec"
 )
 
-// statsDType is the dtype of saved statistics (mean, rstd): the compute type.
+// statsDType is the compute type of per-row values (a norm's saved mean and
+// rstd, cross-entropy's log-probabilities): float64 for float64, else float32.
 func statsDType(dt dtype.DType) dtype.DType {
 	if dt == dtype.F64 {
 		return dtype.F64
@@ -298,10 +299,7 @@ func TargetLogProbs(logits *Tensor, targets []int) (*Tensor, error) {
 			return nil, fmt.Errorf("tensor: cross entropy target %d at row %d is outside [0, %d)", t, i, c)
 		}
 	}
-	compute := dtype.F32
-	if logits.dtype == dtype.F64 {
-		compute = dtype.F64
-	}
+	compute := statsDType(logits.dtype)
 	if logits.meta {
 		return Meta(compute, n), nil
 	}
