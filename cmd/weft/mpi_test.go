@@ -40,7 +40,8 @@ func TestParityUnderMpirun(t *testing.T) {
 // in-process ranks and requires the same losses, bit for bit.
 func mpiMatchesLocal(t *testing.T, mpirun, bin string, n int, args []string) {
 	t.Helper()
-	mpiOut, err := mpirunjob.Retry(exec.Command(mpirun, append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)...).CombinedOutput)
+	job := append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)
+	mpiOut, err := mpirunjob.Retry(func() ([]byte, error) { return exec.Command(mpirun, job...).CombinedOutput() }) // a fresh command each attempt
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, mpiOut)
 	}
