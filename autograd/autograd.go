@@ -185,6 +185,18 @@ type node struct {
 	// forward is a checkpointed layer's, which the node's backward
 	// recomputes.
 	forward recomputation
+	// castFrom[i], if not nil, is the Var that in[i] was autocast from by
+	// a cast made for this op alone (see linearInputs).
+	castFrom [2]*Var
+}
+
+// gradTarget returns the Var input i's gradient goes to: the source of the
+// cast in[i] came from, when this op made the cast, else in[i].
+func (n *node) gradTarget(i int) *Var {
+	if v := n.castFrom[i]; v != nil {
+		return v
+	}
+	return n.in[i]
 }
 
 // reads names the forward values an op's backward reads, which the tape

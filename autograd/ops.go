@@ -13,17 +13,46 @@ import (
 
 // Linear returns x·wᵀ + b (b may be nil) for x [..., in], w [out, in].
 func (tp *Tape) Linear(x, w, b *Var) *Var {
-	x, w, b, bias := tp.linearInputs(x, w, b)
-	return &tp.record(tensor.Linear(x.Value, w.Value, bias), linearBackward, readsIn0|readsIn1, x, w, b).out
+	in := tp.linearInputs(x, w, b)
+	return in.record(tp, tensor.Linear(in.x.Value, in.w.Value, in.bias()))
 }
 
-// linearInputs autocasts a linear's inputs; bias is b's value, nil for none.
-func (tp *Tape) linearInputs(x, w, b *Var) (_, _, _ *Var, bias *tensor.Tensor) {
-	x, w, b = tp.autocast(OpLinear, x), tp.autocast(OpLinear, w), tp.autocast(OpLinear, b)
-	if b != nil {
-		bias = b.Value
+// linearIn is a linear's inputs as autocast made them (x, w, b) and the
+// Vars x and w were cast from by casts made for this linear alone (nil
+// where no cast was made).
+type linearIn struct {
+	x, w, b *Var
+	from    [2]*Var
+}
+
+// linearInputs autocasts a linear's inputs.
+func (tp *Tape) linearInputs(x, w, b *Var) linearIn {
+	in := linearIn{x: tp.autocast(OpLinear, x), w: tp.autocast(OpLinear, w), b: tp.autocast(OpLinear, b)}
+	// Backward may hand x's gradient straight to its source only if no
+	// other gradient reaches that source between the linear's backward
+	// and the cast's, which only w's and b's casts could give it.
+	if in.x != x && x != w && x != b {
+		in.from[0] = x
 	}
-	return x, w, b, bias
+	if in.w != w {
+		in.from[1] = w
+	}
+	return in
+}
+
+// bias is b's value, nil for none.
+func (in *linearIn) bias() *tensor.Tensor {
+	if in.b == nil {
+		return nil
+	}
+	return in.b.Value
+}
+
+// record records h, the linear's result.
+func (in *linearIn) record(tp *Tape, h *tensor.Tensor) *Var {
+	n := tp.record(h, linearBackward, readsIn0|readsIn1, in.x, in.w, in.b)
+	n.castFrom = in.from
+	return &n.out
 }
 
 // LinearGELU is GELU(exit(Linear(x, w, b))), where exit closes the linear
@@ -32,9 +61,9 @@ func (tp *Tape) linearInputs(x, w, b *Var) (_, _, _ *Var, bias *tensor.Tensor) {
 // stands for, so backward is theirs. Where exit changes that output (a cast
 // at the scope's edge) or GELU's autocast would, the GELU runs on its own.
 func (tp *Tape) LinearGELU(x, w, b *Var, exit func(*Var) *Var) *Var {
-	x, w, b, bias := tp.linearInputs(x, w, b)
-	h, y := tensor.LinearGELU(x.Value, w.Value, bias)
-	hv := &tp.record(h, linearBackward, readsIn0|readsIn1, x, w, b).out
+	in := tp.linearInputs(x, w, b)
+	h, y := tensor.LinearGELU(in.x.Value, in.w.Value, in.bias())
+	hv := in.record(tp, h)
 	if out := exit(hv); out != hv || tp.castFor(OpGELU, h.DType()) != h.DType() {
 		tensor.Free(y)
 		return tp.GELU(out)
@@ -42,16 +71,22 @@ func (tp *Tape) LinearGELU(x, w, b *Var, exit func(*Var) *Var) *Var {
 	return &tp.record(y, geluBackward, readsIn0, hv).out
 }
 
+// linearBackward computes the gradients of x and w in the dtype of the Var
+// each goes to: where autocast cast them for this linear, the cast's
+// source, which then takes the product's rounding in the GEMM's epilogue
+// (tensor.MatMulTo) and skips the cast's backward, bit for bit the same.
 func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	x, w, b := n.in[0], n.in[1], n.in[2]
 	dy2 := dy.Reshape(-1, dy.Dim(-1))
 	defer tensor.Free(dy2)
 	if x.requiresGrad {
-		tp.accumulate(x, tensor.MatMul(dy2, w.Value, false, false).Reshape(x.Value.Shape()...))
+		to := n.gradTarget(0)
+		tp.accumulate(to, tensor.MatMulTo(dy2, w.Value, false, false, to.Value.DType()).Reshape(x.Value.Shape()...))
 	}
 	if w.requiresGrad {
+		to := n.gradTarget(1)
 		x2 := x.Value.Reshape(-1, w.Value.Dim(1))
-		tp.accumulate(w, tensor.MatMul(dy2, x2, true, false))
+		tp.accumulate(to, tensor.MatMulTo(dy2, x2, true, false, to.Value.DType()))
 		tensor.Free(x2)
 	}
 	if b != nil && b.requiresGrad {

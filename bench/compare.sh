@@ -6,7 +6,10 @@
 # SIZES lists gpt sizes as layers,width,heads,context:batch (default the
 # three of issue 17); each size and precision runs in fresh processes, weft
 # then PyTorch on 1 and on every core (OPENBLAS_NUM_THREADS and
-# OMP_NUM_THREADS set to match, the faster kept), so peak RSS is the step's.
+# OMP_NUM_THREADS set to match), so peak RSS is the step's. That round runs
+# REPEATS times (default 2), interleaved, and each side keeps its fastest
+# process: on a shared machine a neighbour slows a whole process, not a
+# step. The last lines give the ratios of the kept times.
 # Needs Debian's python3-torch (apt-get install -y python3-torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +17,7 @@ steps=${STEPS:-20}
 gpt_steps=${GPT_STEPS:-5}
 sizes=${SIZES-"4,128,4,64:12 6,384,6,256:8 12,768,12,256:4"}
 precisions=${PRECISIONS:-"32-true bf16-mixed"}
+repeats=${REPEATS:-2}
 py=${PYTHON:-/usr/bin/python3} # Debian's, which has python3-torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -47,23 +51,42 @@ printf '%-14s %5s %7s %-11s %9s %9s %3s %10s %8s %7s %5s %9s %18s\n' gpt batch p
 for size in $sizes; do
 	gpt=${size%%:*} batch=${size##*:}
 	for p in $precisions; do
-		w=$("$work/weft" bench step --gpt "$gpt" --batch "$batch" --precisions "$p" --steps "$gpt_steps" --json)
-		ts=()
-		for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
-			ts+=("$(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$py" bench/torch_step.py "$gpt_steps" --gpt "$gpt" --batch "$batch" --precision "$p")")
+		ws=() ts=()
+		for _ in $(seq "$repeats"); do
+			ws+=("$("$work/weft" bench step --gpt "$gpt" --batch "$batch" --precisions "$p" --steps "$gpt_steps" --json)")
+			for threads in $(printf '%s\n' 1 "$cores" | sort -un); do
+				ts+=("$(OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads "$py" bench/torch_step.py "$gpt_steps" --gpt "$gpt" --batch "$batch" --precision "$p")")
+			done
 		done
 		# One row as soon as its size and precision are measured.
-		"$py" - "$gpt" "$w" "${ts[@]}" <<'PY'
+		"$py" - "$gpt" "$work/kept" "${#ws[@]}" "${ws[@]}" "${ts[@]}" <<'PY'
 import json, sys
-gpt, w, *ts = sys.argv[1:]
-w = json.loads(w)
+gpt, kept, n, *runs = sys.argv[1:]
+ws, ts = [json.loads(x) for x in runs[:int(n)]], [json.loads(x)["step"][0] for x in runs[int(n):]]
+w = min(ws, key=lambda r: r["step"][0]["ms"])
 peak = next(g["gflops"] for g in w["gemm"] if g["impl"] == "weft-f32")
 w = w["step"][0]
-t = min((json.loads(x)["step"][0] for x in ts), key=lambda r: r["ms"])
+t = min(ts, key=lambda r: r["ms"])
 assert t["params"] == w["params"], f"gpt {gpt}: PyTorch has {t['params']} parameters, weft {w['params']}"
 print(f"{gpt:14} {w['batch']:5} {w['params'] / 1e6:6.2f}M {w['precision']:11} {w['ms']:9.1f} {t['ms']:9.1f} {t['threads']:3} "
       f"{t['ms'] / w['ms']:9.2f}x {w['gflops']:8.1f} {100 * w['of_gemm_peak']:6.0f}% {w['cores_busy']:5.2f} "
       f"{w['peak_alloc'] / 2**20:9.0f} {w['peak_rss'] / 2**20:8.0f} / {t['peak_rss'] / 2**20:.0f}   (f32 GEMM {peak:.0f} GFLOP/s)")
+with open(kept, "a") as f:
+    print(gpt, w["batch"], w["precision"], w["ms"], t["ms"], file=f)
 PY
 	done
 done
+[ -s "$work/kept" ] || exit 0
+"$py" - "$work/kept" <<'PY'
+import sys
+ms = {}
+for line in open(sys.argv[1]):
+    gpt, batch, p, w, t = line.split()
+    ms[gpt, batch, p] = float(w), float(t)
+print()
+print(f"{'gpt':14} {'batch':>5} {'weft bf16-mixed / 32-true':>26} {'torch/weft 32-true':>19} {'torch/weft bf16-mixed':>22}")
+for gpt, batch in dict.fromkeys((g, b) for g, b, _ in ms):
+    f32, bf16 = ms.get((gpt, batch, "32-true")), ms.get((gpt, batch, "bf16-mixed"))
+    cell = lambda r: f"{r[1] / r[0]:.2f}" if r else "-"
+    print(f"{gpt:14} {batch:>5} {bf16[0] / f32[0] if f32 and bf16 else float('nan'):26.2f} {cell(f32):>19} {cell(bf16):>22}")
+PY

@@ -12,8 +12,29 @@ import (
 // Inputs are read in their storage dtype, accumulated in float32 (float64
 // when the result is F64), and the result is rounded once to the promoted dtype.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
-	out, _ := matmul(a, b, transA, transB, nil, false)
+	out, _ := matmul(a, b, transA, transB, nil, false, promoteAll(a, b))
 	return out
+}
+
+// MatMulTo returns MatMul(a, b, transA, transB).To(dt), bit for bit. For a
+// float32 dt and a product in a narrower float of whole bytes (bf16, f16,
+// FP8), the GEMM's epilogue rounds the float32 sums in place, instead of
+// writing a low-precision result and widening it in a second pass: an
+// autocast op's gradient headed back to float32.
+func MatMulTo(a, b *Tensor, transA, transB bool, dt dtype.DType) *Tensor {
+	if prod := promoteAll(a, b); dt != prod && (dt != dtype.F32 || !roundsInEpilogue(prod)) {
+		out := MatMul(a, b, transA, transB)
+		defer Free(out)
+		return out.To(dt)
+	}
+	out, _ := matmul(a, b, transA, transB, nil, false, dt)
+	return out
+}
+
+// roundsInEpilogue reports whether the GEMM's epilogue rounds float32 sums
+// to dt in place (gemm.Epilogue.Round).
+func roundsInEpilogue(dt dtype.DType) bool {
+	return dt.IsFloat() && dt.Bits() < 32 && dt.Bits()%8 == 0
 }
 
 // Linear returns x·wᵀ + bias for x [..., in], w [out, in], bias [out] or nil,
@@ -44,7 +65,7 @@ func linear(x, w, bias *Tensor, gelu bool) (h, y *Tensor) {
 		return Meta(promoteAll(x, w), shape...), nil
 	}
 	x2 := x.Reshape(-1, in)
-	h, y = matmul(x2, w, false, true, bias, gelu)
+	h, y = matmul(x2, w, false, true, bias, gelu, promoteAll(x, w))
 	Free(x2)
 	for _, t := range []*Tensor{h, y} {
 		if t != nil {
@@ -55,11 +76,12 @@ func linear(x, w, bias *Tensor, gelu bool) (h, y *Tensor) {
 }
 
 // matmul returns op(a)·op(b), plus bias [N] (nil for none) before the
-// rounding. The GEMM's epilogue adds the bias and rounds the float32 sums
-// into a low-precision result while they are in cache; with gelu (for a
-// float32-computed, byte-addressable result only) it also returns GELU of
-// the rounded result.
-func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool) (out, y *Tensor) {
+// rounding, in dtype dt: the operands' promoted dtype, or float32 holding
+// that dtype's values (see MatMulTo). The GEMM's epilogue adds the bias and
+// rounds the float32 sums into a low-precision result while they are in
+// cache; with gelu (for a float32-computed, byte-addressable result only)
+// it also returns GELU of the rounded result.
+func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool, dt dtype.DType) (out, y *Tensor) {
 	ra, rb := len(a.shape), len(b.shape)
 	if ra < 2 || rb < 2 {
 		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a, b))
@@ -80,9 +102,9 @@ func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool) (out, y 
 	var dims [8]int
 	shape := append(append(dims[:0], a.shape[:ra-2]...), m, n)
 	if anyMeta(a, b) {
-		return Meta(promoteAll(a, b), shape...), nil
+		return Meta(dt, shape...), nil
 	}
-	out = empty(promoteAll(a, b), shape...) // GEMM with beta 0 writes every element
+	out = empty(dt, shape...) // GEMM with beta 0 writes every element
 	strideA, strideB := m*k, k*n
 	if sharedB {
 		strideB = 0
@@ -98,6 +120,9 @@ func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool) (out, y 
 	}
 	ep := gemm.Epilogue[float32]{Bias: getOrNil[float32](bias)}
 	defer dropOrNil(bias, ep.Bias)
+	if prod := promoteAll(a, b); prod != dt {
+		ep.Round = prod
+	}
 	if gelu {
 		y = empty(out.dtype, shape...)
 	}

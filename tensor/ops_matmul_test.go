@@ -2,7 +2,9 @@ package tensor_test
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
+	"testing"
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/tensor"
@@ -179,4 +181,33 @@ func scaledMatMulCases() []opCase {
 			}})
 	}
 	return cases
+}
+
+// TestMatMulTo checks that MatMulTo is MatMul followed by To, bit for bit
+// (NaNs aside), for products in every float dtype headed to float32 (where
+// the epilogue rounds in place), to float64 and to a narrower format (where
+// To runs after), on one GEMM small enough to run unpacked and one split
+// between goroutines.
+func TestMatMulTo(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	pairs := [][2]dtype.DType{{dtype.F64, dtype.F64}, {dtype.F32, dtype.F32}, {dtype.BF16, dtype.BF16},
+		{dtype.F16, dtype.F16}, {dtype.E4M3FN, dtype.BF16}, {dtype.E4M3FN, dtype.E5M2}}
+	for _, mnk := range [][3]int{{5, 3, 7}, parallelGEMM} {
+		for _, p := range pairs {
+			a, b := randn(rng, p[0], 0, 1, mnk[2], mnk[0]), randn(rng, p[1], 0, 1, mnk[2], mnk[1])
+			for _, dt := range []dtype.DType{dtype.F32, dtype.F64, dtype.F16} {
+				want := tensor.MatMul(a, b, true, false).To(dt)
+				got := tensor.MatMulTo(a, b, true, false, dt)
+				if got.DType() != dt || !slices.Equal(got.Shape(), want.Shape()) {
+					t.Fatalf("%v·%v to %v: got %v, want %v", p[0], p[1], dt, got, want)
+				}
+				w, g := want.Float64s(), got.Float64s()
+				for i := range w {
+					if math.Float64bits(w[i]) != math.Float64bits(g[i]) && !(w[i] != w[i] && g[i] != g[i]) {
+						t.Fatalf("%v·%v to %v, %v: element %d = %v, want %v", p[0], p[1], dt, mnk, i, g[i], w[i])
+					}
+				}
+			}
+		}
+	}
 }

@@ -30,6 +30,12 @@ func newEpilogue[T float](ep Epilogue[T], m, n int) epilogue[T] {
 			panic(fmt.Sprintf("gemm: epilogue output has %d bytes, want >= %d", len(ep.Out), want))
 		}
 	}
+	if ep.Round != dtype.Invalid {
+		var z T
+		if _, ok := any(z).(float32); !ok || ep.Out != nil || ep.GELU != nil || !ep.Round.IsFloat() || ep.Round.Bits() >= 32 {
+			panic(fmt.Sprintf("gemm: epilogue rounding to %v needs float32 sums without Out or GELU, and a float dtype narrower than float32", ep.Round))
+		}
+	}
 	if ep.GELU != nil {
 		var z T
 		if _, ok := any(z).(float32); !ok {
@@ -67,13 +73,16 @@ func (e *epilogue[T]) yDType() dtype.DType {
 // apply runs the epilogue on the finished h×w block of C at c (row stride
 // ldc), which is element (i, j) of the part's C.
 func (e *epilogue[T]) apply(c []T, ldc, i, j, h, w int) {
-	if e.Bias == nil && e.Out == nil && e.GELU == nil {
+	if e.Bias == nil && e.Out == nil && e.GELU == nil && e.Round == dtype.Invalid {
 		return
 	}
 	for r := range h {
 		row, at := c[r*ldc:][:w], (i+r)*e.ldo+j
 		if e.Bias != nil {
 			vec.Add(row, e.Bias[j:j+w])
+		}
+		if e.Round != dtype.Invalid {
+			dtype.RoundFloat32s(e.Round, any(row).([]float32))
 		}
 		if e.Out != nil {
 			out := e.Out[e.OutDType.StorageBytes(at):][:e.OutDType.StorageBytes(w)]

@@ -107,6 +107,38 @@ func checkEpilogue(t *testing.T, name string, rng *rand.Rand, s shape, am, bm Ma
 	}
 }
 
+// TestEpilogueRound checks that Round leaves in C, bit for bit, the sums
+// plus the bias rounded into the dtype and widened back, for every
+// low-precision float format, on the shapes and splits of TestEpilogue.
+func TestEpilogueRound(t *testing.T) { forEachImpl(t, testEpilogueRound) }
+
+func testEpilogueRound(t *testing.T, _ *impl) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(3))
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, s := range epilogueShapes {
+		for _, operands := range []dtype.DType{dtype.F32, dtype.BF16} {
+			am, _ := encode(newMat(rng, s.m, s.k, rng.IntN(2) == 0, 1), operands, 0, false)
+			bm, _ := encode(newMat(rng, s.k, s.n, true, 2), operands, 0, false)
+			bias := to32(newMat(rng, 1, s.n, false, 0).v)
+			for _, rd := range []dtype.DType{dtype.BF16, dtype.F16, dtype.E4M3FN, dtype.E5M2} {
+				for _, b := range [][]float32{nil, bias} {
+					c64, ldc := newC(rng, s.m, s.n, 0) // all NaN: beta 0 must not read it
+					want, got := to32(c64), to32(c64)
+					F32Epilogue(s.m, s.n, s.k, am, bm, want, ldc, Epilogue[float32]{Bias: b})
+					enc := make([]byte, rd.StorageBytes(s.n))
+					for i := range s.m {
+						row := want[i*ldc:][:s.n]
+						dtype.Encode(rd, enc, row, false)
+						dtype.Decode(rd, row, enc)
+					}
+					F32Epilogue(s.m, s.n, s.k, am, bm, got, ldc, Epilogue[float32]{Bias: b, Round: rd})
+					sameC(t, fmt.Sprintf("%dx%dx%d/%v/round=%v/bias=%v", s.m, s.n, s.k, operands, rd, b != nil), got, want)
+				}
+			}
+		}
+	}
+}
+
 // guarded returns n bytes of 0xa5, a pattern no round of these sums gives
 // in every byte.
 func guarded(n int) []byte {

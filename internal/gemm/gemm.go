@@ -95,6 +95,11 @@ type Epilogue[T float] struct {
 	// read it, after the bias and as rounded into Out: element (i, j) at
 	// element i·n+j, in OutDType (float32 without Out). C is then scratch.
 	GELU []byte
+	// Round, if a float dtype narrower than float32 (float32 sums only,
+	// without Out), rounds C in place to the nearest value of Round (to
+	// nearest even, not saturating) after the bias, as rounding into Round
+	// and widening again would: a low-precision product in float32 storage.
+	Round dtype.DType
 }
 
 // mul computes C = op(A)·op(B) + beta·C, then ep, once the operands are checked.
