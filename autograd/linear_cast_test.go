@@ -73,4 +73,3 @@ func TestLinearAutocastGradients(t *testing.T) {
 		}
 	}
 }
-
