@@ -123,9 +123,12 @@ func (g *gemm[T]) run(ar *arith[T]) {
 // direct computes g without packing: the kernel reads full tiles of op(A)
 // and op(B) where they are stored, and the ragged edges are plain dot
 // products. Every sum runs in the same order as in serial, since k fits in
-// one k step, so the result is the same.
+// one k step, so the result is the same. With beta 0 the sums are stored.
 func (g *gemm[T]) direct() {
-	g.scaleC()
+	add := g.beta != 0
+	if add {
+		g.scaleC()
+	}
 	rsa, csa := g.a.strides()
 	csb, rsb := g.bt.strides() // rows of op(B)ᵀ are columns of op(B)
 	a, b, c, ldc := g.a.f[g.a.off:], g.bt.f[g.bt.off:], g.c, g.ldc
@@ -133,7 +136,7 @@ func (g *gemm[T]) direct() {
 	mf, nf := g.m-g.m%mr, g.n-g.n%nr
 	for i := 0; i < mf; i += mr {
 		for j := 0; j < nf; j += nr {
-			g.kern.strided(g.k, a[i*rsa:], rsa, csa, b[j*csb:], rsb, csb, c[i*ldc+j:], ldc)
+			g.kern.strided(g.k, a[i*rsa:], rsa, csa, b[j*csb:], rsb, csb, c[i*ldc+j:], ldc, add)
 		}
 	}
 	for i := range g.m {
@@ -146,7 +149,10 @@ func (g *gemm[T]) direct() {
 			for p := range g.k {
 				s += a[i*rsa+p*csa] * b[p*rsb+j*csb]
 			}
-			c[i*ldc+j] += s
+			if add {
+				s += c[i*ldc+j]
+			}
+			c[i*ldc+j] = s
 		}
 	}
 	g.ep.apply(c, ldc, 0, 0, g.m, g.n)
@@ -155,7 +161,7 @@ func (g *gemm[T]) direct() {
 // serial computes g on the calling goroutine, for k > 0.
 func (g *gemm[T]) serial(ar *arith[T]) {
 	if g.beta != 0 {
-		g.scaleC() // with beta 0, block clears C a panel at a time instead, in cache
+		g.scaleC() // with beta 0, the first k step stores its sums instead
 	}
 	ws := ar.workspace(g)
 	mr, nr := g.kern.mr, g.kern.nr
@@ -202,23 +208,19 @@ func (g *gemm[T]) scaleC() {
 
 // block adds the product of the packed mc×kc block of A and kc×nc block of
 // B to the block of C at row ic and column jc, one panel of A at a time so
-// that it stays in L1. In the first k step with beta 0 it first clears the
-// panel's rows of C; in the last it runs the epilogue on them, while they
-// are in cache.
+// that it stays in L1; in the first k step with beta 0 it stores the
+// product instead, as C holds nothing yet. In the last k step it runs the
+// epilogue on the panel's rows of C, while they are in cache.
 func (g *gemm[T]) block(ws *workspace[T], ic, jc, mc, nc, kc int, first, last bool) {
 	ldc, kern := g.ldc, g.kern.fn
 	mr, nr := g.kern.mr, g.kern.nr
+	add := !first || g.beta != 0
 	for ir := 0; ir < mc; ir += mr {
 		a := ws.a[ir*kc : (ir+mr)*kc]
 		h := min(mr, mc-ir)
 		c := g.c[(ic+ir)*ldc+jc:]
-		if first && g.beta == 0 {
-			for r := range h {
-				clear(c[r*ldc:][:nc])
-			}
-		}
 		for jr := 0; jr < nc; jr += nr {
-			kern(kc, a, ws.b[jr*kc:(jr+nr)*kc], c[jr:], ldc, h, min(nr, nc-jr))
+			kern(kc, a, ws.b[jr*kc:(jr+nr)*kc], c[jr:], ldc, h, min(nr, nc-jr), add)
 		}
 		if last {
 			g.ep.apply(c, ldc, ic+ir, jc, h, nc)

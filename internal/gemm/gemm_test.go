@@ -477,7 +477,7 @@ func BenchmarkKernel(b *testing.B) {
 			b.Run(im.name+"/"+name, func(b *testing.B) {
 				a, p, c := make([]float32, k.mr*kcMax), make([]float32, k.nr*kcMax), make([]float32, k.mr*k.nr)
 				for b.Loop() {
-					k.fn(kcMax, a, p, c, k.nr, k.mr, k.nr)
+					k.fn(kcMax, a, p, c, k.nr, k.mr, k.nr, true)
 				}
 				kk := kcMax
 				if name == "bf16" {

@@ -4,8 +4,9 @@ import "unsafe"
 
 // A kernel is a micro-kernel and the mr×nr register tile it computes. fn
 // adds the product of packed panels to the top-left h×w part of the mr×nr
-// tile of c with row stride ldc, 1 <= h <= mr, 1 <= w <= nr, touching no
-// other element of c: a holds an mr×kc panel of op(A) with
+// tile of c with row stride ldc, 1 <= h <= mr, 1 <= w <= nr, or with add
+// false stores it there without reading c, touching no other element of c
+// either way: a holds an mr×kc panel of op(A) with
 // a[p*mr+i] = op(A)[i][p], b a kc×nr panel of op(B) with
 // b[p*nr+j] = op(B)[p][j], kc >= 1. The packing routines lay out op(A) in
 // panels of mr rows and op(B) in panels of nr columns to match.
@@ -13,16 +14,22 @@ import "unsafe"
 // Every kernel sums each element's products in order of p from zero,
 // rounding after each step (the assembly kernels fuse each multiply with
 // its add; the Go one leaves that to the compiler), and adds the sum to c
-// once, so a tile's result does not depend on where the tile lies in C or
-// on how much of it is used.
+// or stores it once, so a tile's result does not depend on where the tile
+// lies in C or on how much of it is used.
+//
+// Storing is for the first k step with beta 0, so that no pass clears C
+// first. It gives sum where adding to a cleared C gave +0 + sum, which
+// differ only when sum is -0 (a fused step that underflows, say): that is
+// what BLAS stores with beta 0 too, it compares equal to +0, and a result
+// it goes into can differ only in the sign of a zero.
 type kernel[T float] struct {
 	mr, nr int
-	fn     func(kc int, a, b, c []T, ldc, h, w int)
+	fn     func(kc int, a, b, c []T, ldc, h, w int, add bool)
 
 	// strided, if not nil, is fn reading op(A)[i][p] = a[i*rsa+p*csa] and
 	// op(B)[p][j] = b[p*rsb+j*csb] wherever they lie, with the same
 	// result: small products then skip packing.
-	strided func(kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int)
+	strided func(kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int, add bool)
 }
 
 // An impl is the set of micro-kernels and packing routines for one
@@ -57,16 +64,21 @@ var goImpl = impl{
 
 // kernelGoPacked is kernel.fn for kernelGo: a ragged tile goes through a
 // whole one on the stack.
-func kernelGoPacked[T float](kc int, a, b, c []T, ldc, h, w int) {
+func kernelGoPacked[T float](kc int, a, b, c []T, ldc, h, w int, add bool) {
 	if h == goMR && w == goNR {
-		kernelGo(kc, a, 1, goMR, b, goNR, 1, c, ldc)
+		kernelGo(kc, a, 1, goMR, b, goNR, 1, c, ldc, add)
 		return
 	}
 	var t [goMR * goNR]T
-	kernelGo(kc, a, 1, goMR, b, goNR, 1, t[:], goNR)
+	kernelGo(kc, a, 1, goMR, b, goNR, 1, t[:], goNR, false)
 	for i := range h {
-		for j := range w {
-			c[i*ldc+j] += t[i*goNR+j]
+		row := c[i*ldc:][:w]
+		if !add {
+			copy(row, t[i*goNR:])
+			continue
+		}
+		for j := range row {
+			row[j] += t[i*goNR+j]
 		}
 	}
 }
@@ -85,7 +97,7 @@ func use(im *impl) {
 func init() { use(&impls[0]) }
 
 // kernelGo adds op(A)·op(B) to the goMR×goNR tile of c with row stride ldc,
-// where op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb],
+// or with add false stores it there without reading c, where op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb],
 // 0 <= p < kc, for kc >= 1 and non-negative strides: it reads packed panels
 // and, for small products, matrices where they are stored.
 //
@@ -93,7 +105,7 @@ func init() { use(&impls[0]) }
 // loop is unrolled four times with its test at the bottom, so that its body
 // is a single basic block: the compiler then issues each multiply next to
 // its add and keeps every accumulator in a register.
-func kernelGo[T float](kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int) {
+func kernelGo[T float](kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, ldc int, add bool) {
 	const mr, nr = goMR, goNR
 	_ = a[(kc-1)*csa+(mr-1)*rsa]
 	_ = b[(kc-1)*rsb+(nr-1)*csb]
@@ -173,16 +185,15 @@ func kernelGo[T float](kc int, a []T, rsa, csa int, b []T, rsb, csb int, c []T, 
 			}
 		}
 	}
-	c0 := c[:nr]
-	c0[0] += c00
-	c0[1] += c01
-	c1 := c[ldc : ldc+nr]
-	c1[0] += c10
-	c1[1] += c11
-	c2 := c[2*ldc : 2*ldc+nr]
-	c2[0] += c20
-	c2[1] += c21
-	c3 := c[3*ldc : 3*ldc+nr]
-	c3[0] += c30
-	c3[1] += c31
+	c0, c1, c2, c3 := c[:nr], c[ldc:ldc+nr], c[2*ldc:2*ldc+nr], c[3*ldc:3*ldc+nr]
+	if add {
+		c00, c01 = c0[0]+c00, c0[1]+c01
+		c10, c11 = c1[0]+c10, c1[1]+c11
+		c20, c21 = c2[0]+c20, c2[1]+c21
+		c30, c31 = c3[0]+c30, c3[1]+c31
+	}
+	c0[0], c0[1] = c00, c01
+	c1[0], c1[1] = c10, c11
+	c2[0], c2[1] = c20, c21
+	c3[0], c3[1] = c30, c31
 }

@@ -8,7 +8,7 @@
 // (nr is two vectors), register 2 an element of A broadcast, and row i of
 // the tile accumulates in registers 8+2i and 9+2i (Z8–Z31 for the 12 rows of
 // the AVX-512 kernels) or 4+2i and 5+2i (Y4–Y15, the 6 rows of AVX2). The
-// sums are added to C only after the last step.
+// sums are added to C, or stored in it, only after the last step.
 
 // ROWZ and ROWY multiply the B row by A element off(SI) into c0, c1.
 #define ROWZ(BCAST, FMA, off, c0, c1) BCAST off(SI), Z2; FMA Z0, Z2, c0; FMA Z1, Z2, c1
@@ -106,35 +106,52 @@ summed:
 #define PREFETCH12(W) PREFETCH6(W); PREFETCH6(W)
 
 // A kernel ends by adding its accumulators to the h×w part of the C tile,
-// h in R9 and w in R10. A whole tile takes plain loads and stores (ROW); a
-// ragged one takes masked ones, with the columns below w in the masks of
-// the two vectors, and stops after h rows (EDGE).
-#define ROW(ADD, W, c0, c1) ADD (DX), c0, c0; VMOVUPS c0, (DX); ADD W(DX), c1, c1; VMOVUPS c1, W(DX); ADDQ R8, DX
-#define EDGEZ(ADD, MOV, c0, c1) \
+// h in R9 and w in R10, or by storing them there without reading C if R11
+// (add) is 0. A whole tile takes plain loads and stores (ROWADD, ROWSTORE);
+// a ragged one takes masked ones, with the columns below w in the masks of
+// the two vectors, and stops after h rows (EDGE*), jumping to done.
+#define ROWADD(ADD, W, c0, c1) ADD (DX), c0, c0; VMOVUPS c0, (DX); ADD W(DX), c1, c1; VMOVUPS c1, W(DX); ADDQ R8, DX
+#define ROWSTORE(ADD, W, c0, c1) VMOVUPS c0, (DX); VMOVUPS c1, W(DX); ADDQ R8, DX
+#define EDGEADDZ(ADD, MOV, c0, c1) \
 	ADD (DX), c0, K1, c0; MOV c0, K1, (DX); ADD 64(DX), c1, K2, c1; MOV c1, K2, 64(DX); \
 	ADDQ R8, DX; DECQ R9; JZ done
-#define EDGEY(MASKMOV, ADD, c0, c1) \
+#define EDGESTOREZ(ADD, MOV, c0, c1) \
+	MOV c0, K1, (DX); MOV c1, K2, 64(DX); \
+	ADDQ R8, DX; DECQ R9; JZ done
+#define EDGEADDY(MASKMOV, ADD, c0, c1) \
 	MASKMOV (DX), Y0, Y2; ADD Y2, c0, c0; MASKMOV c0, Y0, (DX); \
 	MASKMOV 32(DX), Y1, Y3; ADD Y3, c1, c1; MASKMOV c1, Y1, 32(DX); \
 	ADDQ R8, DX; DECQ R9; JZ done
+#define EDGESTOREY(MASKMOV, ADD, c0, c1) \
+	MASKMOV c0, Y0, (DX); MASKMOV c1, Y1, 32(DX); \
+	ADDQ R8, DX; DECQ R9; JZ done
+
+// TILEZ and TILEY run ROW(X, Y, c0, c1) on the accumulators of each row of
+// the tile in turn.
+#define TILEZ(ROW, X, Y) \
+	ROW(X, Y, Z8, Z9); ROW(X, Y, Z10, Z11); ROW(X, Y, Z12, Z13); ROW(X, Y, Z14, Z15); \
+	ROW(X, Y, Z16, Z17); ROW(X, Y, Z18, Z19); ROW(X, Y, Z20, Z21); ROW(X, Y, Z22, Z23); \
+	ROW(X, Y, Z24, Z25); ROW(X, Y, Z26, Z27); ROW(X, Y, Z28, Z29); ROW(X, Y, Z30, Z31)
+#define TILEY(ROW, X, Y) \
+	ROW(X, Y, Y4, Y5); ROW(X, Y, Y6, Y7); ROW(X, Y, Y8, Y9); \
+	ROW(X, Y, Y10, Y11); ROW(X, Y, Y12, Y13); ROW(X, Y, Y14, Y15)
 
 // ENDZ ends an AVX-512 kernel with L lanes a vector, stored by MOV (masked
 // stores mask lanes of the size MOV moves): K1 and K2 get the low and high
 // L bits of 1<<w - 1.
 #define ENDZ(ADD, MOV, L) \
 	CMPQ R9, $12; JNE edge; CMPQ R10, $(2*L); JNE edge; \
-	ROW(ADD, 64, Z8, Z9); ROW(ADD, 64, Z10, Z11); ROW(ADD, 64, Z12, Z13); \
-	ROW(ADD, 64, Z14, Z15); ROW(ADD, 64, Z16, Z17); ROW(ADD, 64, Z18, Z19); \
-	ROW(ADD, 64, Z20, Z21); ROW(ADD, 64, Z22, Z23); ROW(ADD, 64, Z24, Z25); \
-	ROW(ADD, 64, Z26, Z27); ROW(ADD, 64, Z28, Z29); ROW(ADD, 64, Z30, Z31); \
-	JMP done; \
+	TESTQ R11, R11; JZ store; \
+	TILEZ(ROWADD, ADD, 64); JMP done; \
+store: \
+	TILEZ(ROWSTORE, ADD, 64); JMP done; \
 edge: \
 	MOVQ R10, CX; MOVQ $1, AX; SHLQ CX, AX; DECQ AX; \
 	KMOVW AX, K1; SHRQ $L, AX; KMOVW AX, K2; \
-	EDGEZ(ADD, MOV, Z8, Z9); EDGEZ(ADD, MOV, Z10, Z11); EDGEZ(ADD, MOV, Z12, Z13); \
-	EDGEZ(ADD, MOV, Z14, Z15); EDGEZ(ADD, MOV, Z16, Z17); EDGEZ(ADD, MOV, Z18, Z19); \
-	EDGEZ(ADD, MOV, Z20, Z21); EDGEZ(ADD, MOV, Z22, Z23); EDGEZ(ADD, MOV, Z24, Z25); \
-	EDGEZ(ADD, MOV, Z26, Z27); EDGEZ(ADD, MOV, Z28, Z29); EDGEZ(ADD, MOV, Z30, Z31); \
+	TESTQ R11, R11; JZ edgestore; \
+	TILEZ(EDGEADDZ, ADD, MOV); \
+edgestore: \
+	TILEZ(EDGESTOREZ, ADD, MOV); \
 done: \
 	VZEROUPPER; \
 	RET
@@ -144,14 +161,17 @@ done: \
 // (all ones) and then as many zeros, starting 2·32/E-w elements in.
 #define ENDY(MASKMOV, ADD, E) \
 	CMPQ R9, $6; JNE edge; CMPQ R10, $(64/E); JNE edge; \
-	ROW(ADD, 32, Y4, Y5); ROW(ADD, 32, Y6, Y7); ROW(ADD, 32, Y8, Y9); \
-	ROW(ADD, 32, Y10, Y11); ROW(ADD, 32, Y12, Y13); ROW(ADD, 32, Y14, Y15); \
-	JMP done; \
+	TESTQ R11, R11; JZ store; \
+	TILEY(ROWADD, ADD, 32); JMP done; \
+store: \
+	TILEY(ROWSTORE, ADD, 32); JMP done; \
 edge: \
 	LEAQ edgeMask<>(SB), AX; MOVQ $(64/E), BX; SUBQ R10, BX; \
 	VMOVDQU (AX)(BX*E), Y0; VMOVDQU 32(AX)(BX*E), Y1; \
-	EDGEY(MASKMOV, ADD, Y4, Y5); EDGEY(MASKMOV, ADD, Y6, Y7); EDGEY(MASKMOV, ADD, Y8, Y9); \
-	EDGEY(MASKMOV, ADD, Y10, Y11); EDGEY(MASKMOV, ADD, Y12, Y13); EDGEY(MASKMOV, ADD, Y14, Y15); \
+	TESTQ R11, R11; JZ edgestore; \
+	TILEY(EDGEADDY, MASKMOV, ADD); \
+edgestore: \
+	TILEY(EDGESTOREY, MASKMOV, ADD); \
 done: \
 	VZEROUPPER; \
 	RET
@@ -166,8 +186,8 @@ DATA edgeMask<>+48(SB)/8, $-1
 DATA edgeMask<>+56(SB)/8, $-1
 GLOBL edgeMask<>(SB), RODATA|NOPTR, $128
 
-// func sgemmAVX512(kc int, a, b, c []float32, ldc, h, w int)
-TEXT ·sgemmAVX512(SB), NOSPLIT, $0-104
+// func sgemmAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
+TEXT ·sgemmAVX512(SB), NOSPLIT, $0-105
 	MOVQ kc+0(FP), CX
 	MOVQ a_base+8(FP), SI
 	MOVQ b_base+32(FP), DI
@@ -175,6 +195,7 @@ TEXT ·sgemmAVX512(SB), NOSPLIT, $0-104
 	MOVQ ldc+80(FP), R8
 	MOVQ h+88(FP), R9
 	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
 	SHLQ $2, R8
 	MOVQ DX, AX
 	PREFETCH12(128)
@@ -182,8 +203,8 @@ TEXT ·sgemmAVX512(SB), NOSPLIT, $0-104
 	KLOOP(S512, 48, 128)
 	ENDZ(VADDPS, VMOVUPS, 16)
 
-// func dgemmAVX512(kc int, a, b, c []float64, ldc, h, w int)
-TEXT ·dgemmAVX512(SB), NOSPLIT, $0-104
+// func dgemmAVX512(kc int, a, b, c []float64, ldc, h, w int, add bool)
+TEXT ·dgemmAVX512(SB), NOSPLIT, $0-105
 	MOVQ kc+0(FP), CX
 	MOVQ a_base+8(FP), SI
 	MOVQ b_base+32(FP), DI
@@ -191,6 +212,7 @@ TEXT ·dgemmAVX512(SB), NOSPLIT, $0-104
 	MOVQ ldc+80(FP), R8
 	MOVQ h+88(FP), R9
 	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
 	SHLQ $3, R8
 	MOVQ DX, AX
 	PREFETCH12(128)
@@ -198,8 +220,8 @@ TEXT ·dgemmAVX512(SB), NOSPLIT, $0-104
 	KLOOP(D512, 96, 128)
 	ENDZ(VADDPD, VMOVUPD, 8)
 
-// func bf16gemmAVX512(kc int, a, b, c []float32, ldc, h, w int)
-TEXT ·bf16gemmAVX512(SB), NOSPLIT, $0-104
+// func bf16gemmAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
+TEXT ·bf16gemmAVX512(SB), NOSPLIT, $0-105
 	MOVQ kc+0(FP), CX
 	MOVQ a_base+8(FP), SI
 	MOVQ b_base+32(FP), DI
@@ -207,6 +229,7 @@ TEXT ·bf16gemmAVX512(SB), NOSPLIT, $0-104
 	MOVQ ldc+80(FP), R8
 	MOVQ h+88(FP), R9
 	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
 	SHLQ $2, R8
 	MOVQ DX, AX
 	PREFETCH12(128)
@@ -214,8 +237,8 @@ TEXT ·bf16gemmAVX512(SB), NOSPLIT, $0-104
 	KLOOP(STEPB, 48, 128)
 	ENDZ(VADDPS, VMOVUPS, 16)
 
-// func sgemmAVX2(kc int, a, b, c []float32, ldc, h, w int)
-TEXT ·sgemmAVX2(SB), NOSPLIT, $0-104
+// func sgemmAVX2(kc int, a, b, c []float32, ldc, h, w int, add bool)
+TEXT ·sgemmAVX2(SB), NOSPLIT, $0-105
 	MOVQ kc+0(FP), CX
 	MOVQ a_base+8(FP), SI
 	MOVQ b_base+32(FP), DI
@@ -223,6 +246,7 @@ TEXT ·sgemmAVX2(SB), NOSPLIT, $0-104
 	MOVQ ldc+80(FP), R8
 	MOVQ h+88(FP), R9
 	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
 	SHLQ $2, R8
 	MOVQ DX, AX
 	PREFETCH6(64)
@@ -230,8 +254,8 @@ TEXT ·sgemmAVX2(SB), NOSPLIT, $0-104
 	KLOOP(S256, 24, 64)
 	ENDY(VMASKMOVPS, VADDPS, 4)
 
-// func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int)
-TEXT ·dgemmAVX2(SB), NOSPLIT, $0-104
+// func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int, add bool)
+TEXT ·dgemmAVX2(SB), NOSPLIT, $0-105
 	MOVQ kc+0(FP), CX
 	MOVQ a_base+8(FP), SI
 	MOVQ b_base+32(FP), DI
@@ -239,6 +263,7 @@ TEXT ·dgemmAVX2(SB), NOSPLIT, $0-104
 	MOVQ ldc+80(FP), R8
 	MOVQ h+88(FP), R9
 	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
 	SHLQ $3, R8
 	MOVQ DX, AX
 	PREFETCH6(64)

@@ -6,22 +6,30 @@ import (
 	"math/big"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/weftml/weft/dtype"
 )
 
 // TestKernels checks every micro-kernel bit for bit against the loop its
-// documentation gives, on panels followed by NaN guard bands and on whole
-// and ragged parts of a C tile surrounded by them: a read past a panel
-// turns sums to NaN, and a write outside the part overwrites a guard.
+// documentation gives, adding and storing, on panels followed by NaN guard
+// bands and on whole and ragged parts of a C tile surrounded by them: a read
+// past a panel turns sums to NaN, and a write outside the part overwrites a
+// guard. Panels of tiny values, whose products underflow, give sums of -0
+// and +0, which a kernel must store as its loop does.
 func TestKernels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
+	sign := func() float64 { return float64(2*rng.IntN(2) - 1) }
 	uniform32 := func() float32 { return float32(2*rng.Float64() - 1) }
 	uniform64 := func() float64 { return 2*rng.Float64() - 1 }
+	tiny32 := func() float32 { return float32(sign() * 0x1p-80) }
+	tiny64 := func() float64 { return sign() * 0x1p-540 }
 	// A pair of bfloat16 in the bits of a float32, as impl.bf16 packs them.
-	pair := func() float32 {
-		lo, hi := dtype.BF16FromF32(uniform32()), dtype.BF16FromF32(uniform32())
-		return math.Float32frombits(uint32(hi)<<16 | uint32(lo))
+	pairOf := func(rand func() float32) func() float32 {
+		return func() float32 {
+			lo, hi := dtype.BF16FromF32(rand()), dtype.BF16FromF32(rand())
+			return math.Float32frombits(uint32(hi)<<16 | uint32(lo))
+		}
 	}
 	for _, im := range impls {
 		step32, step64 := func(s, x, y float32) float32 { return s + x*y }, func(s, x, y float64) float64 { return s + x*y }
@@ -32,8 +40,11 @@ func TestKernels(t *testing.T) {
 			name := fmt.Sprintf("%s/kc=%d", im.name, kc)
 			checkKernel(t, name+"/f32", im.f32, kc, uniform32, step32)
 			checkKernel(t, name+"/f64", im.f64, kc, uniform64, step64)
+			checkKernel(t, name+"/f32/tiny", im.f32, kc, tiny32, step32)
+			checkKernel(t, name+"/f64/tiny", im.f64, kc, tiny64, step64)
 			if im.bf16.fn != nil {
-				checkKernel(t, name+"/bf16", im.bf16, kc, pair, stepBF16)
+				checkKernel(t, name+"/bf16", im.bf16, kc, pairOf(uniform32), stepBF16)
+				checkKernel(t, name+"/bf16/tiny", im.bf16, kc, pairOf(tiny32), stepBF16)
 			}
 		}
 	}
@@ -41,8 +52,9 @@ func TestKernels(t *testing.T) {
 
 // checkKernel runs k on random panels with kc steps, for every part of the
 // tile from 1×1 to the whole, and compares each element of the part with
-// its start plus the sum that step accumulates from zero over the panels'
-// values.
+// the sum that step accumulates from zero over the panels' values: added to
+// the element's random start, or stored over a NaN, which the kernel must
+// not read.
 func checkKernel[T float](t *testing.T, name string, k kernel[T], kc int, rand func() T, step func(s, x, y T) T) {
 	t.Helper()
 	nan := T(math.NaN())
@@ -68,28 +80,44 @@ func checkKernel[T float](t *testing.T, name string, k kernel[T], kc int, rand f
 	ldc := k.nr + 3
 	c := make([]T, (k.mr+2)*ldc)
 	c0 := ldc + 1 // guard row above, guard column to the left
-	for h := 1; h <= k.mr; h++ {
-		for w := 1; w <= k.nr; w++ {
-			for i := range c {
-				c[i] = nan
-				if r, j := i/ldc-1, i%ldc-1; r >= 0 && r < h && j >= 0 && j < w {
-					c[i] = rand()
+	for _, add := range []bool{true, false} {
+		for h := 1; h <= k.mr; h++ {
+			for w := 1; w <= k.nr; w++ {
+				for i := range c {
+					c[i] = nan
+					if r, j := i/ldc-1, i%ldc-1; add && r >= 0 && r < h && j >= 0 && j < w {
+						c[i] = rand()
+					}
 				}
-			}
-			want := append([]T(nil), c...)
-			for i := range h {
-				for j := range w {
-					want[c0+i*ldc+j] += sum[i*k.nr+j]
+				want := append([]T(nil), c...)
+				for i := range h {
+					for j := range w {
+						e := &want[c0+i*ldc+j]
+						if add {
+							*e += sum[i*k.nr+j]
+						} else {
+							*e = sum[i*k.nr+j]
+						}
+					}
 				}
-			}
-			k.fn(kc, a, b, c[c0:], ldc, h, w)
-			for i := range c {
-				if g, e := c[i], want[i]; g != e && !(g != g && e != e) {
-					t.Fatalf("%s/%dx%d: C[%d][%d] = %v, want %v", name, h, w, i/ldc-1, i%ldc-1, g, e)
+				k.fn(kc, a, b, c[c0:], ldc, h, w, add)
+				for i := range c {
+					if g, e := c[i], want[i]; bitsOf(g) != bitsOf(e) {
+						t.Fatalf("%s/add=%v/%dx%d: C[%d][%d] = %v, want %v", name, add, h, w, i/ldc-1, i%ldc-1, g, e)
+					}
 				}
 			}
 		}
 	}
+}
+
+// bitsOf returns the bits of x, which tell -0 from +0 (and compare a NaN
+// guard left alone equal to itself).
+func bitsOf[T float](x T) uint64 {
+	if unsafe.Sizeof(x) == 4 {
+		return uint64(math.Float32bits(float32(x)))
+	}
+	return math.Float64bits(float64(x))
 }
 
 // fma32 returns x·y+s rounded once to float32.
@@ -101,13 +129,13 @@ func fma32(s, x, y float32) float32 {
 }
 
 // stepBF16 is a step of the bfloat16 kernel (see bf16gemmAVX512): the
-// products of the high and then the low halves of the pairs x and y. Each
-// product is exact, so adding it rounds once as a fused step would.
+// fused products of the high and then the low halves of the pairs x and y.
+// A product of two bfloat16 is exact in float32 unless it underflows, and
+// then only fusing gives the instruction's zero, which has its sign.
 func stepBF16(s, x, y float32) float32 {
 	hi := func(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ 0xffff) }
 	lo := func(v float32) float32 { return math.Float32frombits(math.Float32bits(v) << 16) }
-	s += hi(x) * hi(y)
-	return s + lo(x)*lo(y)
+	return fma32(fma32(s, hi(x), hi(y)), lo(x), lo(y))
 }
 
 // TestTransposers checks the transposer of every impl, and the float64

@@ -38,32 +38,35 @@ func asmImpls() []impl {
 //			for p := range kc {
 //				s = fma(a[p*mr+i], b[p*nr+j], s)
 //			}
-//			c[i*ldc+j] += s
+//			if add {
+//				s += c[i*ldc+j]
+//			}
+//			c[i*ldc+j] = s
 //		}
 //	}
 //
 // where fma(x, y, s) is x·y+s rounded once. They read and write no other
-// elements of c, and need kc >= 1.
+// elements of c, read none with add false, and need kc >= 1.
 
 // sgemmAVX512 is the 12×32 float32 kernel: 24 zmm accumulators.
 //
 //go:noescape
-func sgemmAVX512(kc int, a, b, c []float32, ldc, h, w int)
+func sgemmAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
 
 // dgemmAVX512 is the 12×16 float64 kernel: 24 zmm accumulators.
 //
 //go:noescape
-func dgemmAVX512(kc int, a, b, c []float64, ldc, h, w int)
+func dgemmAVX512(kc int, a, b, c []float64, ldc, h, w int, add bool)
 
 // sgemmAVX2 is the 6×16 float32 kernel: 12 ymm accumulators.
 //
 //go:noescape
-func sgemmAVX2(kc int, a, b, c []float32, ldc, h, w int)
+func sgemmAVX2(kc int, a, b, c []float32, ldc, h, w int, add bool)
 
 // dgemmAVX2 is the 6×8 float64 kernel: 12 ymm accumulators.
 //
 //go:noescape
-func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int)
+func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int, add bool)
 
 // bf16gemmAVX512 is the 12×32 bfloat16 kernel, with VDPBF16PS in place of
 // the multiply-adds: a and b hold pairs of bfloat16 (see impl.bf16), and
@@ -77,7 +80,10 @@ func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int)
 //				s = fma(hi(x), hi(y), s)
 //				s = fma(lo(x), lo(y), s)
 //			}
-//			c[i*ldc+j] += s
+//			if add {
+//				s += c[i*ldc+j]
+//			}
+//			c[i*ldc+j] = s
 //		}
 //	}
 //
@@ -86,7 +92,7 @@ func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int)
 // results as zero. Intel documents this order; Zen 5 follows it bit for bit.
 //
 //go:noescape
-func bf16gemmAVX512(kc int, a, b, c []float32, ldc, h, w int)
+func bf16gemmAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
 
 // packAVX2 packs with AVX2 instructions, and 4-bit codes in Go.
 var packAVX2 = packer{transpose: transposeAVX, lookup: lookupAVX2, widen: widenAVX2, interleave: interleaveAVX2, codes: codesGo}
