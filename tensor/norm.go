@@ -61,8 +61,15 @@ func layerNormRows[T float](ys, xs, ws, bs, ms, rs []T, eps float64) {
 	c := len(ws)
 	for r := range ms {
 		row := xs[r*c : (r+1)*c]
-		mu := sum4(row) / T(c)
-		sq := squares4(row, mu)
+		var sum T
+		for _, v := range row {
+			sum += v
+		}
+		mu := sum / T(c)
+		var sq T
+		for _, v := range row {
+			sq += (v - mu) * (v - mu)
+		}
 		rs[r] = T(1 / math.Sqrt(float64(sq/T(c))+eps))
 		ms[r] = mu
 		out := ys[r*c : (r+1)*c]
@@ -119,85 +126,26 @@ func layerNormBackward[T float](dx, dw, db, x, w, mean, rstd, dy *Tensor) {
 func layerNormBackwardRows[T float](dxs, xs, ws, gs, ms, rs, dws, dbs []T) {
 	c := len(ws)
 	xhat, dxhat := scratch[T](c), scratch[T](c)
-	for r, mu := range ms {
-		// Locals of a row's length let the compiler drop the bounds checks
-		// and keep mu and rstd in registers across the stores.
-		row, g, rstd, dx := xs[r*c:(r+1)*c], gs[r*c:(r+1)*c], rs[r], dxs[r*c:(r+1)*c]
-		xh, dxh := xhat[:len(row)], dxhat[:len(row)]
-		w, g := ws[:len(row)], g[:len(row)]
-		for j, v := range row {
-			xh[j] = (v - mu) * rstd
-			dxh[j] = g[j] * w[j]
-		}
-		if dws != nil {
-			dw, db := dws[:len(row)], dbs[:len(row)]
-			for j, x := range xh {
-				dw[j] += g[j] * x
-				db[j] += g[j]
+	for r := range ms {
+		row, g := xs[r*c:(r+1)*c], gs[r*c:(r+1)*c]
+		var sumD, sumDX T
+		for j := range c {
+			xhat[j] = (row[j] - ms[r]) * rs[r]
+			dxhat[j] = g[j] * ws[j]
+			sumD += dxhat[j]
+			sumDX += dxhat[j] * xhat[j]
+			if dws != nil {
+				dws[j] += g[j] * xhat[j]
+				dbs[j] += g[j]
 			}
 		}
-		meanD := sum4(dxh) / T(c)
-		meanDX := dot4(dxh, xh) / T(c)
-		dx = dx[:len(row)]
-		for j, d := range dxh {
-			dx[j] = rstd * (d - meanD - xh[j]*meanDX)
+		meanD, meanDX := sumD/T(c), sumDX/T(c)
+		for j := range c {
+			dxs[r*c+j] = rs[r] * (dxhat[j] - meanD - xhat[j]*meanDX)
 		}
 	}
 	release(xhat)
 	release(dxhat)
-}
-
-// sum4 returns Σ xs[j] in four interleaved partial sums, ((s0+s1)+(s2+s3)):
-// a row's adds then overlap instead of each waiting on the last, in an
-// order fixed by the row alone.
-func sum4[T float](xs []T) T {
-	var s [4]T
-	j := 0
-	for ; j+4 <= len(xs); j += 4 {
-		s[0] += xs[j]
-		s[1] += xs[j+1]
-		s[2] += xs[j+2]
-		s[3] += xs[j+3]
-	}
-	for ; j < len(xs); j++ {
-		s[0] += xs[j]
-	}
-	return (s[0] + s[1]) + (s[2] + s[3])
-}
-
-// squares4 is Σ (xs[j]-mu)² summed as sum4 sums.
-func squares4[T float](xs []T, mu T) T {
-	var s [4]T
-	j := 0
-	for ; j+4 <= len(xs); j += 4 {
-		d0, d1, d2, d3 := xs[j]-mu, xs[j+1]-mu, xs[j+2]-mu, xs[j+3]-mu
-		s[0] += d0 * d0
-		s[1] += d1 * d1
-		s[2] += d2 * d2
-		s[3] += d3 * d3
-	}
-	for ; j < len(xs); j++ {
-		d := xs[j] - mu
-		s[0] += d * d
-	}
-	return (s[0] + s[1]) + (s[2] + s[3])
-}
-
-// dot4 is Σ a[j]·b[j] summed as sum4 sums.
-func dot4[T float](a, b []T) T {
-	var s [4]T
-	b = b[:len(a)]
-	j := 0
-	for ; j+4 <= len(a); j += 4 {
-		s[0] += a[j] * b[j]
-		s[1] += a[j+1] * b[j+1]
-		s[2] += a[j+2] * b[j+2]
-		s[3] += a[j+3] * b[j+3]
-	}
-	for ; j < len(a); j++ {
-		s[0] += a[j] * b[j]
-	}
-	return (s[0] + s[1]) + (s[2] + s[3])
 }
 
 // layerNormParamGrads adds to dws[lo:hi] and dbs[lo:hi] the columns
