@@ -308,6 +308,13 @@ func (tp *Tape) Record(value *tensor.Tensor, backward func(dy *tensor.Tensor) []
 	return tp.recordCustom(value, backward, readsOut|readsEveryInput, inputs)
 }
 
+// RecordInputs is Record for an op whose backward reads its inputs' values
+// but not its result (a Linear's): the tape can then free the result once
+// nothing else reads it, as PyTorch keeps only what an op saves.
+func (tp *Tape) RecordInputs(value *tensor.Tensor, backward func(dy *tensor.Tensor) []*tensor.Tensor, inputs ...*Var) *Var {
+	return tp.recordCustom(value, backward, readsEveryInput, inputs)
+}
+
 // RecordUnsaved is Record for an op whose backward reads no forward value,
 // its inputs' and its result's shapes and dtypes aside (a collective, a
 // move of data): the tape can then free those values before backward.

@@ -207,3 +207,55 @@ func paramsOf(l autograd.Layer) []*autograd.Var {
 	}
 	return nil
 }
+
+// square is a module computing x∘x + x, the square a custom op whose
+// backward reads its input; the sum (an Add, which reads nothing) is
+// returned, so only record decides whether the square stays.
+type square struct {
+	record func(tp *autograd.Tape, y *tensor.Tensor, bwd func(*tensor.Tensor) []*tensor.Tensor, x *autograd.Var) *autograd.Var
+}
+
+func (s square) Forward(tp *autograd.Tape, x *autograd.Var) *autograd.Var {
+	x, exit := tp.Enter(s, x)
+	y := s.record(tp, tensor.Mul(x.Value, x.Value), func(dy *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{tensor.Mul(tensor.Scale(x.Value, 2), dy)}
+	}, x)
+	return exit(tp.Add(y, x))
+}
+
+// TestRecordInputsFreesResult: a custom op recorded with RecordInputs keeps
+// its inputs for backward but not its result, which the module's exit
+// frees, where Record keeps both; the gradients are the same bits.
+func TestRecordInputsFreesResult(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	x0 := randn(rng, 4, 8)
+	const bytes = 4 * 8 * 8
+	for _, c := range []struct {
+		name   string
+		record func(tp *autograd.Tape, y *tensor.Tensor, bwd func(*tensor.Tensor) []*tensor.Tensor, x *autograd.Var) *autograd.Var
+		kept   int64
+	}{
+		{"Record", func(tp *autograd.Tape, y *tensor.Tensor, bwd func(*tensor.Tensor) []*tensor.Tensor, x *autograd.Var) *autograd.Var {
+			return tp.Record(y, bwd, x)
+		}, 2 * bytes},
+		{"RecordInputs", func(tp *autograd.Tape, y *tensor.Tensor, bwd func(*tensor.Tensor) []*tensor.Tensor, x *autograd.Var) *autograd.Var {
+			return tp.RecordInputs(y, bwd, x)
+		}, bytes},
+	} {
+		tp := &autograd.Tape{Recycle: true}
+		x := autograd.Param(x0.Clone())
+		out := square{c.record}.Forward(tp, x)
+		if _, b := tp.Retained(); b != c.kept {
+			t.Errorf("%s: the pass holds %d bytes, want %d", c.name, b, c.kept)
+		}
+		if err := tp.Backward(scalarize(tp, out)); err != nil {
+			t.Fatal(err)
+		}
+		w, xs, g := weights(x0.Len()).Float64s(), x0.Float64s(), x.Grad.Float64s()
+		for i := range g {
+			if want := w[i]*(2*xs[i]) + w[i]; g[i] != want {
+				t.Fatalf("%s: gradient %d = %v, want %v", c.name, i, g[i], want)
+			}
+		}
+	}
+}

@@ -170,7 +170,7 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 	y = replace(y, y.To(outDType))
 	var dims [8]int
 	y.SetShape(append(append(dims[:0], xShape[:len(xShape)-1]...), out)...)
-	return tp.Record(y, func(dy *tensor.Tensor) []*tensor.Tensor {
+	return tp.RecordInputs(y, func(dy *tensor.Tensor) []*tensor.Tensor {
 		dy2 := dy.Reshape(-1, out)
 		// Backward runs once, a checkpointed forward's after its recompute:
 		// dy's amax is always recorded.

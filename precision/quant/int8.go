@@ -83,7 +83,19 @@ func (q *RowWise) Dequantize(dt dtype.DType) *tensor.Tensor {
 	for i := range vals {
 		vals[i] = vals[i] * q.Absmax[i/cols] * inv127
 	}
-	return tensor.FromFloat32(vals, q.Codes.Shape()...).To(dt)
+	return convert(tensor.FromFloat32(vals, q.Codes.Shape()...), dt)
+}
+
+// Free returns the codes of a temporary quantization to the pool.
+func (q *RowWise) Free() { tensor.Free(q.Codes) }
+
+// convert returns t, a temporary, in dt, freeing t if that made a copy.
+func convert(t *tensor.Tensor, dt dtype.DType) *tensor.Tensor {
+	c := t.To(dt)
+	if c != t {
+		tensor.Free(t)
+	}
+	return c
 }
 
 // Bytes returns the memory q holds: one byte an element and a float32 a row.
@@ -101,7 +113,12 @@ func (q *RowWise) Format() string { return "int8" }
 // a.Absmax[i]·b.Absmax[j], times 1/127². The sums are formed in float64,
 // where every partial sum of int8 products is an exact integer.
 func matmulInt8(a, b *RowWise) []float32 {
-	sums := tensor.MatMul(a.Codes.To(dtype.F64), b.Codes.To(dtype.F64), false, true).Float64s()
+	a64, b64 := a.Codes.To(dtype.F64), b.Codes.To(dtype.F64)
+	prod := tensor.MatMul(a64, b64, false, true)
+	sums := prod.Float64s()
+	for _, t := range []*tensor.Tensor{a64, b64, prod} {
+		tensor.Free(t)
+	}
 	n := len(b.Absmax)
 	out := make([]float32, len(sums))
 	for i, s := range sums {
@@ -124,19 +141,27 @@ func mixedLinear(x *tensor.Tensor, w *RowWise, bias *tensor.Tensor, threshold fl
 	}
 	qx, outliers := QuantizeRows(x, threshold)
 	y := matmulInt8(qx, w)
+	qx.Free()
 	if bias != nil {
 		b := bias.Float32s()
 		for i := range y {
 			y[i] += b[i%len(b)]
 		}
 	}
-	out := tensor.FromFloat32(y, x.Dim(0), len(w.Absmax)).To(dt)
+	out := convert(tensor.FromFloat32(y, x.Dim(0), len(w.Absmax)), dt)
 	if len(outliers) == 0 {
 		return out, nil
 	}
 	wide := tensor.Promote(dt, dtype.F32)
-	sub := tensor.MatMul(columns(x, outliers).To(wide), columns(w.Dequantize(dt), outliers).To(wide), false, true)
-	return tensor.Add(out.To(wide), sub).To(dt), outliers
+	deq := w.Dequantize(dt)
+	xo, wo := convert(columns(x, outliers), wide), convert(columns(deq, outliers), wide)
+	sub := tensor.MatMul(xo, wo, false, true)
+	out = convert(out, wide)
+	sum := tensor.Add(out, sub)
+	for _, t := range []*tensor.Tensor{deq, xo, wo, sub, out} {
+		tensor.Free(t)
+	}
+	return convert(sum, dt), outliers
 }
 
 // weightGradInt8 returns dyᵀ·x, the weight gradient of int8 training
@@ -145,22 +170,40 @@ func mixedLinear(x *tensor.Tensor, w *RowWise, bias *tensor.Tensor, threshold fl
 // and per input feature, over the batch) and multiplied in int8; the
 // outlier columns of x are multiplied in their dtype and added, in float32.
 func weightGradInt8(dy, x *tensor.Tensor, outliers []int) *tensor.Tensor {
-	qdy, _ := QuantizeRows(tensor.Permute(dy, 1, 0), 0)
-	qx, _ := QuantizeRows(tensor.Permute(zeroColumns(x, outliers), 1, 0), 0)
+	dyT := tensor.Permute(dy, 1, 0)
+	qdy, _ := QuantizeRows(dyT, 0)
+	zeroed := zeroColumns(x, outliers)
+	xT := tensor.Permute(zeroed, 1, 0)
+	qx, _ := QuantizeRows(xT, 0)
 	out, in := dy.Dim(1), x.Dim(1)
 	dw := tensor.FromFloat32(matmulInt8(qdy, qx), out, in)
+	qdy.Free()
+	qx.Free()
+	tensor.Free(dyT)
+	tensor.Free(xT)
+	if zeroed != x {
+		tensor.Free(zeroed)
+	}
 	if len(outliers) == 0 {
 		return dw
 	}
 	wide := tensor.Promote(x.DType(), dtype.F32)
-	sub := tensor.MatMul(dy.To(wide), columns(x, outliers).To(wide), true, false).Float64s() // (out, len(outliers))
+	dyw, xo := dy.To(wide), convert(columns(x, outliers), wide)
+	prod := tensor.MatMul(dyw, xo, true, false) // (out, len(outliers))
+	sub := prod.Float64s()
+	tensor.Free(prod)
+	tensor.Free(xo)
+	if dyw != dy {
+		tensor.Free(dyw)
+	}
 	vals := dw.Float64s()
+	tensor.Free(dw)
 	for o := range out {
 		for k, c := range outliers {
 			vals[o*in+c] += sub[o*len(outliers)+k]
 		}
 	}
-	return tensor.FromFloat64(vals, out, in).To(wide)
+	return convert(tensor.FromFloat64(vals, out, in), wide)
 }
 
 // columns returns the listed columns of the matrix t, in t's dtype.
@@ -173,7 +216,7 @@ func columns(t *tensor.Tensor, cols []int) *tensor.Tensor {
 			out = append(out, vals[r*n+c])
 		}
 	}
-	return tensor.FromFloat64(out, rows, len(cols)).To(t.DType())
+	return convert(tensor.FromFloat64(out, rows, len(cols)), t.DType())
 }
 
 // zeroColumns returns a copy of the matrix t with the listed columns zeroed.
@@ -188,5 +231,5 @@ func zeroColumns(t *tensor.Tensor, cols []int) *tensor.Tensor {
 			vals[i] = 0
 		}
 	}
-	return tensor.FromFloat64(vals, t.Shape()...).To(t.DType())
+	return convert(tensor.FromFloat64(vals, t.Shape()...), t.DType())
 }

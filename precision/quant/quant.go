@@ -227,9 +227,15 @@ func (g *linear8) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var
 	x2, bias := flatten(x, b)
 	qw, _ := QuantizeRows(w.Value, 0)
 	y, outliers := mixedLinear(x2, qw, bias, g.owner.Threshold)
-	return tp.Record(unflatten(y, x), func(dy *tensor.Tensor) []*tensor.Tensor {
+	// The codes are not kept for backward, which quantizes w again to the
+	// same codes: under FSDP w is gathered again anyway, and keeping them
+	// would hold a copy of every weight between the passes (as FP8 does).
+	qw.Free()
+	return tp.RecordInputs(unflatten(y, x), func(dy *tensor.Tensor) []*tensor.Tensor {
 		dy2 := dy.Reshape(-1, dy.Dim(-1))
+		qw, _ := QuantizeRows(w.Value, 0)
 		dx, db := inputGrads(dy2, x, b, qw)
+		qw.Free()
 		var dw *tensor.Tensor
 		if w.RequiresGrad() {
 			dw = weightGradInt8(dy2, x2, outliers)
@@ -257,7 +263,7 @@ func (g *linear8) base() nn.LinearGEMM { return nil }
 func frozenLinear(tp *autograd.Tape, x, b *autograd.Var, w Weight, forward func(x, bias *tensor.Tensor) *tensor.Tensor) *autograd.Var {
 	x, b = autocast(tp, x), autocast(tp, b)
 	y := forward(flatten(x, b))
-	return tp.Record(unflatten(y, x), func(dy *tensor.Tensor) []*tensor.Tensor {
+	return tp.RecordInputs(unflatten(y, x), func(dy *tensor.Tensor) []*tensor.Tensor {
 		dx, db := inputGrads(dy.Reshape(-1, dy.Dim(-1)), x, b, w)
 		return []*tensor.Tensor{dx, db}
 	}, x, b)

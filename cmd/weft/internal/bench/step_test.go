@@ -53,10 +53,13 @@ func mustParse(tb testing.TB, spec string) precision.Plugin {
 // TestStepMemorySteady checks that the tensor pool reaches its steady
 // state in the first step: from step 2 on, Live between steps, the peak
 // within them and the bytes the pool holds no longer change, so nothing
-// a step allocates is left behind.
+// a step allocates is left behind, in every family of precision (the int8
+// GEMMs once left every temporary behind, 130 MiB a step on a small gpt).
 func TestStepMemorySteady(t *testing.T) {
+	specs := []string{"32-true", "bf16-mixed", "16-mixed", "transformer-engine", "bf16-true+nf4-dq",
+		"bf16-true+int8", "bf16-true+int8-training"}
 	for _, model := range []string{"mlp", "cnn", "gpt"} {
-		for _, spec := range []string{"32-true", "bf16-mixed"} {
+		for _, spec := range specs {
 			s, err := newStep(context.Background(), StepConfig{Model: model}, mustParse(t, spec))
 			if err != nil {
 				t.Fatal(err)
