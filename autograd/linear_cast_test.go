@@ -20,10 +20,7 @@ import (
 func TestLinearAutocastGradients(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	x0, w0, b0 := randn(rng, 2, 12, 24), randn(rng, 24, 24), randn(rng, 24)
-	targets := make([]int, 24)
-	for i := range targets {
-		targets[i] = rng.IntN(24)
-	}
+	targets := randomTargets(rng, 24, 24)
 	for _, dt := range []dtype.DType{dtype.BF16, dtype.F16} {
 		for _, c := range []struct {
 			name  string

@@ -30,10 +30,7 @@ func (c casts) CastInput(op autograd.Op, in dtype.DType) dtype.DType {
 func TestLinearGELU(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	x0, w0, b0 := randn(rng, 2, 6, 24), randn(rng, 40, 24), randn(rng, 40)
-	targets := make([]int, 12)
-	for i := range targets {
-		targets[i] = rng.IntN(40)
-	}
+	targets := randomTargets(rng, 12, 40)
 	toF32 := func(tp *autograd.Tape) func(*autograd.Var) *autograd.Var {
 		return func(v *autograd.Var) *autograd.Var { return tp.Cast(v, dtype.F32) }
 	}
@@ -78,4 +75,13 @@ func TestLinearGELU(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randomTargets returns n class indices below classes.
+func randomTargets(rng *rand.Rand, n, classes int) []int {
+	targets := make([]int, n)
+	for i := range targets {
+		targets[i] = rng.IntN(classes)
+	}
+	return targets
 }
