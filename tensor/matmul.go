@@ -180,3 +180,36 @@ func operand(t *Tensor, off int, trans bool) gemm.Matrix {
 	start := t.dtype.StorageBytes(off)
 	return gemm.Matrix{DType: t.dtype, Data: t.data[start:], LD: t.shape[len(t.shape)-1], Trans: trans}
 }
+
+// int8Chunk is the most products of int8 values whose float32 sum is
+// exact in any order: every partial sum is an integer of magnitude at
+// most 1024·128² = 2²⁴.
+const int8Chunk = 1024
+
+// Int8MatMulT returns a·bᵀ for int8 matrices a [m, k] and b [n, k] as
+// float64 [m, n] holding the exact integer sums (an int8 tensor core's
+// int32 ones, torch._int_mm's): k runs in chunks of int8Chunk, each a
+// float32 GEMM whose sums are exact, and the chunks add in float64.
+func Int8MatMulT(a, b *Tensor) *Tensor {
+	if a.dtype != dtype.I8 || b.dtype != dtype.I8 || len(a.shape) != 2 || len(b.shape) != 2 || a.shape[1] != b.shape[1] {
+		panic(fmt.Sprintf("tensor: Int8MatMulT needs int8 matrices [m, k] and [n, k], got %v and %v", a, b))
+	}
+	m, n, k := a.shape[0], b.shape[0], a.shape[1]
+	if anyMeta(a, b) {
+		return Meta(dtype.F64, m, n)
+	}
+	out := New(dtype.F64, m, n)
+	a32, b32 := a.To(dtype.F32), b.To(dtype.F32)
+	c, sums := scratch[float32](m*n), out.f64()
+	for k0 := 0; k0 < k; k0 += int8Chunk {
+		kc := min(int8Chunk, k-k0)
+		gemm.F32(m, n, kc, operand(a32, k0, false), operand(b32, k0, true), 0, c, n)
+		for i, v := range c {
+			sums[i] += float64(v)
+		}
+	}
+	release(c)
+	Free(a32)
+	Free(b32)
+	return out
+}

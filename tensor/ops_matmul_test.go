@@ -211,3 +211,40 @@ func TestMatMulTo(t *testing.T) {
 		}
 	}
 }
+
+// TestInt8MatMulT checks Int8MatMulT against integer dot products, exact
+// to the bit: random codes over k within one float32 chunk, exactly one,
+// and several with a ragged last; every code -128, whose chunk sums reach
+// 2²⁴; and large positive codes, whose sums float32 would round past 2²⁴.
+func TestInt8MatMulT(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	codes := func(rows, k int, fill func() int8) (*tensor.Tensor, []int8) {
+		c := tensor.New(dtype.I8, rows, k)
+		vals := make([]int8, rows*k)
+		for i := range vals {
+			vals[i] = fill()
+			c.Data()[i] = byte(vals[i])
+		}
+		return c, vals
+	}
+	random := func() int8 { return int8(rng.IntN(256) - 128) }
+	for _, c := range []struct {
+		m, n, k int
+		fill    func() int8
+	}{{5, 7, 300, random}, {33, 40, 1024, random}, {20, 70, 2500, random}, {3, 4, 2048, func() int8 { return -128 }}, {2, 3, 3000, func() int8 { return int8(100 + rng.IntN(28)) }}} {
+		a, av := codes(c.m, c.k, c.fill)
+		b, bv := codes(c.n, c.k, c.fill)
+		got := tensor.Int8MatMulT(a, b).Float64s()
+		for i := range c.m {
+			for j := range c.n {
+				var s int64
+				for p := range c.k {
+					s += int64(av[i*c.k+p]) * int64(bv[j*c.k+p])
+				}
+				if got[i*c.n+j] != float64(s) {
+					t.Fatalf("%dx%dx%d: element (%d, %d) = %v, want %d", c.m, c.n, c.k, i, j, got[i*c.n+j], s)
+				}
+			}
+		}
+	}
+}

@@ -110,15 +110,12 @@ func (q *RowWise) Format() string { return "int8" }
 // matmulInt8 returns a·bᵀ for int8 matrices a [m, k] and b [n, k],
 // dequantized as bitsandbytes' int8_mm_dequant does: the exact integer
 // dot product (an int8 tensor core's int32 sum) in float32, times
-// a.Absmax[i]·b.Absmax[j], times 1/127². The sums are formed in float64,
-// where every partial sum of int8 products is an exact integer.
+// a.Absmax[i]·b.Absmax[j], times 1/127² (tensor.Int8MatMulT's exact
+// sums).
 func matmulInt8(a, b *RowWise) []float32 {
-	a64, b64 := a.Codes.To(dtype.F64), b.Codes.To(dtype.F64)
-	prod := tensor.MatMul(a64, b64, false, true)
+	prod := tensor.Int8MatMulT(a.Codes, b.Codes)
 	sums := prod.Float64s()
-	for _, t := range []*tensor.Tensor{a64, b64, prod} {
-		tensor.Free(t)
-	}
+	tensor.Free(prod)
 	n := len(b.Absmax)
 	out := make([]float32, len(sums))
 	for i, s := range sums {
