@@ -185,6 +185,9 @@ func (r *Rank) Reshard() {
 		// The whole value's storage is freed (its header stays with
 		// whoever built it, so a stale reference fails loudly).
 		old := *s.slot
+		if r.Info.Sharding.Parameters && old.IsMeta() && s.local.Value != nil {
+			continue // cut before and replaced by nothing since (a checkpoint holds no frozen codes)
+		}
 		if r.Info.Sharding.Parameters {
 			s.local.Value = r.chunk(i)
 			*s.slot = tensor.Meta(s.dt, s.shape...)

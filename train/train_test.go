@@ -257,6 +257,19 @@ func TestShardedResume(t *testing.T) {
 	}
 }
 
+// TestShardedResumeFrozen: FSDP resumes exactly with frozen quantized
+// weights, whose sharded codes come from setup, not the checkpoint (the
+// resume once re-cut them from nothing and panicked).
+func TestShardedResumeFrozen(t *testing.T) {
+	for _, spec := range []string{"bf16-true+nf4-dq", "bf16-true+int8"} {
+		t.Run(spec, func(t *testing.T) {
+			straight := tinyConfig(t, spec)
+			straight.Strategy, straight.Devices = "fsdp", 2
+			sameLosses(t, straight.Out, straightAndResumed(t, straight, 10))
+		})
+	}
+}
+
 func TestConsolidate(t *testing.T) {
 	c := tinyConfig(t, "32-true")
 	c.Strategy, c.Devices, c.Steps = "zero2", 2, 4
