@@ -334,8 +334,12 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 			return nil, err
 		}
 		if ok {
+			old := p.Var.Value
 			if p.Var.Value, err = f.shareOf(p, v); err != nil {
 				return nil, err
+			}
+			if f.dist == nil && !tensor.SameStorage(old, p.Var.Value) {
+				tensor.Drop(old) // the value Setup made, which nothing else holds (a strategy re-cuts its own in Reshard)
 			}
 		}
 		steps, stepped := m.OptimizerSteps[p.Path]

@@ -113,6 +113,30 @@ func TestSaveLoadResumesExactly(t *testing.T) {
 	}
 }
 
+// TestLoadReplacesValues: Load on one device leaves live the checkpoint's
+// values and moments and nothing of the values Setup made, which it
+// replaces (they once stayed, a copy of the model in every resumed run).
+func TestLoadReplacesValues(t *testing.T) {
+	first, fm := mlpFabric(t, 1, "32-true", "", nil)
+	trainSteps(t, first, fm, 0, 1)
+	dir := filepath.Join(t.TempDir(), "ckpt")
+	if err := first.Save(context.Background(), dir, fabric.SaveOptions{Step: 1}); err != nil {
+		t.Fatal(err)
+	}
+	resumed, rm := mlpFabric(t, 99, "32-true", "", nil)
+	var params int64
+	for _, p := range nn.Parameters(rm) {
+		params += int64(p.Var.Value.Bytes())
+	}
+	before := tensor.Memory().Live
+	if _, err := resumed.Load(dir, fabric.LoadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tensor.Memory().Live - before; got != 2*params {
+		t.Errorf("Load added %d live bytes, want %d: the two AdamW moments of %d bytes of parameters", got, 2*params, params)
+	}
+}
+
 // onRanks runs fn on n in-process ranks.
 func onRanks(t *testing.T, n int, fn func(r int, c comm.Communicator) error) {
 	t.Helper()
