@@ -18,6 +18,7 @@ gpt_steps=${GPT_STEPS:-5}
 sizes=${SIZES-"4,128,4,64:12 6,384,6,256:8 12,768,12,256:4"}
 precisions=${PRECISIONS:-"32-true bf16-mixed"}
 repeats=${REPEATS:-2}
+[[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: REPEATS=$repeats: want a whole number of rounds, at least 1" >&2; exit 2; }
 py=${PYTHON:-/usr/bin/python3} # Debian's, which has python3-torch
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

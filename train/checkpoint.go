@@ -214,7 +214,11 @@ func loadWeights(f *fabric.Fabric, from string, m models.Model) error {
 	if hf.IsModelDir(from) {
 		return hf.LoadWeights(from, m)
 	}
-	if st, err := os.Stat(from); err == nil && !st.IsDir() {
+	st, err := os.Stat(from)
+	if err != nil {
+		return fmt.Errorf("init from %s: no such file or run folder", from)
+	}
+	if !st.IsDir() {
 		_, err := f.LoadRaw(from, m, fabric.LoadOptions{})
 		return err
 	}

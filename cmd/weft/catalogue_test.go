@@ -77,6 +77,12 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 15}\n")), "--tp", "2", "--devices", "2", "--sequence-parallel", "--out", dir}
 	}, nil, 0},
 	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }, nil, 0},
+	{"a missing --init-from", func(dir string) []string {
+		return []string{"train", "--init-from", filepath.Join(dir, "missing.safetensors"), "--out", dir}
+	}, nil, 0},
+	{"LoRA on two devices", func(dir string) []string {
+		return []string{"train", "--lora", "blocks.*.qkv", "--strategy", "fsdp", "--devices", "2", "--out", dir}
+	}, nil, 0},
 	{"a checkpoint's latest pointing outside its folder", func(dir string) []string {
 		os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755)
 		writeFile(filepath.Join(dir, "checkpoints"), "latest", []byte("../../etc\n"))
