@@ -328,6 +328,9 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	fit := newFitter(ck.Dir, opts, out)
 	param := func(name string, _ []int) (*tensor.Tensor, error) { return ck.Tensor(name) }
 	states, _ := f.opt.(adamStates)
+	// A strategy that shards re-cuts the values itself (Reshard, below);
+	// elsewhere the values Setup made go once the checkpoint's replace them.
+	resharded := f.dist != nil && (f.dist.Info.Sharding.OptimizerState || f.dist.Info.Sharding.Parameters)
 	for i, p := range nn.Parameters(f.model) {
 		v, ok, err := fit.take("model."+p.Path, f.wholeLike(p, p.Var.Value), "parameters", param)
 		if err != nil {
@@ -338,8 +341,8 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 			if p.Var.Value, err = f.shareOf(p, v); err != nil {
 				return nil, err
 			}
-			if f.dist == nil && !tensor.SameStorage(old, p.Var.Value) {
-				tensor.Drop(old) // the value Setup made, which nothing else holds (a strategy re-cuts its own in Reshard)
+			if !resharded && !tensor.SameStorage(old, p.Var.Value) {
+				tensor.Drop(old)
 			}
 		}
 		steps, stepped := m.OptimizerSteps[p.Path]
@@ -369,7 +372,10 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 			return nil, err
 		}
 		if f.shardedOptimizer() {
+			whole := [2]*tensor.Tensor{st.ExpAvg, st.ExpAvgSq}
 			st.ExpAvg, st.ExpAvgSq = f.dist.Shard(i, st.ExpAvg), f.dist.Shard(i, st.ExpAvgSq)
+			tensor.Free(whole[0]) // Shard copied this rank's chunk
+			tensor.Free(whole[1])
 		}
 		if err := states.SetState(p.Path, st); err != nil {
 			return nil, err
@@ -378,7 +384,7 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	if err := fit.unexpected(ck.state.Names()); err != nil {
 		return nil, err
 	}
-	if f.dist != nil {
+	if resharded {
 		f.dist.Reshard()
 	}
 	if err := f.loadPrecision(ck.Dir, m.Precision, out); err != nil {

@@ -2,6 +2,7 @@ package fabric_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -134,6 +135,53 @@ func TestLoadReplacesValues(t *testing.T) {
 	}
 	if got := tensor.Memory().Live - before; got != 2*params {
 		t.Errorf("Load added %d live bytes, want %d: the two AdamW moments of %d bytes of parameters", got, 2*params, params)
+	}
+}
+
+// TestLoadReplacesValuesOnRanks: on 2 ranks of every data-parallel
+// strategy, Load leaves live only the moments it restores (each rank's
+// chunks, padded to whole chunks, under ZeRO and FSDP), nothing of the
+// values Setup made, of the whole moments a rank cut its chunks from, or
+// of the chunks cut before (each once stayed live in a resumed run).
+func TestLoadReplacesValuesOnRanks(t *testing.T) {
+	const ranks = 2
+	for _, st := range []string{"ddp", "zero1", "zero2", "fsdp"} {
+		dir := filepath.Join(t.TempDir(), "ckpt")
+		onRanks(t, ranks, func(_ int, c comm.Communicator) error {
+			f, m := mlpFabric(t, 1, "32-true", st, c)
+			trainSteps(t, f, m, 0, 1)
+			return f.Save(context.Background(), dir, fabric.SaveOptions{Step: 1})
+		})
+		var want int64 // both ranks' moments, as the pool counts them
+		_, m := mlpFabric(t, 1, "32-true", "", nil)
+		for _, p := range nn.Parameters(m) {
+			n := p.Var.Value.Len()
+			if st != "ddp" {
+				n = (n + ranks - 1) / ranks
+			}
+			want += ranks * 2 * tensor.PoolBytes(dtype.F32, n)
+		}
+		var before, after int64
+		onRanks(t, ranks, func(r int, c comm.Communicator) error {
+			f, _ := mlpFabric(t, 99, "32-true", st, c)
+			if err := c.Barrier(context.Background()); err != nil {
+				return err
+			}
+			if r == 0 {
+				before = tensor.Memory().Live
+			}
+			_, err := f.Load(dir, fabric.LoadOptions{})
+			if err := errors.Join(err, c.Barrier(context.Background())); err != nil {
+				return err
+			}
+			if r == 0 {
+				after = tensor.Memory().Live
+			}
+			return nil
+		})
+		if after-before != want {
+			t.Errorf("%s: Load added %d live bytes on %d ranks, want %d (their AdamW moments)", st, after-before, ranks, want)
+		}
 	}
 }
 

@@ -188,11 +188,18 @@ func (r *Rank) Reshard() {
 		if r.Info.Sharding.Parameters && old.IsMeta() && s.local.Value != nil {
 			continue // cut before and replaced by nothing since (a checkpoint holds no frozen codes)
 		}
+		// The chunk cut before (none at setup) goes too: FSDP's own
+		// storage, or the padded storage a ZeRO chunk views.
+		prev := s.local.Value
 		if r.Info.Sharding.Parameters {
 			s.local.Value = r.chunk(i)
 			*s.slot = tensor.Meta(s.dt, s.shape...)
+			tensor.Drop(prev)
 		} else {
 			r.install(s, pad(old, s.chunk*r.comm.Size()))
+			if prev != nil {
+				tensor.Discard(prev)
+			}
 		}
 		tensor.Drop(old)
 	}
