@@ -161,23 +161,25 @@ func TestLoadReplacesValuesOnRanks(t *testing.T) {
 			}
 			want += ranks * 2 * tensor.PoolBytes(dtype.F32, n)
 		}
+		// Live counts every rank's tensors: rank 0 reads it while the
+		// others wait at a barrier, before any rank loads and after all have.
 		var before, after int64
 		onRanks(t, ranks, func(r int, c comm.Communicator) error {
 			f, _ := mlpFabric(t, 99, "32-true", st, c)
-			if err := c.Barrier(context.Background()); err != nil {
-				return err
+			read := func(at *int64) error {
+				if err := c.Barrier(context.Background()); err != nil {
+					return err
+				}
+				if r == 0 {
+					*at = tensor.Memory().Live
+				}
+				return c.Barrier(context.Background())
 			}
-			if r == 0 {
-				before = tensor.Memory().Live
+			if err := read(&before); err != nil {
+				return err
 			}
 			_, err := f.Load(dir, fabric.LoadOptions{})
-			if err := errors.Join(err, c.Barrier(context.Background())); err != nil {
-				return err
-			}
-			if r == 0 {
-				after = tensor.Memory().Live
-			}
-			return nil
+			return errors.Join(err, read(&after))
 		})
 		if after-before != want {
 			t.Errorf("%s: Load added %d live bytes on %d ranks, want %d (their AdamW moments)", st, after-before, ranks, want)
