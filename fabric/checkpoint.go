@@ -549,7 +549,7 @@ func (k *fitter) unexpected(names []string) error {
 		return nil
 	}
 	if !k.opts.Partial {
-		return fmt.Errorf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", k.src, len(left), firstFew(left))
+		return &UnexpectedError{Src: k.src, Names: left}
 	}
 	k.out.Unexpected = left
 	return nil
@@ -562,6 +562,17 @@ func (k *fitter) casts() []string {
 		lines = append(lines, fmt.Sprintf("cast %d %s %s→%s", k.cast[c], c.what, c.from, c.to))
 	}
 	return lines
+}
+
+// UnexpectedError is a strict load's refusal of a checkpoint holding
+// tensors that match nothing of the model (a partial load skips them).
+type UnexpectedError struct {
+	Src   string   // the checkpoint folder or file
+	Names []string // the tensors nothing took
+}
+
+func (e *UnexpectedError) Error() string {
+	return fmt.Sprintf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", e.Src, len(e.Names), firstFew(e.Names))
 }
 
 func firstFew(names []string) string {

@@ -270,6 +270,27 @@ func TestShardedResumeFrozen(t *testing.T) {
 	}
 }
 
+// TestResumeUnderFreezingPrecision: resuming a run under a precision that
+// freezes its Linears' weights into codes (which no parameter holds) says
+// to start from the run with --init-from, which works.
+func TestResumeUnderFreezingPrecision(t *testing.T) {
+	c := tinyConfig(t, "bf16-mixed")
+	c.Steps = 2
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	c.Precision, c.Steps = "bf16-true+nf4-dq", 4
+	_, err := Run(context.Background(), c, true, quiet{})
+	if err == nil || !strings.Contains(err.Error(), "--init-from "+c.Out) {
+		t.Fatalf("resume under nf4-dq: %v; want the advice to start with --init-from %s", err, c.Out)
+	}
+	from := c.Out
+	c.InitFrom, c.Out = from, t.TempDir()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatalf("--init-from %s under nf4-dq: %v", from, err)
+	}
+}
+
 func TestConsolidate(t *testing.T) {
 	c := tinyConfig(t, "32-true")
 	c.Strategy, c.Devices, c.Steps = "zero2", 2, 4
