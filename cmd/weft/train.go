@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/train"
 )
@@ -60,11 +59,8 @@ same step.`,
 			defer release()
 			out := detach(cmd.OutOrStdout())
 			obs := newProgress(out, cmd.ErrOrStderr(), c)
-			// A launcher hands each rank a terminal of its own, whatever
-			// mpirun's output goes to: ranks print lines, not bars.
 			f, ok := cmd.OutOrStdout().(*os.File)
-			_, launched := comm.LauncherSize()
-			obs.tty = ok && term.IsTerminal(int(f.Fd())) && !launched
+			obs.tty = ok && term.IsTerminal(int(f.Fd()))
 			_, err := train.Run(ctx, c, resume, obs)
 			obs.finish()
 			out.close(ctx)
