@@ -328,9 +328,10 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	fit := newFitter(ck.Dir, opts, out)
 	param := func(name string, _ []int) (*tensor.Tensor, error) { return ck.Tensor(name) }
 	states, _ := f.opt.(adamStates)
-	// A strategy that shards re-cuts the values itself (Reshard, below);
-	// elsewhere the values Setup made go once the checkpoint's replace them.
-	resharded := f.dist != nil && (f.dist.Info.Sharding.OptimizerState || f.dist.Info.Sharding.Parameters)
+	// A strategy that shards re-cuts the values itself (Reshard, below, as
+	// at setup); elsewhere the values Setup made go once the checkpoint's
+	// replace them.
+	resharded := f.shardedOptimizer()
 	for i, p := range nn.Parameters(f.model) {
 		v, ok, err := fit.take("model."+p.Path, f.wholeLike(p, p.Var.Value), "parameters", param)
 		if err != nil {
@@ -572,8 +573,11 @@ type UnexpectedError struct {
 }
 
 func (e *UnexpectedError) Error() string {
-	return fmt.Sprintf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", e.Src, len(e.Names), firstFew(e.Names))
+	return fmt.Sprintf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", e.Src, len(e.Names), e.FirstNames())
 }
+
+// FirstNames lists the first few of the tensors nothing took.
+func (e *UnexpectedError) FirstNames() string { return firstFew(e.Names) }
 
 func firstFew(names []string) string {
 	if len(names) > 3 {

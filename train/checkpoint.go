@@ -112,7 +112,7 @@ func (k *checkpointer) load(c Config) (int, []string, error) {
 	if u := (*fabric.UnexpectedError)(nil); errors.As(err, &u) {
 		// A precision that freezes weights (nf4, int8) holds them as codes,
 		// not parameters: --init-from quantizes a run's weights instead.
-		return 0, nil, fmt.Errorf("resume: checkpoint %s holds %d tensors this run's model has no parameter for (%s): under --precision %s start from its weights with --init-from %s and another --out", dir, len(u.Names), strings.Join(u.Names[:min(3, len(u.Names))], ", "), c.Precision, filepath.Dir(k.dir))
+		return 0, nil, fmt.Errorf("resume: checkpoint %s holds %d tensors this run's model has no parameter for (%s): under --precision %s start from its weights with --init-from %s and another --out", dir, len(u.Names), u.FirstNames(), c.Precision, filepath.Dir(k.dir))
 	}
 	if err != nil {
 		return 0, nil, err
