@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/train"
 )
@@ -59,8 +60,11 @@ same step.`,
 			defer release()
 			out := detach(cmd.OutOrStdout())
 			obs := newProgress(out, cmd.ErrOrStderr(), c)
+			// A launcher hands each rank a terminal of its own, whatever
+			// mpirun's output goes to: ranks print lines, not bars.
 			f, ok := cmd.OutOrStdout().(*os.File)
-			obs.tty = ok && term.IsTerminal(int(f.Fd()))
+			_, launched := comm.LauncherSize()
+			obs.tty = ok && term.IsTerminal(int(f.Fd())) && !launched
 			_, err := train.Run(ctx, c, resume, obs)
 			obs.finish()
 			out.close(ctx)
