@@ -47,6 +47,15 @@ func encode(b []byte) []int {
 	return ids
 }
 
+// encodeTokens is encode into a stream of a byte a token.
+func encodeTokens(b []byte) Tokens {
+	t := NewTokens(VocabSize, len(b))
+	for _, c := range b {
+		t.u8 = append(t.u8, uint8(vocab[c]))
+	}
+	return t
+}
+
 // DecodeText returns the text of ids, writing U+FFFD for Unknown and for
 // ids outside the vocabulary.
 func DecodeText(ids []int) string {
@@ -92,8 +101,8 @@ type CorpusConfig struct {
 // text. Each file's text is preceded by a header line "// file: <path>",
 // which separates files and gives samplers a natural prompt.
 type Corpus struct {
-	Train, Val []int // token ids
-	Files      int   // files read, both splits
+	Train, Val Tokens // token ids, of VocabSize
+	Files      int    // files read, both splits
 	// TrainFiles and ValFiles list the paths of each split in corpus order.
 	TrainFiles, ValFiles []string
 }
@@ -178,9 +187,9 @@ func LoadGoCorpus(cfg CorpusConfig) (*Corpus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data: reading Go source: %w", err)
 	}
-	// Encoding once at the end sizes the id slices exactly.
-	c.Train, c.Val = encode(train), encode(val)
-	if len(c.Train) == 0 || len(c.Val) == 0 {
+	// Encoding once at the end sizes the streams exactly.
+	c.Train, c.Val = encodeTokens(train), encodeTokens(val)
+	if c.Train.Len() == 0 || c.Val.Len() == 0 {
 		return nil, fmt.Errorf("data: %s with part %q gives %d training and %d validation files; both splits need one",
 			root, cfg.Part, len(c.TrainFiles), len(c.ValFiles))
 	}
@@ -219,17 +228,17 @@ func goSourceRoot() (string, error) {
 // stream. Batch n depends only on the seed and n, so a run resumed with
 // Seek(n) draws exactly the batches an uninterrupted run would have.
 type TokenSampler struct {
-	tokens       []int
+	tokens       Tokens
 	batch, seq   int
 	seed, cursor uint64
 }
 
 // NewTokenSampler returns a sampler of batch windows of seqLen tokens. It
 // panics unless tokens holds more than seqLen ids.
-func NewTokenSampler(tokens []int, batch, seqLen int, seed uint64) *TokenSampler {
-	if batch <= 0 || seqLen <= 0 || len(tokens) <= seqLen {
+func NewTokenSampler(tokens Tokens, batch, seqLen int, seed uint64) *TokenSampler {
+	if batch <= 0 || seqLen <= 0 || tokens.Len() <= seqLen {
 		panic(fmt.Sprintf("data: NewTokenSampler(%d tokens, batch %d, seqLen %d): need batch, seqLen > 0 and more tokens than seqLen",
-			len(tokens), batch, seqLen))
+			tokens.Len(), batch, seqLen))
 	}
 	return &TokenSampler{tokens: tokens, batch: batch, seq: seqLen, seed: seed}
 }
@@ -246,9 +255,9 @@ func (s *TokenSampler) Next() Batch {
 		Targets: make([]int, 0, s.batch*s.seq),
 	}
 	for range s.batch {
-		o := rng.IntN(len(s.tokens) - s.seq)
-		b.Tokens = append(b.Tokens, s.tokens[o:o+s.seq]...)
-		b.Targets = append(b.Targets, s.tokens[o+1:o+s.seq+1]...)
+		o := rng.IntN(s.tokens.Len() - s.seq)
+		b.Tokens = s.tokens.AppendTo(b.Tokens, o, o+s.seq)
+		b.Targets = s.tokens.AppendTo(b.Targets, o+1, o+s.seq+1)
 	}
 	return b
 }

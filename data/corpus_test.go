@@ -26,7 +26,7 @@ func TestGoCorpusDeterministic(t *testing.T) {
 	if !reflect.DeepEqual(a, b) {
 		t.Fatal("two loads of the same config differ")
 	}
-	if n := len(a.Train) + len(a.Val); n != 1<<20 {
+	if n := a.Train.Len() + a.Val.Len(); n != 1<<20 {
 		t.Errorf("corpus holds %d tokens, want the cap %d", n, 1<<20)
 	}
 }
@@ -51,7 +51,7 @@ func TestGoCorpusSplitByFile(t *testing.T) {
 		for name, split := range map[string]struct {
 			text  string
 			files []string
-		}{"train": {DecodeText(c.Train), c.TrainFiles}, "val": {DecodeText(c.Val), c.ValFiles}} {
+		}{"train": {DecodeText(c.Train.Ints()), c.TrainFiles}, "val": {DecodeText(c.Val.Ints()), c.ValFiles}} {
 			var headers []string
 			for line := range strings.Lines(split.text) {
 				if f, ok := strings.CutPrefix(line, "// file: "); ok {
@@ -105,15 +105,15 @@ func TestLoadGoCorpusRules(t *testing.T) {
 	if !slices.Equal(c.TrainFiles, want) || !slices.Equal(c.ValFiles, []string{val}) {
 		t.Fatalf("files: train %v val %v, want %v and [%s]", c.TrainFiles, c.ValFiles, want, val)
 	}
-	if got, want := DecodeText(c.Train), "// file: a/b.go\npackage a\n// file: c/d.go\npackage c\n// file: z.go\npackage z\n"; got != want {
+	if got, want := DecodeText(c.Train.Ints()), "// file: a/b.go\npackage a\n// file: c/d.go\npackage c\n// file: z.go\npackage z\n"; got != want {
 		t.Errorf("train text %q, want %q", got, want)
 	}
 
-	capped, err := LoadGoCorpus(CorpusConfig{Root: root, MaxBytes: len(c.Val) + 20})
+	capped, err := LoadGoCorpus(CorpusConfig{Root: root, MaxBytes: c.Val.Len() + 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := DecodeText(capped.Train), "// file: a/b.go\npack"; got != want {
+	if got, want := DecodeText(capped.Train.Ints()), "// file: a/b.go\npack"; got != want {
 		t.Errorf("capped train text %q, want %q", got, want)
 	}
 
@@ -154,9 +154,13 @@ func TestVocabRoundTrip(t *testing.T) {
 }
 
 func TestTokenSampler(t *testing.T) {
-	tokens := make([]int, 1000)
-	for i := range tokens {
-		tokens[i] = i
+	ids := make([]int, 1000)
+	for i := range ids {
+		ids[i] = i
+	}
+	tokens, err := TokensOf(len(ids), ids)
+	if err != nil {
+		t.Fatal(err)
 	}
 	const batch, seq = 4, 16
 	s := NewTokenSampler(tokens, batch, seq, 7)

@@ -32,7 +32,9 @@ type TextConfig struct {
 // the split does not depend on which other files are there, and no
 // validation text is ever a window of training text.
 type Text struct {
-	Train, Val []int
+	Train, Val Tokens // of the tokenizer's vocabulary
+	// Bytes is the text read, in all files.
+	Bytes int
 	// Files are the files read, in order; Skipped the files left out
 	// because they are not UTF-8 text (a NUL byte or invalid UTF-8).
 	Files, Skipped []string
@@ -48,7 +50,8 @@ func LoadText(cfg TextConfig) (*Text, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Text{}
+	vocab := cfg.Tokenizer.VocabSize()
+	t := &Text{Train: NewTokens(vocab, 0), Val: NewTokens(vocab, 0)}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -60,9 +63,14 @@ func LoadText(cfg TextConfig) (*Text, error) {
 		}
 		ids := cfg.Tokenizer.Encode(string(b))
 		cut := len(ids) - int(math.Round(cfg.ValFraction*float64(len(ids))))
-		t.Train = append(t.Train, ids[:cut]...)
-		t.Val = append(t.Val, ids[cut:]...)
+		if err := t.Train.Append(ids[:cut]...); err != nil {
+			return nil, err
+		}
+		if err := t.Val.Append(ids[cut:]...); err != nil {
+			return nil, err
+		}
 		t.Files = append(t.Files, p)
+		t.Bytes += len(b)
 	}
 	if len(t.Files) == 0 {
 		return nil, fmt.Errorf("data: %s holds no UTF-8 text file (%d skipped as binary)", cfg.Path, len(t.Skipped))

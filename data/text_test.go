@@ -53,12 +53,12 @@ func TestLoadTextSplitsEachFile(t *testing.T) {
 	if want := []string{filepath.Join(root, "a", "bin.dat"), filepath.Join(root, "c.txt")}; !slices.Equal(got.Skipped, want) {
 		t.Errorf("skipped %q, want %q", got.Skipped, want)
 	}
-	if !slices.Equal(got.Train, wantTrain) || !slices.Equal(got.Val, wantVal) {
-		t.Errorf("split: %q / %q", Bytes{}.Decode(got.Train), Bytes{}.Decode(got.Val))
+	if !slices.Equal(got.Train.Ints(), wantTrain) || !slices.Equal(got.Val.Ints(), wantVal) {
+		t.Errorf("split: %q / %q", Bytes{}.Decode(got.Train.Ints()), Bytes{}.Decode(got.Val.Ints()))
 	}
 
 	one, err := LoadText(TextConfig{Path: filepath.Join(root, "b.txt"), Tokenizer: Bytes{}, ValFraction: 0.2})
-	if err != nil || len(one.Files) != 1 || len(one.Val) != 26 {
+	if err != nil || len(one.Files) != 1 || one.Val.Len() != 26 {
 		t.Errorf("one file: %v, %v", one, err)
 	}
 	glob, err := LoadText(TextConfig{Path: filepath.Join(root, "*.txt"), Tokenizer: Bytes{}, ValFraction: 0.2})
@@ -107,7 +107,7 @@ func TestLoadTextFollowsLinks(t *testing.T) {
 	if want := []string{filepath.Join(link, "a.txt"), filepath.Join(link, "b.txt")}; !slices.Equal(got.Files, want) {
 		t.Errorf("files %q, want %q", got.Files, want)
 	}
-	if text := (Bytes{}).Decode(append(got.Train, got.Val...)); len(text) != len("first text")+len("second text") {
+	if text := (Bytes{}).Decode(append(got.Train.Ints(), got.Val.Ints()...)); len(text) != len("first text")+len("second text") {
 		t.Errorf("read %q", text)
 	}
 }

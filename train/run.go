@@ -138,6 +138,9 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	for _, w := range warnings {
 		obs.Warn(w)
 	}
+	if in, ok := obs.(Informer); ok && t.about != "" {
+		in.Info(t.about)
+	}
 	stop := newStopper(ctx)
 	defer stop.release()
 	sums := make([]*Summary, len(comms))
@@ -152,6 +155,12 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	}
 	obs.Done(sums[0])
 	return sums[0], err
+}
+
+// Informer is an Observer that also hears what a run reads: lines that
+// are not warnings.
+type Informer interface {
+	Info(msg string)
 }
 
 // quiet is the Observer of ranks other than 0.

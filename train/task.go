@@ -21,7 +21,9 @@ type task struct {
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
-	// notes are said once before training: files the data left out.
+	// about says what the data is, once before training (Informer).
+	about string
+	// notes are warned once before training: files the data left out.
 	notes []string
 	// arch is the HF config of a model started from an HF folder.
 	arch *hf.Config
@@ -38,13 +40,13 @@ func newTask(c Config) (*task, error) {
 		if err != nil {
 			return nil, err
 		}
-		trainIDs, valIDs, notes, err := c.gptTokens(tok)
+		trainIDs, valIDs, about, notes, err := c.gptTokens(tok)
 		if err != nil {
 			return nil, err
 		}
 		// A sampler per call: ranks draw the same batches concurrently,
 		// each keeping its share (data.Batch.Share).
-		draw := func(tokens []int, seed, pos uint64) data.Batch {
+		draw := func(tokens data.Tokens, seed, pos uint64) data.Batch {
 			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
 			s.Seek(pos)
 			return s.Next()
@@ -53,7 +55,7 @@ func newTask(c Config) (*task, error) {
 			build: build,
 			batch: func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
 			val:   func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
-			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, notes: notes, arch: arch,
+			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, about: about, notes: notes, arch: arch,
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
@@ -81,28 +83,36 @@ func newTask(c Config) (*task, error) {
 
 // gptTokens are the training and validation ids gpt reads: the Go corpus
 // or, with Data, the user's text encoded by tok.
-func (c Config) gptTokens(tok data.Tokenizer) (train, val []int, notes []string, err error) {
+// about says what was read.
+func (c Config) gptTokens(tok data.Tokenizer) (train, val data.Tokens, about string, notes []string, err error) {
 	if c.Data == "" {
 		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
 		if err != nil {
-			return nil, nil, nil, err
+			return data.Tokens{}, data.Tokens{}, "", nil, err
 		}
-		return corpus.Train, corpus.Val, nil, nil
+		return corpus.Train, corpus.Val, tokensRead(corpus.Files, corpus.Train, corpus.Val, corpus.Train.Len()+corpus.Val.Len()), nil, nil
 	}
 	text, err := data.LoadText(data.TextConfig{Path: c.Data, Tokenizer: tok, ValFraction: c.ValFraction})
 	if err != nil {
-		return nil, nil, nil, err
+		return data.Tokens{}, data.Tokens{}, "", nil, err
 	}
-	for i, ids := range [][]int{text.Train, text.Val} {
-		if len(ids) <= c.GPT.Context {
-			return nil, nil, nil, fmt.Errorf("data %s gives %d %s tokens (val fraction %g); a gpt context of %d needs more: give more text, a shorter context or another val fraction",
-				c.Data, len(ids), []string{"training", "validation"}[i], c.ValFraction, c.GPT.Context)
+	for i, ids := range []data.Tokens{text.Train, text.Val} {
+		if ids.Len() <= c.GPT.Context {
+			return data.Tokens{}, data.Tokens{}, "", nil, fmt.Errorf("data %s gives %d %s tokens (val fraction %g); a gpt context of %d needs more: give more text, a shorter context or another val fraction",
+				c.Data, ids.Len(), []string{"training", "validation"}[i], c.ValFraction, c.GPT.Context)
 		}
 	}
 	if n := len(text.Skipped); n > 0 {
 		notes = append(notes, fmt.Sprintf("data: left out %d file(s) that are not UTF-8 text, first %s", n, text.Skipped[0]))
 	}
-	return text.Train, text.Val, notes, nil
+	return text.Train, text.Val, tokensRead(len(text.Files), text.Train, text.Val, text.Bytes), notes, nil
+}
+
+// tokensRead is the line that says what a run reads: files, bytes of
+// text, tokens and the memory they take.
+func tokensRead(files int, train, val data.Tokens, textBytes int) string {
+	return fmt.Sprintf("data: %d files, %.1f MB of text: %d training and %d validation tokens of %d ids, %d byte(s) each (%.1f MB)",
+		files, float64(textBytes)/1e6, train.Len(), val.Len(), train.Vocab(), train.Width(), float64(train.Bytes()+val.Bytes())/1e6)
 }
 
 // newModel builds the model with its initial weights (the same on every

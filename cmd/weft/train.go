@@ -167,6 +167,8 @@ func newProgress(out, warn io.Writer, c train.Config) *progress {
 
 func (p *progress) Warn(msg string) { fmt.Fprintln(p.warn, "weft: warning:", msg) }
 
+func (p *progress) Info(msg string) { fmt.Fprintln(p.out, msg) }
+
 func (p *progress) Plan(plan *fabric.Plan, start int) {
 	printPlanTo(p.out, p.c.Model, plan)
 	p.start, p.first = time.Now(), start

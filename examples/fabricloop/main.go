@@ -58,7 +58,11 @@ func train(ctx context.Context, dir string, from, to int, logger fabric.Logger) 
 	if err != nil {
 		return err
 	}
-	sampler := data.NewTokenSampler(text, 8, 16, 1)
+	tokens, err := data.TokensOf(256, text)
+	if err != nil {
+		return err
+	}
+	sampler := data.NewTokenSampler(tokens, 8, 16, 1)
 	loader := f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { sampler.Seek(i); return sampler.Next(), nil }))
 	loader.Seek(uint64(from))
 	for step := from; step < to; step++ {

@@ -43,7 +43,7 @@ func TestQLoRA(t *testing.T) {
 		}
 		return l
 	}
-	train := func(params []nn.NamedParam, lr float64, steps int, tokens []int) {
+	train := func(params []nn.NamedParam, lr float64, steps int, tokens data.Tokens) {
 		opt, err := optim.NewAdamW(params, optim.AdamWConfig{LR: lr, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
 		if err != nil {
 			t.Fatal(err)
