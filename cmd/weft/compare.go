@@ -33,6 +33,9 @@ loss curves into one PNG.`,
 			for i, r := range runs {
 				files[i] = filepath.Join(r, "metrics.jsonl")
 			}
+			if png == "" { // beside the runs, not in the working directory
+				png = filepath.Join(filepath.Dir(filepath.Clean(runs[0])), "compare.png")
+			}
 			if err := train.PlotRuns(png, files...); err != nil {
 				return err
 			}
@@ -40,6 +43,6 @@ loss curves into one PNG.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&png, "png", "compare.png", "where to draw the loss curves")
+	cmd.Flags().StringVar(&png, "png", "", "where to draw the loss curves (default: compare.png in the first run's parent folder)")
 	return cmd
 }
