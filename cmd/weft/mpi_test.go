@@ -224,6 +224,10 @@ func TestTrainUnderMpirun(t *testing.T) {
 				if summaries := strings.Count(string(b), "validation loss"); summaries != 1 || strings.Contains(string(b), "NaN") {
 					t.Fatalf("%s: %d summaries:\n%s", comm, summaries, b)
 				}
+				// mpirun hands each rank a terminal: ranks must print lines, not redrawn bars.
+				if strings.Contains(string(b), "\r") {
+					t.Fatalf("%s: a progress bar in a redirected log:\n%q", comm, b)
+				}
 				metrics, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
 				if err != nil {
 					t.Fatal(err)
