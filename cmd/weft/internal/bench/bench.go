@@ -229,16 +229,19 @@ func newStep(ctx context.Context, cfg StepConfig, p precision.Plugin) (step, err
 	if err != nil {
 		return step{}, err
 	}
+	var s step
+	// Counted before Setup, which leaves a quantizing precision's frozen
+	// weights out of the parameters: N is the model's, whatever trains.
+	for _, prm := range nn.Parameters(m) {
+		s.params += int64(prm.Var.Value.Len())
+	}
 	f := fabric.New(p)
 	if err := f.Setup(m, opt); err != nil {
 		return step{}, err
 	}
-	s := step{run: func() error {
+	s.run = func() error {
 		_, err := f.TrainStep(ctx, m, b)
 		return err
-	}}
-	for _, prm := range nn.Parameters(m) {
-		s.params += int64(prm.Var.Value.Len())
 	}
 	s.batch = len(b.Targets)
 	if b.Shape != nil {

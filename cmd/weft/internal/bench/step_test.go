@@ -110,6 +110,13 @@ func TestStepReportsAGPTOfAnySize(t *testing.T) {
 	if runtime.GOOS == "linux" && r.PeakRSS < r.PeakAlloc {
 		t.Errorf("peak RSS %d below the allocator's peak %d", r.PeakRSS, r.PeakAlloc)
 	}
+	// Frozen quantized weights are the model's too: N does not change.
+	for _, spec := range []string{"bf16-true+nf4-dq", "bf16-true+int8"} {
+		q, err := Step(context.Background(), StepConfig{Model: "gpt", Precision: spec, Steps: 1, GPT: g, Batch: 3})
+		if err != nil || q.Params != want {
+			t.Errorf("%s: params %d (%v), want %d", spec, q.Params, err, want)
+		}
+	}
 	if _, err := Step(context.Background(), StepConfig{Model: "mlp", Precision: "32-true", Steps: 1, GPT: g}); err == nil {
 		t.Error("a gpt size for mlp was accepted")
 	}
