@@ -450,3 +450,49 @@ func walk(c *cobra.Command, fn func(*cobra.Command)) {
 		walk(sub, fn)
 	}
 }
+
+// goTestRun matches a go test command with -run: its packages and pattern.
+var goTestRun = regexp.MustCompile(`go test((?: -\S+)*)((?: \./[\w./-]+)+)(?: -\S+)* -run '?([^'\s` + "`" + `]+)'?`)
+
+// testFunc matches a test, example, fuzz or benchmark function.
+var testFunc = regexp.MustCompile(`(?m)^func ((?:Test|Example|Fuzz|Benchmark)\w*)\(`)
+
+// TestDocProofsNameTests: every "go test ./pkg -run PATTERN" the
+// documentation cites as proof selects at least one test of its packages,
+// so a renamed test cannot leave a proof that proves nothing.
+func TestDocProofsNameTests(t *testing.T) {
+	n := 0
+	for _, page := range docPages(t) {
+		for _, m := range goTestRun.FindAllStringSubmatch(strings.ReplaceAll(page.text, "\n", " "), -1) {
+			pattern := strings.Split(m[3], "/")[0] // subtests are not searched
+			if pattern == "^$" {
+				continue // benchmarks only
+			}
+			re, err := regexp.Compile(pattern)
+			if err != nil {
+				t.Errorf("%s: go test -run %q: %v", page.path, m[3], err)
+				continue
+			}
+			var names []string
+			for _, pkg := range strings.Fields(m[2]) {
+				files, _ := filepath.Glob(filepath.Join(repoRoot, strings.TrimSuffix(pkg, "/..."), "*_test.go"))
+				if len(files) == 0 {
+					t.Errorf("%s: go test %s: no tests in that package", page.path, pkg)
+				}
+				for _, f := range files {
+					b, _ := os.ReadFile(f)
+					for _, fn := range testFunc.FindAllStringSubmatch(string(b), -1) {
+						names = append(names, fn[1])
+					}
+				}
+			}
+			n++
+			if !slices.ContainsFunc(names, re.MatchString) {
+				t.Errorf("%s: go test%s -run %s selects no test", page.path, m[2], m[3])
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("found no go test -run command in the documentation")
+	}
+}
