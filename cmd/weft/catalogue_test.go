@@ -16,7 +16,7 @@ import (
 	"github.com/weftml/weft/dtype"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/bad-inputs.md from the catalogue")
+var update = flag.Bool("update", false, "rewrite the generated docs: docs/bad-inputs.md (-run Catalogue), docs/cli/ (-run CLIReference)")
 
 // badInput is one bad thing a user can hand weft.
 type badInput struct {
