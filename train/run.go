@@ -122,6 +122,11 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("run folder: %w", err)
 	}
+	release, err := claimRunDir(c, resume, obs)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	t, err := newTask(c)
 	if err != nil {
 		return nil, err
@@ -260,16 +265,18 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), fabric: r.f, comm: r.comm}
+	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), keep: c.KeepLast, fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
-		var notes []string
-		if start, notes, err = ckpt.load(c); err != nil {
+		from, err := ckpt.load(c)
+		if err != nil {
 			return nil, err
 		}
-		for _, n := range notes {
+		notify(r.obs, fmt.Sprintf("resumed from step %d (%s)", from.step, from.dir))
+		for _, n := range from.notes {
 			r.obs.Warn("resume: " + n)
 		}
+		start = from.step
 		if start >= c.Steps {
 			return nil, fmt.Errorf("resume: the run in %s has already trained %d steps, and steps is %d; give a larger --steps to train on", c.Out, start, c.Steps)
 		}

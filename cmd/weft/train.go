@@ -55,6 +55,7 @@ same step.`,
 				}
 				c.Modules = append(c.Modules, m)
 			}
+			resume = resume || c.ResumeFrom != ""
 			ctx, release := notifyStop(cmd.Context(), cmd.ErrOrStderr())
 			defer release()
 			out := detach(cmd.OutOrStdout())
@@ -70,6 +71,9 @@ same step.`,
 	fs := cmd.Flags()
 	fs.StringVar(&cfgPath, "config", "", "YAML file with any of the run's settings")
 	fs.BoolVar(&resume, "resume", false, "continue from the latest checkpoint in --out")
+	fs.StringVar(&c.ResumeFrom, "resume-from", "", "continue from this checkpoint instead of the latest: a step of the run in --out (implies --resume), or a checkpoint folder")
+	fs.BoolVar(&c.Overwrite, "overwrite", false, "start over in an --out that holds a run, removing its checkpoints and metrics")
+	fs.IntVar(&c.KeepLast, "keep-last", c.KeepLast, "checkpoints kept in --out/checkpoints, the newest (older ones are removed as new ones are saved)")
 	fs.StringVar(&c.Model, "model", c.Model, "model: gpt, llama, cnn or hybrid")
 	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec, e.g. bf16-mixed, 16-mixed, bf16-true, bf16-mixed+fp8")
 	fs.StringArrayVar(&rules, "precision-for", nil, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed'")
@@ -127,6 +131,9 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"val-fraction":             func() { c.ValFraction = flagged.ValFraction },
 		"tp":                       func() { c.TP = flagged.TP },
 		"sequence-parallel":        func() { c.SequenceParallel = flagged.SequenceParallel },
+		"resume-from":              func() { c.ResumeFrom = flagged.ResumeFrom },
+		"overwrite":                func() { c.Overwrite = flagged.Overwrite },
+		"keep-last":                func() { c.KeepLast = flagged.KeepLast },
 	}
 	maps.Copy(set, loopOverrides(c, flagged))
 	for name, apply := range set {
@@ -162,6 +169,9 @@ func newProgress(out, warn io.Writer, c train.Config) *progress {
 }
 
 func (p *progress) Warn(msg string) { fmt.Fprintln(p.warn, "weft: warning:", msg) }
+
+// Note prints what the run did to its folder (resumed from, overwrote).
+func (p *progress) Note(msg string) { fmt.Fprintln(p.out, msg) }
 
 func (p *progress) Plan(plan *fabric.Plan, start int) {
 	printPlanTo(p.out, p.c.Model, plan)
