@@ -111,7 +111,7 @@ func (k *checkpointer) load(c Config) (resumed, error) {
 	}
 	refused, changed := changes(m.Config, c)
 	if len(refused) > 0 {
-		return resumed{}, fmt.Errorf("resume: checkpoint %s trained another model or data than this run: %s; resume with the checkpoint's, or train into another --out", dir, strings.Join(refused, ", "))
+		return resumed{}, fmt.Errorf("resume: checkpoint %s trained another model or data than this run: %s; resume with the checkpoint's model and data, or train into another --out", dir, strings.Join(refused, ", "))
 	}
 	loaded, err := k.fabric.Load(dir, fabric.LoadOptions{})
 	if u := (*fabric.UnexpectedError)(nil); errors.As(err, &u) {
@@ -144,7 +144,7 @@ func (k *checkpointer) pick(from string) (*Manifest, string, error) {
 	case notStep == nil:
 		dir = filepath.Join(k.dir, stepFolder(step))
 		if _, err := os.Stat(dir); err != nil {
-			return nil, "", fmt.Errorf("resume from %s: %s holds no checkpoint of step %d, only of steps %s", from, k.dir, step, cmp.Or(joinInts(checkpointSteps(k.dir)), "none"))
+			return nil, "", fmt.Errorf("resume-from %s: %s holds no checkpoint of step %d, only of steps %s", from, k.dir, step, cmp.Or(joinInts(checkpointSteps(k.dir)), "none"))
 		}
 	}
 	var m *Manifest
@@ -222,7 +222,7 @@ func changes(was, now Config) (refused, changed []string) {
 // dataOf describes what c's model trains on.
 func dataOf(c Config) string {
 	if c.Model != "gpt" && c.Model != "llama" {
-		return "the bundled images of " + c.Model
+		return "the model's bundled data"
 	}
 	return c.textSource()
 }

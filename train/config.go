@@ -335,7 +335,7 @@ func (c Config) textSource() string {
 	if c.Data == "" {
 		return fmt.Sprintf("the bundled Go corpus (%d bytes of GOROOT/src/%s)", c.CorpusBytes, c.CorpusPart)
 	}
-	s := fmt.Sprintf("data %s (tokenizer %s", c.Data, c.Tokenizer)
+	s := fmt.Sprintf("%s (tokenizer %s", c.Data, c.Tokenizer)
 	if c.TokenizerDir != "" {
 		s += " from " + c.TokenizerDir
 	}

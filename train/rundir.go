@@ -128,7 +128,7 @@ func heldRun(out string) ([]string, error) {
 	var held []string
 	ckpts := filepath.Join(out, "checkpoints")
 	if steps := checkpointSteps(ckpts); len(steps) > 0 {
-		held = append(held, "checkpoints of steps "+joinInts(steps))
+		held = append(held, fmt.Sprintf("%s of %s %s", plural(len(steps), "checkpoint"), plural(len(steps), "step"), joinInts(steps)))
 	} else if _, err := os.Stat(ckpts); err == nil {
 		held = append(held, "checkpoints")
 	}
@@ -154,6 +154,14 @@ func checkpointSteps(dir string) []int {
 	}
 	slices.Sort(steps)
 	return steps
+}
+
+// plural is what, with an s unless n is 1.
+func plural(n int, what string) string {
+	if n == 1 {
+		return what
+	}
+	return what + "s"
 }
 
 func joinInts(ns []int) string {
