@@ -92,7 +92,8 @@ type Summary struct {
 }
 
 // Run trains c.Model with c's precision and strategy, resuming from
-// c.Out's latest checkpoint when resume is set. Devices ranks run as
+// c.Out's latest checkpoint (or c.ResumeFrom's) when resume is set; c.Out
+// is this run's alone while it runs (see claimRunDir). Devices ranks run as
 // goroutines ("local") or as this process's rank of an mpirun job
 // ("mpi"); rank 0 reports to obs and its Summary is returned (nil in the
 // other processes of an mpirun job).

@@ -31,7 +31,10 @@ library's source, cnn on rendered digits, hybrid reading rendered digit strings.
 --data trains gpt on your own text instead, byte-level or with GPT-2's BPE.
 It prints the resolved precision plan, shows progress, writes DIR/metrics.jsonl,
 DIR/loss.png and checkpoints under DIR/checkpoints, from which --resume continues
-exactly. A YAML --config sets any field; flags given explicitly override it.
+exactly (--keep-last of them, the newest; --resume-from STEP takes an older one).
+A run folder holds one run: while one trains in it another is refused, and a
+fresh run into it needs --overwrite. A YAML --config sets any field; flags
+given explicitly override it.
 
 SIGINT or SIGTERM stops the run after the step in progress, with a checkpoint,
 and weft exits 130 or 143; a second signal exits at once, without one. Under
