@@ -184,7 +184,7 @@ func removeStaleTemps(dir string, obs Observer) error {
 		if err := os.RemoveAll(path); err != nil {
 			return fmt.Errorf("resume: %w", err)
 		}
-		notify(obs, fmt.Sprintf("resume: removed %s, which a run stopped while saving left", path))
+		notify(obs, fmt.Sprintf("resume: removed %s, left by a run stopped while saving", path))
 	}
 	return nil
 }
