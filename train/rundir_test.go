@@ -104,7 +104,10 @@ func TestFreshRunIntoARun(t *testing.T) {
 // resuming from it ends with the losses of an uninterrupted run.
 func TestResumeFromAnOlderCheckpoint(t *testing.T) {
 	straight := tinyConfig(t, "32-true")
-	straight.Steps, straight.SaveEvery, straight.KeepLast = 8, 1, 3
+	straight.Steps, straight.SaveEvery = 8, 1
+	if err := ParseConfig([]byte("keep_last: 3\n"), &straight); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
 		t.Fatal(err)
 	}
