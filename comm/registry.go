@@ -75,3 +75,15 @@ func LauncherSize() (size int, ok bool) {
 	}
 	return 0, false
 }
+
+// LauncherRank returns this process's rank in the job an MPI launcher
+// started, read from the environment it sets; ok is false outside such a
+// launcher.
+func LauncherRank() (rank int, ok bool) {
+	for _, key := range []string{"OMPI_COMM_WORLD_RANK", "PMI_RANK"} {
+		if n, err := strconv.Atoi(os.Getenv(key)); err == nil && n >= 0 {
+			return n, true
+		}
+	}
+	return 0, false
+}

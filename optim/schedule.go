@@ -1,8 +1,10 @@
 package optim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -67,6 +69,9 @@ var ScheduleNames = []string{"constant", "cosine", "step"}
 // Build returns the schedule c describes around the peak rate lr, for a
 // run of steps optimizer steps; bad settings get an error naming them.
 func (c ScheduleConfig) Build(lr float64, steps int) (Schedule, error) {
+	if err := c.unread(); err != nil {
+		return nil, err
+	}
 	switch c.Name {
 	case "", "constant":
 		return Constant{Rate: lr}, nil
@@ -92,4 +97,28 @@ func (c ScheduleConfig) Build(lr float64, steps int) (Schedule, error) {
 		return StepDecay{Rate: lr, Gamma: c.Gamma, Every: c.Every}, nil
 	}
 	return nil, fmt.Errorf("lr schedule %q: accepted are %s", c.Name, strings.Join(ScheduleNames, ", "))
+}
+
+// unread reports the first setting c gives that its schedule does not
+// read (warmup under the constant schedule), naming its flag and key.
+func (c ScheduleConfig) unread() error {
+	name := cmp.Or(c.Name, "constant")
+	if !slices.Contains(ScheduleNames, name) {
+		return nil // Build names the accepted schedules
+	}
+	for _, f := range []struct {
+		flag, key, readBy string
+		value             float64
+	}{
+		{"--warmup-steps", "warmup_steps", "cosine", float64(c.Warmup)},
+		{"--lr-decay-steps", "decay_steps", "cosine", float64(c.Decay)},
+		{"--min-lr", "min_lr", "cosine", c.MinLR},
+		{"--lr-step-every", "every", "step", float64(c.Every)},
+		{"--lr-gamma", "gamma", "step", c.Gamma},
+	} {
+		if f.value != 0 && f.readBy != name {
+			return fmt.Errorf("%s %g with --lr-schedule %s: %s applies to %s only (choose --lr-schedule %s, or drop it)", f.flag, f.value, name, f.key, f.readBy, f.readBy)
+		}
+	}
+	return nil
 }

@@ -65,6 +65,10 @@ func TestScheduleConfig(t *testing.T) {
 		{ScheduleConfig{Name: "cosine", MinLR: 1}, "min_lr 1"},
 		{ScheduleConfig{Name: "step", Gamma: 0.5}, "every 0 and gamma 0.5"},
 		{ScheduleConfig{Name: "step", Every: 10}, "every 10 and gamma 0"},
+		{ScheduleConfig{Warmup: 5}, "--warmup-steps 5 with --lr-schedule constant: warmup_steps applies to cosine only"},
+		{ScheduleConfig{Name: "constant", MinLR: 0.1}, "--min-lr 0.1 with --lr-schedule constant: min_lr applies to cosine only"},
+		{ScheduleConfig{Name: "cosine", Gamma: 0.5}, "--lr-gamma 0.5 with --lr-schedule cosine: gamma applies to step only"},
+		{ScheduleConfig{Name: "step", Every: 10, Gamma: 0.5, Decay: 50}, "--lr-decay-steps 50 with --lr-schedule step: decay_steps applies to cosine only"},
 	} {
 		_, err := c.cfg.Build(1e-3, 100)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

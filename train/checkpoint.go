@@ -1,14 +1,15 @@
 package train
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/weftml/weft/checkpoint"
@@ -17,6 +18,7 @@ import (
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -24,11 +26,8 @@ import (
 // fabric's (fabric.Fabric.Save: format weft-checkpoint/2) with this run's
 // Config as the manifest's config; checkpoints/latest names the newest
 // and is replaced by rename, so a crash never leaves it naming a
-// half-written checkpoint.
-const (
-	latestFile     = "latest"
-	keepCheckpoint = 2
-)
+// half-written checkpoint. Config.KeepLast of them are kept.
+const latestFile = "latest"
 
 // Manifest describes a checkpoint of a run: the fabric's manifest and the
 // run's Config.
@@ -39,9 +38,13 @@ type Manifest struct {
 
 type checkpointer struct {
 	dir    string
+	keep   int // checkpoints kept, the newest
 	fabric *fabric.Fabric
 	comm   comm.Communicator // every rank takes part in save and load
 }
+
+// stepFolder names the checkpoint folder of step.
+func stepFolder(step int) string { return fmt.Sprintf("step-%06d", step) }
 
 // save writes the checkpoint of step and makes it the latest; every rank
 // calls it, and its collectives run under ctx. A failure (a full disk)
@@ -55,7 +58,7 @@ func (k *checkpointer) save(ctx context.Context, c Config, step int) (string, er
 }
 
 func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, error) {
-	name := fmt.Sprintf("step-%06d", step)
+	name := stepFolder(step)
 	final := filepath.Join(k.dir, name)
 	if err := k.fabric.Save(ctx, final, fabric.SaveOptions{Step: step, Config: c}); err != nil {
 		return "", err
@@ -74,14 +77,14 @@ func (k *checkpointer) write(ctx context.Context, c Config, step int) (string, e
 	return final, nil
 }
 
-// prune removes all but the newest keepCheckpoint checkpoints.
+// prune removes all but the newest k.keep checkpoints.
 func (k *checkpointer) prune() error {
 	names, err := filepath.Glob(filepath.Join(k.dir, "step-*"))
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
-	for len(names) > keepCheckpoint {
+	for len(names) > k.keep {
 		if err := os.RemoveAll(names[0]); err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
 		}
@@ -90,46 +93,161 @@ func (k *checkpointer) prune() error {
 	return nil
 }
 
-// load restores the latest checkpoint into the fabric's model, optimizer
-// and precision state and returns the step to resume at and one note per
-// conversion a changed precision, strategy or device count took. A
-// changed model is an error.
-func (k *checkpointer) load(c Config) (int, []string, error) {
-	m, dir, err := ReadManifest(k.dir)
+// resumed is the checkpoint a resume loaded.
+type resumed struct {
+	step  int
+	dir   string
+	notes []string // settings changed since, conversions the load took
+}
+
+// load restores the checkpoint c.ResumeFrom names (the latest by default)
+// into the fabric's model, optimizer and precision state. A changed model
+// or data is an error; other changed settings, and the conversions a
+// changed precision, strategy or device count took, are its notes.
+func (k *checkpointer) load(c Config) (resumed, error) {
+	m, dir, err := k.pick(c.ResumeFrom)
 	if err != nil {
-		return 0, nil, err
+		return resumed{}, err
 	}
-	if m.Config.Model != c.Model || m.Config.GPT != c.GPT {
-		return 0, nil, fmt.Errorf("resume: checkpoint %s holds model %s, this run is %s; resume with the checkpoint's model (or train into another --out)", dir, modelOf(m.Config), modelOf(c))
-	}
-	if was, is := m.Config.textSource(), c.textSource(); was != is {
-		return 0, nil, fmt.Errorf("resume: checkpoint %s trained on %s, this run on %s", dir, was, is)
-	}
-	if !reflect.DeepEqual(m.Config.LoRA.Targets, c.LoRA.Targets) {
-		return 0, nil, fmt.Errorf("resume: checkpoint %s trains LoRA adapters on %v, this run on %v", dir, m.Config.LoRA.Targets, c.LoRA.Targets)
+	refused, changed := changes(m.Config, c)
+	if len(refused) > 0 {
+		return resumed{}, fmt.Errorf("resume: checkpoint %s trained another model or data than this run: %s; resume with the checkpoint's model and data, or train into another --out", dir, strings.Join(refused, ", "))
 	}
 	loaded, err := k.fabric.Load(dir, fabric.LoadOptions{})
 	if u := (*fabric.UnexpectedError)(nil); errors.As(err, &u) {
 		// A precision that freezes weights (nf4, int8) holds them as codes,
 		// not parameters: --init-from quantizes a run's weights instead.
-		return 0, nil, fmt.Errorf("resume: checkpoint %s holds %d tensors this run's model has no parameter for (%s): under --precision %s start from its weights with --init-from %s and another --out", dir, len(u.Names), u.FirstNames(), c.Precision, filepath.Dir(k.dir))
+		return resumed{}, fmt.Errorf("resume: checkpoint %s holds %d tensors this run's model has no parameter for (%s): under --precision %s start from its weights with --init-from %s and another --out", dir, len(u.Names), u.FirstNames(), c.Precision, filepath.Dir(k.dir))
 	}
 	if err != nil {
-		return 0, nil, err
+		if _, corrupt := fabric.OpenCheckpoint(dir); corrupt != nil {
+			return resumed{}, withIntact(k.dir, dir, err)
+		}
+		return resumed{}, err
 	}
-	var notes []string
-	for _, what := range []struct{ name, was, now string }{
-		{"precision", precisionOf(m.Config), precisionOf(c)},
-		{"strategy", strategyOf(m.Config), strategyOf(c)},
-	} {
-		if what.was != what.now {
-			notes = append(notes, fmt.Sprintf("%s changed from %s to %s", what.name, what.was, what.now))
+	r := resumed{step: m.Step, dir: dir}
+	if len(changed) > 0 {
+		r.notes = append(r.notes, fmt.Sprintf("changed since checkpoint %s: %s", dir, strings.Join(changed, ", ")))
+	}
+	r.notes = append(r.notes, loaded.Converted...)
+	return r, nil
+}
+
+// pick finds the checkpoint a resume loads and reads its manifest: the one
+// from names (a step of this run, or a checkpoint folder), or the latest.
+// One that cannot be read is an error naming the newest intact one.
+func (k *checkpointer) pick(from string) (*Manifest, string, error) {
+	dir, err := from, error(nil)
+	switch step, notStep := strconv.Atoi(from); {
+	case from == "":
+		dir, err = latestCheckpoint(k.dir)
+	case notStep == nil:
+		dir = filepath.Join(k.dir, stepFolder(step))
+		if _, err := os.Stat(dir); err != nil {
+			return nil, "", fmt.Errorf("resume-from %s: %s holds no checkpoint of step %d, only of steps %s", from, k.dir, step, cmp.Or(joinInts(checkpointSteps(k.dir)), "none"))
 		}
 	}
-	if len(notes) == 0 {
-		return m.Step, loaded.Converted, nil
+	var m *Manifest
+	if err == nil {
+		m, err = readManifestAt(dir)
 	}
-	return m.Step, append(notes, loaded.Converted...), nil
+	if err != nil && len(checkpointSteps(k.dir)) > 0 {
+		return nil, "", withIntact(k.dir, dir, err)
+	}
+	return m, dir, err
+}
+
+// withIntact adds to err, why checkpoint bad cannot be resumed from, the
+// newest other checkpoint under dir that is intact (every file matching
+// its digests) and the flag that resumes from it.
+func withIntact(dir, bad string, err error) error {
+	steps := checkpointSteps(dir)
+	for i := len(steps) - 1; i >= 0; i-- {
+		ckpt := filepath.Join(dir, stepFolder(steps[i]))
+		if bad != "" && ckpt == filepath.Clean(bad) {
+			continue
+		}
+		if _, unreadable := fabric.OpenCheckpoint(ckpt); unreadable == nil {
+			return fmt.Errorf("%w; the newest intact checkpoint is %s: resume from it with --resume-from %d", err, ckpt, steps[i])
+		}
+	}
+	return fmt.Errorf("%w; no other checkpoint in %s is intact: start over with --overwrite, or train into another --out", err, dir)
+}
+
+// setting is one of a run's settings as a resume compares it with the
+// checkpoint's: a change of one that refuses trains another model or on
+// other data; the others are announced.
+type setting struct {
+	name    string
+	of      func(Config) string
+	refuses bool
+}
+
+var resumeSettings = []setting{
+	{"model", modelOf, true},
+	{"data", dataOf, true},
+	{"lora", adaptersOf, true},
+	{"seed", func(c Config) string { return fmt.Sprint(c.Seed) }, false},
+	{"lr", func(c Config) string { return fmt.Sprint(c.LR) }, false},
+	{"lr-schedule", scheduleOf, false},
+	{"batch-size", func(c Config) string { return fmt.Sprint(c.BatchSize) }, false},
+	{"grad-accum", func(c Config) string { return fmt.Sprint(c.GradAccum) }, false},
+	{"grad-sync", func(c Config) string { return c.GradSync }, false},
+	{"clip-value", func(c Config) string { return fmt.Sprint(c.ClipValue) }, false},
+	{"lora-alpha", func(c Config) string { return fmt.Sprint(c.LoRA.Alpha) }, false},
+	{"precision", precisionOf, false},
+	{"loss-scale", func(c Config) string { return c.LossScale }, false},
+	{"strategy", strategyOf, false},
+	{"on-nan", func(c Config) string { return c.OnNaN }, false},
+}
+
+// changes lists the settings of was (a checkpoint's) that now differs
+// from, as "name was -> now": those a resume refuses, and the others.
+func changes(was, now Config) (refused, changed []string) {
+	for _, s := range resumeSettings {
+		a, b := s.of(was), s.of(now)
+		if a == b {
+			continue
+		}
+		line := fmt.Sprintf("%s %s -> %s", s.name, a, b)
+		if s.refuses {
+			refused = append(refused, line)
+		} else {
+			changed = append(changed, line)
+		}
+	}
+	return refused, changed
+}
+
+// dataOf describes what c's model trains on.
+func dataOf(c Config) string {
+	if c.Model != "gpt" && c.Model != "llama" {
+		return "the model's bundled data"
+	}
+	return c.textSource()
+}
+
+// adaptersOf describes the LoRA adapters c trains.
+func adaptersOf(c Config) string {
+	if len(c.LoRA.Targets) == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%s (rank %d)", strings.Join(c.LoRA.Targets, ","), c.LoRA.Rank)
+}
+
+// scheduleOf describes c's learning-rate schedule as Build resolves it.
+func scheduleOf(c Config) string {
+	s, err := c.LRSchedule.Build(c.LR, c.Steps)
+	switch s := s.(type) {
+	case optim.Cosine:
+		return fmt.Sprintf("cosine (warmup %d, to %g at step %d)", s.Warmup, s.Min, s.Decay)
+	case optim.StepDecay:
+		return fmt.Sprintf("step (×%g every %d)", s.Gamma, s.Every)
+	}
+	if err != nil {
+		return c.LRSchedule.Name
+	}
+	return "constant"
 }
 
 // precisionOf describes c's precision: its spec and per-module rules.
@@ -163,27 +281,44 @@ func strategyOf(c Config) string {
 // ReadManifest reads the manifest of the latest checkpoint under dir (a
 // run's checkpoints folder) and returns it with the checkpoint's folder.
 func ReadManifest(dir string) (*Manifest, string, error) {
+	ckpt, err := latestCheckpoint(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := readManifestAt(ckpt)
+	if err != nil {
+		return nil, "", err
+	}
+	return m, ckpt, nil
+}
+
+// latestCheckpoint is the checkpoint folder dir's latest names.
+func latestCheckpoint(dir string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(dir, latestFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("no checkpoint in %s", dir)
+		return "", fmt.Errorf("no checkpoint in %s", dir)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("checkpoint: %w", err)
+		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	name := strings.TrimSpace(string(b))
 	if name != filepath.Base(name) || !strings.HasPrefix(name, "step-") {
-		return nil, "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint folder of %s", filepath.Join(dir, latestFile), name, dir)
+		return "", fmt.Errorf("checkpoint: %s names %q, which is not a checkpoint folder of %s", filepath.Join(dir, latestFile), name, dir)
 	}
-	ckpt := filepath.Join(dir, name)
+	return filepath.Join(dir, name), nil
+}
+
+// readManifestAt reads the manifest of checkpoint folder ckpt.
+func readManifestAt(ckpt string) (*Manifest, error) {
 	mb, err := os.ReadFile(filepath.Join(ckpt, "manifest.json"))
 	if err != nil {
-		return nil, "", fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	m, err := ParseManifest(mb)
 	if err != nil {
-		return nil, "", fmt.Errorf("checkpoint %s: %w", ckpt, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", ckpt, err)
 	}
-	return m, ckpt, nil
+	return m, nil
 }
 
 // ParseManifest reads and checks a manifest.json of a run's checkpoint.
@@ -204,6 +339,9 @@ func ParseManifest(b []byte) (*Manifest, error) {
 // Consolidate writes the latest checkpoint of run as one safetensors file:
 // parameters and whole AdamW moments, the optimizer shards joined.
 func Consolidate(run, out string) error {
+	if st, err := os.Stat(out); err == nil && st.IsDir() {
+		return fmt.Errorf("consolidate: %s is a folder; give the file to write, such as %s", out, filepath.Join(out, "model.safetensors"))
+	}
 	_, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		return err

@@ -49,8 +49,15 @@ type Config struct {
 	EvalEvery   int           `yaml:"eval_every"`   // steps between validation passes
 	EvalBatches int           `yaml:"eval_batches"` // batches per validation pass
 	SaveEvery   int           `yaml:"save_every"`   // steps between checkpoints (and at the end)
+	KeepLast    int           `yaml:"keep_last"`    // checkpoints kept, the newest (2)
 	Out         string        `yaml:"out"`          // run folder: checkpoints, metrics.jsonl, loss.png
 	Seed        uint64        `yaml:"seed"`         // data order and initial weights
+	// Overwrite lets a fresh run replace the run in Out; ResumeFrom picks
+	// the checkpoint a resume loads: a step of this run or a checkpoint
+	// folder ("": the latest). Both concern one invocation, so neither
+	// is read from YAML nor recorded in a checkpoint.
+	Overwrite  bool   `yaml:"-" json:"-"`
+	ResumeFrom string `yaml:"-" json:"-"`
 	// HF is the config of the model an HF folder InitFrom names, which the
 	// run trains; set by Run, never read from YAML.
 	HF          *hf.Config `yaml:"-" json:",omitempty"`
@@ -161,7 +168,7 @@ func Defaults() Config {
 	return Config{
 		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
 		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto", CommTimeout: comm.DefaultTimeout,
-		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100,
+		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100, KeepLast: 2,
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, ValFraction: 0.1, OnNaN: "stop",
 		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
 		GradAccum: 1, GradSync: "auto", LRSchedule: optim.ScheduleConfig{Name: "constant"}, Loggers: []string{"jsonl"},
@@ -271,8 +278,14 @@ func (c Config) validate() error {
 		return fmt.Errorf("batch size %d: must be at least 1", c.BatchSize)
 	case !(c.LR > 0):
 		return fmt.Errorf("lr %g: must be positive", c.LR)
-	case c.EvalBatches < 1 || c.EvalEvery < 1 || c.SaveEvery < 1:
-		return fmt.Errorf("eval_every, eval_batches and save_every must be at least 1")
+	case c.EvalEvery < 1:
+		return fmt.Errorf("eval_every %d: must be at least 1 (steps between validation passes)", c.EvalEvery)
+	case c.EvalBatches < 1:
+		return fmt.Errorf("eval_batches %d: must be at least 1 (batches per validation pass)", c.EvalBatches)
+	case c.SaveEvery < 1:
+		return fmt.Errorf("save_every %d: must be at least 1 (steps between checkpoints)", c.SaveEvery)
+	case c.KeepLast < 1:
+		return fmt.Errorf("keep_last %d: must be at least 1 (checkpoints kept, the newest)", c.KeepLast)
 	case c.Out == "":
 		return fmt.Errorf("out: a run folder is needed")
 	case c.OnNaN != "stop" && c.OnNaN != "skip":
@@ -320,9 +333,9 @@ func (c Config) validate() error {
 // with a resumed run's.
 func (c Config) textSource() string {
 	if c.Data == "" {
-		return "the bundled Go corpus"
+		return fmt.Sprintf("the bundled Go corpus (%d bytes of GOROOT/src/%s)", c.CorpusBytes, c.CorpusPart)
 	}
-	s := fmt.Sprintf("data %s (tokenizer %s", c.Data, c.Tokenizer)
+	s := fmt.Sprintf("%s (tokenizer %s", c.Data, c.Tokenizer)
 	if c.TokenizerDir != "" {
 		s += " from " + c.TokenizerDir
 	}

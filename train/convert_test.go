@@ -41,18 +41,15 @@ func TestResumeConverts(t *testing.T) {
 	for _, to := range []struct {
 		precision, strategy string
 		devices             int
+		changed             string
 		want                []string
 	}{
-		{"bf16-true", "zero1", 4, []string{
-			"resume: precision changed from 32-true to bf16-true",
-			"resume: strategy changed from zero1 on 2 devices to zero1 on 4 devices",
+		{"bf16-true", "zero1", 4, "precision 32-true -> bf16-true, strategy zero1 on 2 devices -> zero1 on 4 devices", []string{
 			fmt.Sprintf("resume: cast %d parameters float32→bfloat16", params),
 			fmt.Sprintf("resume: cast %d optimizer moments float32→bfloat16", 2*params),
 			"resume: optimizer state resharded from 2 to 4 ranks",
 		}},
-		{"16-mixed", "single", 1, []string{
-			"resume: precision changed from 32-true to 16-mixed",
-			"resume: strategy changed from zero1 on 2 devices to single on 1 device",
+		{"16-mixed", "single", 1, "precision 32-true -> 16-mixed, strategy zero1 on 2 devices -> single on 1 device", []string{
 			"resume: precision state 16-mixed, loss-scaler starts fresh (the checkpoint has none)",
 			"resume: optimizer state joined from 2 ranks' shards",
 		}},
@@ -67,8 +64,10 @@ func TestResumeConverts(t *testing.T) {
 		if _, err := Run(context.Background(), r, true, obs); err != nil {
 			t.Fatalf("resume as %s %s×%d: %v", to.precision, to.strategy, to.devices, err)
 		}
-		if !slices.Equal(obs.lines, to.want) {
-			t.Errorf("resume as %s %s×%d said\n%s\nwant\n%s", to.precision, to.strategy, to.devices, strings.Join(obs.lines, "\n"), strings.Join(to.want, "\n"))
+		ckpt := filepath.Join(r.Out, "checkpoints", "step-000010")
+		want := append([]string{"resumed from step 10 (" + ckpt + ")", "resume: changed since checkpoint " + ckpt + ": " + to.changed}, to.want...)
+		if !slices.Equal(obs.lines, want) {
+			t.Errorf("resume as %s %s×%d said\n%s\nwant\n%s", to.precision, to.strategy, to.devices, strings.Join(obs.lines, "\n"), strings.Join(want, "\n"))
 		}
 		got := losses(t, r.Out)
 		next, last := got[10], trained[9]
@@ -78,7 +77,7 @@ func TestResumeConverts(t *testing.T) {
 	}
 	r := c
 	r.GPT.Width, r.GPT.Heads, r.Steps = 64, 4, 12
-	if _, err := Run(context.Background(), r, true, quiet{}); err == nil || !strings.Contains(err.Error(), "holds model gpt") {
+	if _, err := Run(context.Background(), r, true, quiet{}); err == nil || !strings.Contains(err.Error(), "trained another model or data than this run: model gpt {Layers:1 Width:32 Heads:2 Context:16} -> gpt {Layers:1 Width:64 Heads:4 Context:16};") {
 		t.Fatalf("resuming a run of another gpt size: %v", err)
 	}
 }

@@ -92,7 +92,8 @@ type Summary struct {
 }
 
 // Run trains c.Model with c's precision and strategy, resuming from
-// c.Out's latest checkpoint when resume is set. Devices ranks run as
+// c.Out's latest checkpoint (or c.ResumeFrom's) when resume is set; c.Out
+// is this run's alone while it runs (see claimRunDir). Devices ranks run as
 // goroutines ("local") or as this process's rank of an mpirun job
 // ("mpi"); rank 0 reports to obs and its Summary is returned (nil in the
 // other processes of an mpirun job).
@@ -122,6 +123,11 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("run folder: %w", err)
 	}
+	release, err := claimRunDir(c, resume, obs)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	t, err := newTask(c)
 	if err != nil {
 		return nil, err
@@ -138,8 +144,8 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	for _, w := range warnings {
 		obs.Warn(w)
 	}
-	if in, ok := obs.(Informer); ok && t.about != "" {
-		in.Info(t.about)
+	if t.about != "" {
+		notify(obs, t.about)
 	}
 	stop := newStopper(ctx)
 	defer stop.release()
@@ -155,12 +161,6 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	}
 	obs.Done(sums[0])
 	return sums[0], err
-}
-
-// Informer is an Observer that also hears what a run reads: lines that
-// are not warnings.
-type Informer interface {
-	Info(msg string)
 }
 
 // quiet is the Observer of ranks other than 0.
@@ -269,16 +269,18 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
 		opt.SetParams(lora.Params())
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), fabric: r.f, comm: r.comm}
+	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), keep: c.KeepLast, fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
-		var notes []string
-		if start, notes, err = ckpt.load(c); err != nil {
+		from, err := ckpt.load(c)
+		if err != nil {
 			return nil, err
 		}
-		for _, n := range notes {
+		notify(r.obs, fmt.Sprintf("resumed from step %d (%s)", from.step, from.dir))
+		for _, n := range from.notes {
 			r.obs.Warn("resume: " + n)
 		}
+		start = from.step
 		if start >= c.Steps {
 			return nil, fmt.Errorf("resume: the run in %s has already trained %d steps, and steps is %d; give a larger --steps to train on", c.Out, start, c.Steps)
 		}

@@ -21,7 +21,7 @@ type task struct {
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
-	// about says what the data is, once before training (Informer).
+	// about says what the data is, once before training (Notifier).
 	about string
 	// notes are warned once before training: files the data left out.
 	notes []string

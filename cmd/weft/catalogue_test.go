@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/dtype"
 )
@@ -238,7 +240,55 @@ var catalogue = []badInput{
 		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
 	}, nil, 0},
 	{"an unknown export layout", func(dir string) []string { return []string{"export", "--format", "bert", dir, dir} }, nil, 0},
+	{"a run folder another run is training in", func(dir string) []string {
+		holdLock(dir, "12345")
+		return []string{"train", "--model", "cnn", "--out", dir}
+	}, nil, 0},
+	{"a fresh run into a folder that holds a run", func(dir string) []string {
+		trainCNN(dir)
+		return []string{"train", "--model", "cnn", "--steps", "1", "--out", dir}
+	}, nil, 0},
+	{"overwrite and resume at once", func(dir string) []string { return []string{"train", "--overwrite", "--resume", "--out", dir} }, nil, 0},
+	{"resuming from a step that has no checkpoint", func(dir string) []string {
+		trainCNN(dir)
+		return []string{"train", "--model", "cnn", "--steps", "3", "--resume-from", "7", "--out", dir}
+	}, nil, 0},
+	{"a corrupt latest checkpoint beside an intact one", func(dir string) []string {
+		trainCNN(dir, "--steps", "2", "--save-every", "1")
+		nanHead(filepath.Join(dir, "checkpoints", "step-000002", "state.safetensors"))
+		return []string{"train", "--model", "cnn", "--steps", "3", "--resume", "--out", dir}
+	}, nil, 0},
+	{"resuming on another part of the Go corpus", func(dir string) []string {
+		trainedRun(dir, "gpt")
+		return []string{"train", "--steps", "2", "--batch-size", "4", "--corpus-part", "strings/", "--resume", "--out", dir}
+	}, nil, 0},
+	{"a warmup under the constant schedule", func(dir string) []string { return []string{"train", "--warmup-steps", "5", "--out", dir} }, nil, 0},
+	{"a step-schedule setting under cosine", func(dir string) []string {
+		return []string{"train", "--lr-schedule", "cosine", "--lr-gamma", "0.5", "--out", dir}
+	}, nil, 0},
+	{"checkpoints every 0 steps", func(dir string) []string { return []string{"train", "--save-every", "0", "--out", dir} }, nil, 0},
+	{"keeping no checkpoint", func(dir string) []string { return []string{"train", "--keep-last", "0", "--out", dir} }, nil, 0},
+	{"consolidating into a folder", func(dir string) []string {
+		trainCNN(dir)
+		return []string{"consolidate", dir, dir}
+	}, nil, 0},
+	{"sampling an HF model folder", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"gpt2"}`))
+		return []string{"sample", "--ckpt", dir}
+	}, nil, 0},
 }
+
+// holdLock takes run folder dir's lock as a run training in it does, and
+// records pid as its holder; the lock lasts as long as the test process.
+func holdLock(dir, pid string) {
+	f, err := os.OpenFile(filepath.Join(dir, ".weft.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err == nil && unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		f.WriteString(pid + "\n")
+	}
+	heldLocks = append(heldLocks, f)
+}
+
+var heldLocks []*os.File // holdLock's, open until the test process ends
 
 // shardedArgs trains cnn for steps on two ranks under zero1, which writes
 // an optimizer shard per rank.
@@ -267,7 +317,13 @@ func trainedRun(dir, model string) string {
 // one weight (head.weight) in its checkpoint with NaNs; it returns dir.
 func corruptRun(dir, model string) string {
 	trainedRun(dir, model)
-	state := filepath.Join(dir, "checkpoints", "step-000001", "state.safetensors")
+	nanHead(filepath.Join(dir, "checkpoints", "step-000001", "state.safetensors"))
+	return dir
+}
+
+// nanHead overwrites the bytes of head.weight in the checkpoint file state
+// with NaNs.
+func nanHead(state string) {
 	b, _ := os.ReadFile(state)
 	if f, err := checkpoint.ParseSafetensors(b); err == nil {
 		w, _ := f.Tensor("model.head.weight") // its Data aliases b
@@ -276,7 +332,6 @@ func corruptRun(dir, model string) string {
 		}
 	}
 	os.WriteFile(state, b, 0o644)
-	return dir
 }
 
 // tempName matches the random part of a temporary file's name, which the
@@ -359,10 +414,11 @@ func runLimited(t *testing.T, bin string, args []string, limit uint64) (string, 
 	return strings.TrimPrefix(strings.TrimSpace(stderr.String()), "weft: "), exit.ExitCode()
 }
 
-// trainCNN trains the cnn for one step into the run folder dir.
-func trainCNN(dir string) {
+// trainCNN trains the cnn for one step (unless more says otherwise) into
+// the run folder dir.
+func trainCNN(dir string, more ...string) {
 	root := newRoot()
-	root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})
+	root.SetArgs(append([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir}, more...))
 	root.SetOut(io.Discard)
 	root.Execute()
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/train"
 )
 
@@ -20,6 +21,9 @@ func sampleCmd() *cobra.Command {
 		Short: "Generate text with a trained gpt",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if hf.IsModelDir(run) {
+				return fmt.Errorf("sample: %s is an HF model folder, and --ckpt takes a weft train run folder (its --out): fine-tune from it with weft train --init-from %s, then sample that run", run, run)
+			}
 			text, err := train.Sample(run, prompt, n, temperature, seed)
 			if err != nil {
 				return err

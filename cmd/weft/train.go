@@ -32,7 +32,10 @@ library's source, cnn on rendered digits, hybrid reading rendered digit strings.
 --data trains gpt on your own text instead, byte-level or with GPT-2's BPE.
 It prints the resolved precision plan, shows progress, writes DIR/metrics.jsonl,
 DIR/loss.png and checkpoints under DIR/checkpoints, from which --resume continues
-exactly. A YAML --config sets any field; flags given explicitly override it.
+exactly (--keep-last of them, the newest; --resume-from STEP takes an older one).
+A run folder holds one run: while one trains in it another is refused, and a
+fresh run into it needs --overwrite. A YAML --config sets any field; flags
+given explicitly override it.
 
 SIGINT or SIGTERM stops the run after the step in progress, with a checkpoint,
 and weft exits 130 or 143; a second signal exits at once, without one. Under
@@ -56,6 +59,7 @@ same step.`,
 				}
 				c.Modules = append(c.Modules, m)
 			}
+			resume = resume || c.ResumeFrom != ""
 			ctx, release := notifyStop(cmd.Context(), cmd.ErrOrStderr())
 			defer release()
 			out := detach(cmd.OutOrStdout())
@@ -74,6 +78,9 @@ same step.`,
 	fs := cmd.Flags()
 	fs.StringVar(&cfgPath, "config", "", "YAML file with any of the run's settings")
 	fs.BoolVar(&resume, "resume", false, "continue from the latest checkpoint in --out")
+	fs.StringVar(&c.ResumeFrom, "resume-from", "", "continue from this checkpoint instead of the latest: a step of the run in --out (implies --resume), or a checkpoint folder")
+	fs.BoolVar(&c.Overwrite, "overwrite", false, "start over in an --out that holds a run, removing its checkpoints and metrics")
+	fs.IntVar(&c.KeepLast, "keep-last", c.KeepLast, "checkpoints kept in --out/checkpoints, the newest (older ones are removed as new ones are saved)")
 	fs.StringVar(&c.Model, "model", c.Model, "model: gpt, llama, cnn or hybrid")
 	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec, e.g. bf16-mixed, 16-mixed, bf16-true, bf16-mixed+fp8")
 	fs.StringArrayVar(&rules, "precision-for", nil, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed'")
@@ -131,6 +138,9 @@ func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) 
 		"val-fraction":             func() { c.ValFraction = flagged.ValFraction },
 		"tp":                       func() { c.TP = flagged.TP },
 		"sequence-parallel":        func() { c.SequenceParallel = flagged.SequenceParallel },
+		"resume-from":              func() { c.ResumeFrom = flagged.ResumeFrom },
+		"overwrite":                func() { c.Overwrite = flagged.Overwrite },
+		"keep-last":                func() { c.KeepLast = flagged.KeepLast },
 	}
 	maps.Copy(set, loopOverrides(c, flagged))
 	for name, apply := range set {
@@ -167,7 +177,8 @@ func newProgress(out, warn io.Writer, c train.Config) *progress {
 
 func (p *progress) Warn(msg string) { fmt.Fprintln(p.warn, "weft: warning:", msg) }
 
-func (p *progress) Info(msg string) { fmt.Fprintln(p.out, msg) }
+// Note prints what the run read and did to its folder (resumed from, overwrote).
+func (p *progress) Note(msg string) { fmt.Fprintln(p.out, msg) }
 
 func (p *progress) Plan(plan *fabric.Plan, start int) {
 	printPlanTo(p.out, p.c.Model, plan)
