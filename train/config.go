@@ -321,7 +321,7 @@ func (c Config) validate() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown model %q (accepted: %v)", c.Model, models.Names())
+	return fmt.Errorf("unknown model %q (accepted: %s)", c.Model, strings.Join(models.Names(), ", "))
 }
 
 // textSource says what text gpt trains on, for comparing a checkpoint's

@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -87,5 +86,3 @@ func readLimit(file string) (int64, bool) {
 	}
 	return n, true
 }
-
-func (b Budget) String() string { return fmt.Sprintf("%.0f MiB (%s)", float64(b.Bytes)/(1<<20), b.Source) }
