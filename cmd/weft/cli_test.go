@@ -109,6 +109,11 @@ func TestPlanAndTrainRefuseAlike(t *testing.T) {
 		{"--model", "hybrid", "--precision-for", "nothere.**=16-mixed"},
 		{"--model", "cnn", "--precision-for", "head=fp8"},
 		{"--model", "cnn", "--precision-for", "conv1=16-mixed", "--precision-for", "head=16-mixed"},
+		{"--model", "mlp"},
+		{"--devices", "2"},
+		{"--tp", "3", "--devices", "4"},
+		{"--lora", "blocks.*.qkv", "--strategy", "fsdp", "--devices", "2"},
+		{"--batch-size", "15", "--grad-accum", "2"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			plan, planCode := run(append([]string{"plan"}, args...)...)
@@ -127,5 +132,26 @@ func TestTrainWarnsOnce(t *testing.T) {
 	const warning = "warning: fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"
 	if code != 0 || strings.Count(out, warning) != 1 {
 		t.Errorf("exit %d; want the warning once in:\n%s", code, out)
+	}
+}
+
+// TestPlanResolvesAsTrain: weft plan reads --config and lets the flags
+// given override it, as weft train does: the file's size, precision and
+// adapters stand unless a flag replaces them.
+func TestPlanResolvesAsTrain(t *testing.T) {
+	yaml := writeFile(t.TempDir(), "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 16}\nprecision: 32-true\nlora: {targets: [blocks.0.fc]}\n"))
+	out, code := run("plan", "--config", yaml, "--precision", "bf16-true", "--lora", "blocks.0.qkv")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	for _, want := range []string{"gpt: precision bf16-true+lora;", "adapter blocks.0.qkv.lora_A.weight [8 32]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	for _, unwanted := range []string{"blocks.1.", "blocks.0.fc.lora_A"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("plan has %q:\n%s", unwanted, out)
+		}
 	}
 }
