@@ -53,6 +53,10 @@ func (tp *Tape) Const(t *tensor.Tensor) *Var {
 // RequiresGrad reports whether gradients flow to v.
 func (v *Var) RequiresGrad() bool { return v.requiresGrad }
 
+// Freeze makes v a leaf no gradient reaches (a weight beside the adapters
+// that train), dropping any it holds.
+func (v *Var) Freeze() { v.requiresGrad, v.Grad = false, nil }
+
 // Op names an operation for autocasting decisions.
 type Op string
 

@@ -19,8 +19,11 @@ type Batch struct {
 // token batches); the rows must split evenly.
 func (b Batch) Share(r, n int) (Batch, error) {
 	rows := len(b.Targets)
-	if b.Shape != nil {
+	switch {
+	case b.Shape != nil:
 		rows = b.Shape[0]
+	case b.X != nil:
+		rows = b.X.Dim(0)
 	}
 	if rows%n != 0 {
 		return Batch{}, fmt.Errorf("a batch of %d rows does not split evenly over %d ranks", rows, n)
@@ -30,13 +33,18 @@ func (b Batch) Share(r, n int) (Batch, error) {
 	if b.X != nil {
 		out.X = tensor.SliceRows(b.X, r*per, per)
 	}
+	// A batch of shapes alone (a plan's) has no ids to share.
 	if b.Shape != nil {
 		t := b.Shape[1]
 		out.Shape = []int{per, t}
-		out.Tokens = b.Tokens[r*per*t : (r+1)*per*t]
-		out.Targets = b.Targets[r*per*t : (r+1)*per*t]
+		if b.Tokens != nil {
+			out.Tokens = b.Tokens[r*per*t : (r+1)*per*t]
+			out.Targets = b.Targets[r*per*t : (r+1)*per*t]
+		}
 		return out, nil
 	}
-	out.Targets = b.Targets[r*per : (r+1)*per]
+	if b.Targets != nil {
+		out.Targets = b.Targets[r*per : (r+1)*per]
+	}
 	return out, nil
 }

@@ -97,3 +97,8 @@ func (t Tokens) AppendTo(dst []int, from, to int) []int {
 
 // Ints returns every id, one int each.
 func (t Tokens) Ints() []int { return t.AppendTo(make([]int, 0, t.Len()), 0, t.Len()) }
+
+// Encode returns the tokens tok gives text, of tok's vocabulary.
+func Encode(tok Tokenizer, text string) (Tokens, error) {
+	return TokensOf(tok.VocabSize(), tok.Encode(text))
+}

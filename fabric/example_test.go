@@ -23,7 +23,7 @@ import (
 )
 
 // sentence is the text the examples' gpt learns, as byte ids.
-var sentence = data.Bytes{}.Encode(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 40))
+var sentence, _ = data.Encode(data.Bytes{}, strings.Repeat("the quick brown fox jumps over the lazy dog. ", 40))
 
 // tinyGPT is a gpt of 2 layers, width 32, over bytes, in contexts of 16.
 var tinyGPT = models.GPTConfig{Vocab: 256, Context: 16, Width: 32, Heads: 2, Layers: 2}

@@ -88,8 +88,23 @@ type segment struct {
 	// fp8 is the largest FP8 GEMM's operands (x and w codes), which live
 	// while it runs, in the forward and again in the backward.
 	fp8 int64
+	// work is the backward's working set at its widest tensor (see
+	// workingSet): an op's output gradient and input gradient, decoded to
+	// float32 when stored narrower.
+	work int64
 	// checkpointed is a unit whose forward is recomputed in backward.
 	checkpointed bool
+}
+
+// workingSet is what an elementwise op's backward over t holds at once:
+// the gradients of its output and input in t's dtype and, for a dtype
+// narrower than float32, the float32 scratch each is decoded to.
+func workingSet(t *tensor.Tensor) int64 {
+	b := 2 * tensor.PoolBytes(t.DType(), t.Len())
+	if dt := t.DType(); dt != dtype.F32 && dt != dtype.F64 {
+		b += 2 * tensor.ScratchBytes(t.Len())
+	}
+	return b
 }
 
 // kept is what the segment leaves on the tape for backward.
@@ -110,6 +125,7 @@ type meter struct {
 	segs   []segment
 	last   int64 // RetainedPool at the end of the last segment
 	held   int64 // the running segment's largest fp8 operands
+	work   int64 // the running segment's largest workingSet
 }
 
 func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
@@ -125,9 +141,18 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 			mt.held = max(mt.held, tensor.PoolBytes(in.Value.DType(), tensor.Numel(w.Shape())))
 		}
 	}
+	if in != nil {
+		mt.work = max(mt.work, workingSet(in.Value))
+	}
 	i, ok := mt.unitOf[module]
 	if !ok {
-		return in, exit
+		return in, func(out *autograd.Var) *autograd.Var {
+			out = exit(out)
+			if out != nil {
+				mt.work = max(mt.work, workingSet(out.Value))
+			}
+			return out
+		}
 	}
 	mt.cut(tp, -1, 0, 0)
 	var io int64
@@ -148,8 +173,8 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 // cut ends the running segment as one of unit's.
 func (mt *meter) cut(tp *autograd.Tape, unit int, io, out int64) {
 	now := tp.RetainedPool()
-	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, out: out, fp8: mt.held})
-	mt.last, mt.held = now, 0
+	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, out: out, fp8: mt.held, work: mt.work})
+	mt.last, mt.held, mt.work = now, 0, 0
 }
 
 // metaPass runs m's forward and loss on the share of global that rank 0
@@ -216,7 +241,8 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 		return fmt.Errorf("fabric: plan: %T has no forward over a batch", p.model)
 	}
 	units := Units(m)
-	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices, units)
+	micro := max(p.MicroBatches, 1)
+	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices*micro, units)
 	if err != nil {
 		return err
 	}
@@ -231,7 +257,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 	}
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	sim := stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, frozen: p.BytesPerRank.Frozen}
+	sim := stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: micro > 1, frozen: p.BytesPerRank.Frozen}
 	unitOf := map[*autograd.Var]int{}
 	for i, u := range units {
 		for _, q := range u.Params {
@@ -239,8 +265,11 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 		}
 	}
 	sim.units = make([]unitBytes, len(units))
-	for _, q := range nn.Parameters(m) {
+	for _, q := range append(nn.Parameters(m), p.trained()...) {
 		v := q.Var.Value
+		if !q.Var.RequiresGrad() { // in p.BytesPerRank.Frozen
+			continue
+		}
 		sd := v.DType()
 		if setsState {
 			sd = state
@@ -267,6 +296,13 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 	return nil
 }
 
+// trained is the parameters the plan's precision alone trains, if it
+// names them (LoRA's adapters, outside the model's own parameters).
+func (p *Plan) trained() []nn.NamedParam {
+	params, _ := precision.TrainedParams(p.res.Root)
+	return params
+}
+
 // paramBytes is what one parameter costs a rank, as the pool counts it.
 type paramBytes struct {
 	state     int64 // held between steps: value(s) and moments
@@ -291,13 +327,16 @@ type unitBytes = paramBytes
 // stepSim walks one training step as Fabric.TrainStep and strategy.Rank
 // run it, tracking what the pool holds.
 type stepSim struct {
-	sh     strategy.Sharding
-	n      int
-	dist   bool // a strategy.Rank runs (several ranks, or a sharded optimizer)
-	frozen int64
-	all    paramBytes
-	units  []unitBytes
-	root   unitBytes // parameters outside every unit
+	sh   strategy.Sharding
+	n    int
+	dist bool // a strategy.Rank runs (several ranks, or a sharded optimizer)
+	// accumulates is a step of several micro-batches: the last one's
+	// forward runs with the earlier ones' gradients held.
+	accumulates bool
+	frozen      int64
+	all         paramBytes
+	units       []unitBytes
+	root        unitBytes // parameters outside every unit
 }
 
 func (s *stepSim) add(b paramBytes) { s.all.add(b) }
@@ -368,6 +407,9 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 	// Forward: a unit runs whole with the next one's gather in flight.
 	p := base
 	p.Gathered = rootWhole
+	if s.accumulates {
+		p.Grads = s.all.held
+	}
 	for _, sg := range segs {
 		if sg.unit >= 0 {
 			q := p
@@ -401,19 +443,22 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 			u := s.units[sg.unit]
 			q.Activations += sg.act - sg.kept() // recomputed
 			q.Gathered += whole(sg.unit) + whole(sg.unit-1)
-			q.Transient, q.Scratch = u.grad+sg.io, sg.fp8
+			q.Transient, q.Scratch = u.grad+sg.io+sg.work, sg.fp8
 			consider("backward of "+units[sg.unit].Path, q)
 			if s.sh.Gradients || (s.sh.OptimizerState && u.held != u.grad) {
 				q.Activations -= sg.act
 				q.Transient, q.Scratch = u.grad+u.padded, 0
 				consider("reduction of "+units[sg.unit].Path, q)
 			}
-			p.Grads += u.held
+			if !s.accumulates {
+				p.Grads += u.held
+			}
 		}
 		p.Activations -= sg.kept()
 	}
-	// The root's gradients, reduced last.
-	p.Grads += s.root.held
+	if !s.accumulates { // the root's gradients, reduced last
+		p.Grads += s.root.held
+	}
 	p.Gathered, p.Transient, p.Scratch = 0, 0, s.all.optimizer
 	consider("optimizer step", p)
 	if s.sh.OptimizerState && !fsdp { // zero1/zero2 gather each updated parameter

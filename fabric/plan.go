@@ -72,6 +72,16 @@ type Plan struct {
 	// ActivationCheckpointing names the modules PredictPeak takes as
 	// checkpointed (Fabric.ActivationCheckpointing).
 	ActivationCheckpointing []string `json:"activation_checkpointing,omitempty"`
+	// MicroBatches is the gradient accumulation PredictPeak takes:
+	// each step's batch runs as this many micro-batches (0 and 1: whole).
+	MicroBatches int `json:"micro_batches,omitempty"`
+	// TensorParallel is the ranks of a mesh row that split the model
+	// (SplitTensors); 0 without tensor parallelism. Devices counts the
+	// strategy's data-parallel ranks.
+	TensorParallel int `json:"tensor_parallel,omitempty"`
+	// Adapters are the parameters that alone train (LoRA's, by
+	// precision.Trainer): everything else is frozen.
+	Adapters []Adapter `json:"adapters,omitempty"`
 	// Peak is each rank's predicted allocator peak over a training step
 	// (PredictPeak); nil until predicted.
 	Peak *Peak `json:"peak_per_rank,omitempty"`
@@ -83,10 +93,23 @@ type Plan struct {
 	tensors *parallel.Layout
 }
 
+// Adapter is a trained parameter added beside frozen weights.
+type Adapter struct {
+	Path  string `json:"path"` // blocks.0.qkv.lora_A.weight
+	Shape []int  `json:"shape"`
+	Bytes int64  `json:"bytes"` // of its value
+}
+
 // SplitTensors tells the plan that its model is split by l (see
 // Fabric.SplitTensors), so that PredictPeak's pass runs the layout's
 // sequence-parallel modules on shares of the sequence as training does.
-func (p *Plan) SplitTensors(l *parallel.Layout) { p.tensors = l }
+func (p *Plan) SplitTensors(l *parallel.Layout) {
+	p.tensors = l
+	p.TensorParallel = l.Group.Size()
+}
+
+// Layout is the tensor-parallel layout SplitTensors gave, nil if whole.
+func (p *Plan) Layout() *parallel.Layout { return p.tensors }
 
 // adamMoments is the number of optimizer-state tensors per parameter (AdamW's m and v).
 const adamMoments = 2
@@ -108,7 +131,23 @@ func prepare(m nn.Module, pol precision.Policy, scaling precision.LossScaling, c
 	if err := res.Convert(); err != nil {
 		return nil, err
 	}
+	if trained, ok := precision.TrainedParams(res.Root); ok {
+		freezeAllBut(m, trained)
+	}
 	return res, nil
+}
+
+// freezeAllBut stops gradients at every parameter of m but trained.
+func freezeAllBut(m nn.Module, trained []nn.NamedParam) {
+	keep := map[*autograd.Var]bool{}
+	for _, p := range trained {
+		keep[p.Var] = true
+	}
+	for _, p := range nn.Parameters(m) {
+		if !keep[p.Var] {
+			p.Var.Freeze()
+		}
+	}
 }
 
 // MakePlan converts m for pol as Setup does and accounts the bytes each
@@ -137,12 +176,36 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
 	state, setsState := precision.OptimizerStateDType(res.Root)
 	ranks := ranks{sh: st.Sharding, n: devices}
+	adapters := p.listAdapters(res)
 	for _, s := range res.Scopes {
-		mp := ranks.planModule(s, state, setsState)
+		mp := ranks.planModule(s, adapters[s.Path], state, setsState)
 		p.BytesPerRank.add(mp.BytesPerRank)
 		p.Modules = append(p.Modules, mp)
 	}
 	return p, nil
+}
+
+// listAdapters fills p.Adapters with res's trained parameters and returns
+// them by the path of the module they belong to: the longest of the
+// scopes' paths that begins theirs.
+func (p *Plan) listAdapters(res *precision.Resolution) map[string][]nn.Param {
+	trained, _ := precision.TrainedParams(res.Root)
+	modules := map[string]bool{}
+	for _, s := range res.Scopes {
+		modules[s.Path] = true
+	}
+	byModule := map[string][]nn.Param{}
+	for _, q := range trained {
+		v := q.Var.Value
+		p.Adapters = append(p.Adapters, Adapter{Path: q.Path, Shape: v.Shape(), Bytes: int64(v.Bytes())})
+		module := q.Path
+		for module != "" && (module == q.Path || !modules[module]) {
+			module = module[:max(strings.LastIndexByte(module, '.'), 0)]
+		}
+		name := strings.TrimPrefix(q.Path[len(module):], ".")
+		byModule[module] = append(byModule[module], nn.Param{Name: name, Var: q.Var})
+	}
+	return byModule
 }
 
 // ranks is how a strategy splits what a module holds over n ranks.
@@ -151,7 +214,7 @@ type ranks struct {
 	n  int
 }
 
-func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
+func (rk ranks) planModule(s precision.Scope, adapters []nn.Param, state dtype.DType, setsState bool) ModulePlan {
 	storage := dtype.F32
 	if dt, ok := precision.StorageDType(s.Plugin); ok {
 		storage = dt
@@ -194,8 +257,14 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		}
 	}
 	mp.Converted = describeConversion(s, mp.Frozen > 0)
-	for _, p := range s.Module.Params() {
+	for _, p := range append(s.Module.Params(), adapters...) {
 		v := p.Var.Value
+		if !p.Var.RequiresGrad() { // beside adapters: a value and nothing else
+			mp.Frozen += v.Len()
+			mp.BytesPerRank.Frozen += strategy.PerRank(int64(v.Bytes()), rk.sh.Parameters, rk.n)
+			formats = appendNew(formats, v.DType().String())
+			continue
+		}
 		mp.Params += v.Len()
 		formats = appendNew(formats, v.DType().String())
 		on := v.DType()

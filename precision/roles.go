@@ -82,6 +82,14 @@ type OptimizerStater interface {
 	OptimizerStateDType() dtype.DType
 }
 
+// Trainer trains only the parameters it lists (LoRA's adapters, which it
+// adds to the modules it converts): the fabric stops gradients at every
+// other parameter of the model, so that they take no gradient or
+// optimizer memory. If no plugin implements it, every parameter trains.
+type Trainer interface {
+	Params() []nn.NamedParam
+}
+
 // Stateful plugins have state that belongs in a checkpoint (a loss scale, a
 // growth tracker, amax histories), saved under the plugin's Name. Plugins
 // without it save nothing.
@@ -232,6 +240,15 @@ func OptimizerStateDType(p Plugin) (dt dtype.DType, ok bool) {
 		return o.OptimizerStateDType(), true
 	}
 	return dtype.Invalid, false
+}
+
+// TrainedParams returns the only parameters p trains (Trainer's); ok is
+// false when every parameter of the model trains.
+func TrainedParams(p Plugin) (params []nn.NamedParam, ok bool) {
+	if t, ok := role[Trainer](p); ok {
+		return t.Params(), true
+	}
+	return nil, false
 }
 
 // AgreeOver gives every member of p that must agree with other ranks

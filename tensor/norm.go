@@ -291,6 +291,9 @@ func CrossEntropy(logits *Tensor, targets []int) (*Tensor, error) {
 // its rows) before NLLMean joins them.
 func TargetLogProbs(logits *Tensor, targets []int) (*Tensor, error) {
 	n, c := logits.Dim(0), logits.Dim(-1)
+	if logits.meta && targets == nil { // a plan's batch of shapes alone
+		return Meta(statsDType(logits.dtype), n), nil
+	}
 	if len(targets) != n {
 		return nil, fmt.Errorf("tensor: cross entropy of %d rows with %d targets", n, len(targets))
 	}

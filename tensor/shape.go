@@ -124,7 +124,9 @@ func Embedding(table *Tensor, idx []int, grid ...int) (*Tensor, error) {
 	if len(grid) == 0 {
 		grid = []int{len(idx)}
 	}
-	if Numel(grid) != len(idx) {
+	// A meta table's lookup reads no ids: nil ids stand for the grid's
+	// worth (a plan's batch of shapes alone).
+	if Numel(grid) != len(idx) && !(table.meta && idx == nil) {
 		return nil, fmt.Errorf("tensor: %d embedding indices do not fill shape %v", len(idx), slices.Clone(grid)) // grid stays on the caller's stack
 	}
 	var dims [8]int

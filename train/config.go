@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,6 +89,10 @@ type Config struct {
 	ClipValue  float64              `yaml:"clip_value"`
 	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
 	Loggers    []string             `yaml:"loggers"`     // jsonl (metrics.jsonl, always) and csv (metrics.csv)
+	// MemoryCheck "on" refuses, before allocating, a run whose plan's
+	// predicted peak does not fit in the memory its ranks can have;
+	// "off" runs it anyway.
+	MemoryCheck string `yaml:"memory_check"`
 
 	// Data is the user's own text that gpt trains on instead of the Go
 	// corpus: a file, a folder of text files (recursively) or a glob.
@@ -172,6 +177,7 @@ func Defaults() Config {
 		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, ValFraction: 0.1, OnNaN: "stop",
 		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
 		GradAccum: 1, GradSync: "auto", LRSchedule: optim.ScheduleConfig{Name: "constant"}, Loggers: []string{"jsonl"},
+		MemoryCheck: "on",
 	}
 }
 
@@ -312,6 +318,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("corpus_part %q picks Go corpus files, but data %s replaces the corpus: give one of them", c.CorpusPart, c.Data)
 	case c.Data != "" && !(c.ValFraction > 0 && c.ValFraction < 1):
 		return fmt.Errorf("val_fraction %g: want a fraction between 0 and 1, such as 0.1", c.ValFraction)
+	case !slices.Contains(memoryChecks, c.MemoryCheck):
+		return fmt.Errorf("memory_check %q: accepted are %s", c.MemoryCheck, strings.Join(memoryChecks, " and "))
 	case c.CommTimeout < time.Millisecond:
 		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
 	}
@@ -326,7 +334,7 @@ func (c Config) validate() error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown model %q (accepted: %v)", c.Model, models.Names())
+	return fmt.Errorf("unknown model %q (accepted: %s)", c.Model, strings.Join(models.Names(), ", "))
 }
 
 // textSource says what text gpt trains on, for comparing a checkpoint's

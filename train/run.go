@@ -102,22 +102,16 @@ type Summary struct {
 // save a checkpoint, and Run returns a *StoppedError; a collective stuck
 // on a hung peer is given up a grace period later (see stopper).
 func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, error) {
-	if err := c.validate(); err != nil {
-		return nil, err
-	}
-	if err := c.resolveData(); err != nil {
-		return nil, err
-	}
-	var warnings []string
-	pol, scaling, err := c.policy(func(msg string) { warnings = append(warnings, msg) })
+	s, err := resolve(c)
 	if err != nil {
 		return nil, err
 	}
-	info, err := strategy.Lookup(c.Strategy)
+	c = s.c
+	plan, err := s.plan()
 	if err != nil {
 		return nil, err
 	}
-	if err := info.CheckRanks(c.dataRanks()); err != nil {
+	if err := s.admit(plan); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(c.Out, 0o755); err != nil {
@@ -128,12 +122,6 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 		return nil, err
 	}
 	defer release()
-	t, err := newTask(c)
-	if err != nil {
-		return nil, err
-	}
-	warnings = append(warnings, t.notes...)
-	c.HF = t.arch // recorded in the manifest, so that export and sample build the model without its folder
 	comms, err := comm.Open(c.backend(), c.Devices, c.CommTimeout)
 	if err != nil {
 		return nil, err
@@ -141,18 +129,18 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	if comms[0].Rank() != 0 { // under mpirun, another process reports
 		obs = quiet{}
 	}
-	for _, w := range warnings {
+	for _, w := range s.warnings {
 		obs.Warn(w)
 	}
-	if t.about != "" {
-		notify(obs, t.about)
+	if s.t.about != "" {
+		notify(obs, s.t.about)
 	}
 	stop := newStopper(ctx)
 	defer stop.release()
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
-		r := &rankRun{c: c, t: t, comm: cm, obs: quiet{}, report: obs, counts: i == 0, stop: stop}
-		sums[i], err = r.run(pol, scaling, info, resume)
+		r := &rankRun{c: c, t: s.t, plan: plan, comm: cm, obs: quiet{}, report: obs, counts: i == 0, stop: stop}
+		sums[i], err = r.run(s.pol, s.scaling, s.info, resume)
 		return err
 	})
 	var stopped *StoppedError
@@ -175,6 +163,7 @@ func (quiet) Done(*Summary)          {}
 type rankRun struct {
 	c    Config
 	t    *task
+	plan *fabric.Plan // the run's (Plan's), which rank 0 prints
 	comm comm.Communicator
 	obs  Observer // report on rank 0, quiet elsewhere
 	// report is the run's Observer, which rank 0 alone calls.
@@ -188,32 +177,12 @@ type rankRun struct {
 }
 
 func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
-	c := r.c
-	if len(c.LoRA.Targets) > 0 {
-		lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
-		root, err := precision.Join(pol.Default, lora)
-		if err != nil {
-			return nil, err
-		}
-		pol.Default = root
-	}
+	c, plan := r.c, r.plan
 	mesh, err := newRankMesh(r.stop.work, c, r.comm)
 	if err != nil {
 		return nil, err
 	}
 	defer mesh.close()
-	meta := r.t.metaModel()
-	metaLayout, err := mesh.split(c, meta)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := fabric.MakePlan(meta, pol, scaling, c.Strategy, mesh.data.Size())
-	if err != nil {
-		return nil, err
-	}
-	if metaLayout != nil {
-		plan.SplitTensors(metaLayout)
-	}
 	r.f = fabric.NewPolicy(pol, scaling)
 	r.f.SeedEverything(c.Seed)
 	if mesh.data.Size() > 1 || info.Sharding.OptimizerState {
@@ -231,10 +200,6 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	// and those a mesh row splits, are built whole.
 	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && mesh.mesh == nil
 	r.model = r.t.build(r.f.InitModule(empty))
-	plan.ActivationCheckpointing = c.ActivationCheckpointing
-	if err := plan.PredictPeak(r.t.batch(0)); err != nil {
-		return nil, err
-	}
 	if c.InitFrom != "" {
 		if err := loadWeights(r.f, c.InitFrom, r.model); err != nil {
 			return nil, err

@@ -18,6 +18,9 @@ type task struct {
 	seed  uint64
 	batch func(step uint64) data.Batch
 	val   func(i int) data.Batch
+	// shapes is a training batch on shapes alone, which the plan
+	// predicts the peak over (see shapesOf).
+	shapes data.Batch
 	// units counts what a batch trains on for throughput: tokens or images.
 	units int
 	unit  string
@@ -52,19 +55,21 @@ func newTask(c Config) (*task, error) {
 			return s.Next()
 		}
 		return &task{
-			build: build,
-			batch: func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
-			val:   func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
-			units: c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, about: about, notes: notes, arch: arch,
+			build:  build,
+			batch:  func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
+			val:    func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
+			shapes: data.Batch{Shape: []int{c.BatchSize, c.GPT.Context}},
+			units:  c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, about: about, notes: notes, arch: arch,
 		}, nil
 	case "cnn":
 		cfg := data.GlyphConfig{Seed: c.Seed}
 		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
 		return &task{
-			build: func(init *nn.Init) models.Model { return models.NewCNN(init) },
-			batch: func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
-			val:   func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
-			units: c.BatchSize, unit: "images", seed: c.Seed,
+			build:  func(init *nn.Init) models.Model { return models.NewCNN(init) },
+			batch:  func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
+			val:    func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
+			shapes: sampleShapes(data.GlyphBatch(cfg, 1, 0), c.BatchSize),
+			units:  c.BatchSize, unit: "images", seed: c.Seed,
 		}, nil
 	case "hybrid":
 		h := models.DefaultHybrid
@@ -72,10 +77,11 @@ func newTask(c Config) (*task, error) {
 		valCfg := cfg
 		valCfg.Seed++
 		return &task{
-			build: func(init *nn.Init) models.Model { return models.NewHybrid(init, h) },
-			batch: func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
-			val:   func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
-			units: c.BatchSize, unit: "images", seed: c.Seed,
+			build:  func(init *nn.Init) models.Model { return models.NewHybrid(init, h) },
+			batch:  func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
+			val:    func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
+			shapes: sampleShapes(hybridBatch(cfg, 1, 0, h.Alphabet), c.BatchSize),
+			units:  c.BatchSize, unit: "images", seed: c.Seed,
 		}, nil
 	}
 	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, llama, cnn, hybrid do; mlp is for weft parity)", c.Model)

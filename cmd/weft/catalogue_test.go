@@ -276,6 +276,10 @@ var catalogue = []badInput{
 		writeFile(dir, "config.json", []byte(`{"model_type":"gpt2"}`))
 		return []string{"sample", "--ckpt", dir}
 	}, nil, 0},
+	{"a batch whose predicted peak does not fit in memory", func(dir string) []string {
+		return []string{"train", "--batch-size", "1000000", "--steps", "1", "--out", dir}
+	}, nil, 0},
+	{"an unknown memory check", func(dir string) []string { return []string{"train", "--memory-check", "maybe", "--out", dir} }, nil, 0},
 }
 
 // holdLock takes run folder dir's lock as a run training in it does, and
@@ -338,6 +342,10 @@ func nanHead(state string) {
 // doc shows as *.
 var tempName = regexp.MustCompile(`(\.tmp)\d+`)
 
+// machineNumbers matches the numbers of a memory refusal, which depend on
+// the machine's memory; the doc shows them as N.
+var machineNumbers = regexp.MustCompile(`\d+`)
+
 // TestBadInputCatalogue runs every bad input: each must fail with one line
 // that says what was wrong, never a panic; docs/bad-inputs.md lists them
 // (go test ./cmd/weft -run Catalogue -update rewrites it).
@@ -379,6 +387,9 @@ func TestBadInputCatalogue(t *testing.T) {
 			shown = "weft " + shown
 		}
 		msg = tempName.ReplaceAllString(strings.ReplaceAll(msg, dir, "DIR"), "${1}*")
+		if strings.HasPrefix(msg, "memory: ") {
+			msg = machineNumbers.ReplaceAllString(msg, "N")
+		}
 		fmt.Fprintf(&doc, "| %s | `%s` | %d | %s |\n", c.what, shown, code, strings.ReplaceAll(msg, "|", "\\|"))
 		for _, kv := range c.env {
 			k, _, _ := strings.Cut(kv, "=")

@@ -25,7 +25,14 @@ func TestCLI(t *testing.T) {
 		code int
 		want []string // substrings of the output
 	}{
-		{[]string{"plan", "--model", "mlp", "--precision", "bf16-mixed"}, 0, []string{"fc1", "bfloat16", "float32"}},
+		{[]string{"plan", "--model", "cnn", "--precision", "bf16-mixed"}, 0, []string{"conv1", "bfloat16", "float32"}},
+		// weft plan takes weft train's flags, defaults and refusals.
+		{[]string{"plan"}, 0, []string{"gpt: precision bf16-mixed; strategy single on 1 device(s)", "plan: the allocator peaks at"}},
+		{[]string{"plan", "--model", "mlp"}, 1, []string{`model "mlp" has no bundled dataset to train on`}},
+		{[]string{"plan", "--batch", "8"}, 1, []string{"unknown flag: --batch"}},
+		{[]string{"plan", "--lora", "blocks.*.qkv"}, 0, []string{"adapter blocks.0.qkv.lora_A.weight [8 64]: 2048 B", "adapter blocks.1.qkv.lora_B.weight [192 8]: 6144 B"}},
+		{[]string{"plan", "--tp", "2", "--devices", "4", "--strategy", "ddp"}, 0, []string{"strategy ddp on 4 device(s): a mesh of 2 data-parallel rank(s) × 2 tensor-parallel"}},
+		{[]string{"plan", "--memory-check", "maybe"}, 1, []string{`memory_check "maybe": accepted are on and off`}},
 		{[]string{"plan", "--model", "hybrid", "--precision", "bf16-true", "--precision-for", "vision.**=16-mixed", "--json"}, 0,
 			[]string{`"path":"vision.conv1"`, `"gemm":"float16"`, `"gemm":"bfloat16"`, "dynamic"}},
 		{[]string{"plan", "--model", "gpt", "--precision", "transformer-engine", "--strategy", "fsdp", "--devices", "2"}, 0, []string{"fsdp on 2"}},
@@ -34,8 +41,8 @@ func TestCLI(t *testing.T) {
 		{[]string{"plan", "--model", "hybrid", "--precision-for", "vision.**=16-mixed", "--precision-for", "decoder.**=16-mixed"}, 2,
 			[]string{"role loss scaling", "module vision", "module decoder"}},
 		{[]string{"plan", "--model", "hybrid", "--precision-for", "vision.**=params=float32,compute=float16", "--loss-scale", "none"}, 1, []string{"float16", "loss scaling"}},
-		{[]string{"plan", "--model", "mlp784", "--precision", "bf16-true+nf4-dq"}, 0,
-			[]string{"nf4-dq (weight frozen)", "nf4-dq(packed)/bfloat16", "414152", `warning: nf4-dq left 1 Linear(s) as they were: head is skipped`}},
+		{[]string{"plan", "--precision", "bf16-true+nf4-dq"}, 0,
+			[]string{"nf4-dq (weight frozen)", "nf4-dq(packed)/bfloat16", "50752", `warning: nf4-dq left 1 Linear(s) as they were: head is skipped`}},
 		{[]string{"plan", "--model", "cnn", "--precision", "transformer-engine", "--json"}, 0,
 			[]string{`"warnings":["fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"]`}},
 		{[]string{"plan", "--precision", "nf4-dq+nf4"}, 2, []string{"role layer replacement claimed by nf4-dq (module blocks.0.qkv) and nf4 (module blocks.0.qkv)"}},
@@ -102,6 +109,11 @@ func TestPlanAndTrainRefuseAlike(t *testing.T) {
 		{"--model", "hybrid", "--precision-for", "nothere.**=16-mixed"},
 		{"--model", "cnn", "--precision-for", "head=fp8"},
 		{"--model", "cnn", "--precision-for", "conv1=16-mixed", "--precision-for", "head=16-mixed"},
+		{"--model", "mlp"},
+		{"--devices", "2"},
+		{"--tp", "3", "--devices", "4"},
+		{"--lora", "blocks.*.qkv", "--strategy", "fsdp", "--devices", "2"},
+		{"--batch-size", "15", "--grad-accum", "2"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			plan, planCode := run(append([]string{"plan"}, args...)...)
@@ -120,5 +132,26 @@ func TestTrainWarnsOnce(t *testing.T) {
 	const warning = "warning: fp8 converted no Linear: head is 576→10, FP8 needs in%8==0 and out%16==0; the run goes on without it"
 	if code != 0 || strings.Count(out, warning) != 1 {
 		t.Errorf("exit %d; want the warning once in:\n%s", code, out)
+	}
+}
+
+// TestPlanResolvesAsTrain: weft plan reads --config and lets the flags
+// given override it, as weft train does: the file's size, precision and
+// adapters stand unless a flag replaces them.
+func TestPlanResolvesAsTrain(t *testing.T) {
+	yaml := writeFile(t.TempDir(), "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 16}\nprecision: 32-true\nlora: {targets: [blocks.0.fc]}\n"))
+	out, code := run("plan", "--config", yaml, "--precision", "bf16-true", "--lora", "blocks.0.qkv")
+	if code != 0 {
+		t.Fatal(out)
+	}
+	for _, want := range []string{"gpt: precision bf16-true+lora;", "adapter blocks.0.qkv.lora_A.weight [8 32]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+	for _, unwanted := range []string{"blocks.1.", "blocks.0.fc.lora_A"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("plan has %q:\n%s", unwanted, out)
+		}
 	}
 }

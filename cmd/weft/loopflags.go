@@ -1,17 +1,120 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/train"
 )
 
-// registerLoopFlags adds the training loop's flags: gradient accumulation,
-// clipping, the learning-rate schedule and the loggers.
-func registerLoopFlags(fs *pflag.FlagSet, c *train.Config) {
+// runFlags are the flags of a run, weft train's and weft plan's alike:
+// one registration and one resolution, so that weft plan ARGS describes
+// the run weft train ARGS trains.
+type runFlags struct {
+	config string // a YAML file of settings
+	resume bool
+}
+
+// register adds a run's flags to fs: the settings (bindSettings), then
+// the flags that are not settings of the config.
+func (f *runFlags) register(fs *pflag.FlagSet) {
+	c, rules := train.Defaults(), []string(nil)
+	bindSettings(fs, &c, &rules)
+	fs.StringVar(&f.config, "config", "", "YAML file with any of the run's settings; flags given explicitly override it")
+	fs.BoolVar(&f.resume, "resume", false, "continue from the latest checkpoint in --out")
+}
+
+// resolve is the run's config: the defaults, then --config's YAML, then
+// the settings' flags given explicitly in fs (parsed by register's
+// flags), then the --precision-for rules after the config's modules.
+func (f *runFlags) resolve(fs *pflag.FlagSet) (train.Config, error) {
+	c := train.Defaults()
+	if f.config != "" {
+		if err := train.LoadConfig(f.config, &c); err != nil {
+			return train.Config{}, err
+		}
+	}
+	var rules []string
+	onto := pflag.NewFlagSet("settings", pflag.ContinueOnError)
+	bindSettings(onto, &c, &rules)
+	var err error
+	fs.Visit(func(given *pflag.Flag) {
+		if to := onto.Lookup(given.Name); to != nil && err == nil {
+			err = copyValue(to.Value, given.Value)
+		}
+	})
+	if err != nil {
+		return train.Config{}, err
+	}
+	for _, r := range rules {
+		m, err := parseModuleFor(r)
+		if err != nil {
+			return train.Config{}, err
+		}
+		c.Modules = append(c.Modules, m)
+	}
+	return c, nil
+}
+
+// copyValue sets to to from's value: a list whole, anything else by its
+// text, which every flag type here reads back exactly.
+func copyValue(to, from pflag.Value) error {
+	if list, ok := from.(pflag.SliceValue); ok {
+		return to.(pflag.SliceValue).Replace(list.GetSlice())
+	}
+	return to.Set(from.String())
+}
+
+// bindSettings binds a flag to each setting of c that has one, its
+// default c's value (binding resets the field to it), and
+// --precision-for to rules. A new setting adds its flag here, and
+// weft train and weft plan both take it.
+func bindSettings(fs *pflag.FlagSet, c *train.Config, rules *[]string) {
+	fs.StringVar(&c.Model, "model", c.Model, "model: gpt, llama, cnn or hybrid")
+	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec: "+strings.Join(precision.Specs(), ", ")+", a jmp policy, or several joined by +")
+	fs.StringArrayVar(rules, "precision-for", *rules, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed' or 'kind:Conv2d=bf16-true'")
+	fs.StringVar(&c.LossScale, "loss-scale", c.LossScale, "auto (a dynamic scaler whenever a module computes in float16) or none")
+	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: "+strings.Join(strategy.Names(), ", "))
+	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
+	fs.IntVar(&c.TP, "tp", c.TP, "tensor-parallel ranks per mesh row (divides --devices): gpt's heads and MLP split over them, --strategy runs over the rest")
+	fs.BoolVar(&c.SequenceParallel, "sequence-parallel", c.SequenceParallel, "with --tp: keep the activations between split Linears as each rank's share of the sequence (Megatron's sequence parallelism)")
+	fs.StringVar(&c.Comm, "comm", c.Comm, "auto (mpi under mpirun, else local), local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
+	fs.DurationVar(&c.CommTimeout, "comm-timeout", c.CommTimeout, "how long a collective waits for a lost or hung peer before the run fails")
+	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
+	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
+	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "steps between validation passes")
+	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
+	fs.StringVar(&c.Out, "out", c.Out, "run folder")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
+	fs.StringVar(&c.InitFrom, "init-from", c.InitFrom, "start from the weights of this run folder's latest checkpoint, of a safetensors file keyed by parameter path, or of an HF model folder (config.json + model.safetensors, GPT-2 or Llama) (fine-tuning)")
+	fs.StringSliceVar(&c.LoRA.Targets, "lora", c.LoRA.Targets, "train only LoRA adapters on these module globs, e.g. 'blocks.*.qkv,blocks.*.fc'")
+	fs.IntVar(&c.LoRA.Rank, "lora-rank", c.LoRA.Rank, "LoRA rank")
+	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
+	fs.StringVar(&c.CorpusPart, "corpus-part", c.CorpusPart, "train gpt on the Go sources under this path prefix of GOROOT/src, e.g. net/")
+	fs.StringVar(&c.Data, "data", c.Data, "train gpt on your own text: a file, a folder of text files (recursively) or a quoted glob, instead of the Go corpus")
+	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "with --data: bytes (256 ids, the default) or gpt2 (GPT-2's BPE, from --tokenizer-dir)")
+	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", c.TokenizerDir, "folder of GPT-2's vocab.json and merges.txt (or encoder.json and vocab.bpe) for --tokenizer gpt2")
+	fs.Float64Var(&c.ValFraction, "val-fraction", c.ValFraction, "with --data: the fraction of each file, from its end, held out for validation")
+	fs.StringSliceVar(&c.ActivationCheckpointing, "activation-checkpointing", c.ActivationCheckpointing, "recompute these modules' forward in backward instead of keeping their activations, e.g. 'blocks.*'")
+	fs.StringSliceVar(&c.ShardUnits, "shard-units", c.ShardUnits, "modules that are sharding units of their own, e.g. 'blocks.*,head' (default: every transformer block, each top-level child otherwise)")
+	fs.BoolVar(&c.ReshardAfterForward, "reshard-after-forward", c.ReshardAfterForward, "fsdp: free a unit's gathered parameters after its forward and gather them again for its backward")
+	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
+	fs.IntVar(&c.KeepLast, "keep-last", c.KeepLast, "checkpoints kept in --out/checkpoints, the newest (older ones are removed as new ones are saved)")
+	fs.StringVar(&c.ResumeFrom, "resume-from", c.ResumeFrom, "continue from this checkpoint instead of the latest: a step of the run in --out (implies --resume), or a checkpoint folder")
+	fs.BoolVar(&c.Overwrite, "overwrite", c.Overwrite, "start over in an --out that holds a run, removing its checkpoints and metrics")
+	fs.StringVar(&c.MemoryCheck, "memory-check", c.MemoryCheck, "on: refuse, before allocating, a run whose predicted peak does not fit in the memory its ranks can have; off: run it anyway")
+	bindLoopFlags(fs, c)
+}
+
+// bindLoopFlags binds the training loop's settings: gradient
+// accumulation, clipping, the learning-rate schedule and the loggers.
+func bindLoopFlags(fs *pflag.FlagSet, c *train.Config) {
 	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "split each step's batch into this many micro-batches whose gradients add up before the step")
 	fs.StringVar(&c.GradSync, "grad-sync", c.GradSync, "when accumulated gradients are reduced across ranks: auto (ddp, zero1: after the last micro-batch; zero2, fsdp: after each, keeping them sharded), every, or last (zero2, fsdp: whole gradients on every rank meanwhile)")
 	fs.Float64Var(&c.ClipValue, "clip-value", c.ClipValue, "clamp every gradient element to ±this before the step (0: no clipping)")
@@ -24,13 +127,10 @@ func registerLoopFlags(fs *pflag.FlagSet, c *train.Config) {
 	fs.StringSliceVar(&c.Loggers, "logger", c.Loggers, "loggers: jsonl (DIR/metrics.jsonl, always) and csv (DIR/metrics.csv), e.g. jsonl,csv")
 }
 
-// loopOverrides are overrideChanged's entries for the loop's flags.
-func loopOverrides(c *train.Config, flagged train.Config) map[string]func() {
-	return map[string]func(){
-		"grad-accum": func() { c.GradAccum = flagged.GradAccum }, "grad-sync": func() { c.GradSync = flagged.GradSync },
-		"clip-value": func() { c.ClipValue = flagged.ClipValue }, "lr-schedule": func() { c.LRSchedule.Name = flagged.LRSchedule.Name },
-		"warmup-steps": func() { c.LRSchedule.Warmup = flagged.LRSchedule.Warmup }, "lr-decay-steps": func() { c.LRSchedule.Decay = flagged.LRSchedule.Decay },
-		"min-lr": func() { c.LRSchedule.MinLR = flagged.LRSchedule.MinLR }, "lr-step-every": func() { c.LRSchedule.Every = flagged.LRSchedule.Every },
-		"lr-gamma": func() { c.LRSchedule.Gamma = flagged.LRSchedule.Gamma }, "logger": func() { c.Loggers = flagged.Loggers },
+func parseModuleFor(s string) (train.ModuleFor, error) {
+	match, spec, ok := strings.Cut(s, "=")
+	if !ok {
+		return train.ModuleFor{}, fmt.Errorf("--precision-for %q: want GLOB=SPEC, e.g. 'vision.**=16-mixed'", s)
 	}
+	return train.ModuleFor{Match: match, Precision: spec}, nil
 }

@@ -9,88 +9,60 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/fabric"
-	"github.com/weftml/weft/models"
-	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/train"
 )
 
 func planCmd() *cobra.Command {
 	var (
-		prec    precisionFlags
-		model   string
-		strat   string
-		devices int
-		tp      int
-		seq     bool
-		batch   int
-		asJSON  bool
-		ckpt    []string
+		f      runFlags
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
 		Short: "Show the resolved precision and memory of a run without running it",
-		Long: `plan converts a model built on shapes alone (no memory for weights) exactly
-as training does and shows every module's plugin stack, which plugin replaced
-its arithmetic, the storage of its tensors (packed 4-bit codes and their
-constants, int8 codes, FP8 gathers under FSDP), its compute dtype per op
-class and communication dtypes, and the bytes each rank holds for trainable
-parameters, frozen weights, gradients and AdamW state under a strategy, and
-(gpt, cnn) its predicted allocator peak per rank over a training step on a
-global batch of --batch rows, with what is live at it. It refuses what
-training refuses, with the same message, and prints the warnings training
-prints. With --tp T the model is split as a rank of a mesh row holds it
-(strategy and bytes are per rank of the --devices/T data-parallel ranks),
-and the split Linears' layouts and the group's all-reduces follow;
---sequence-parallel adds the modules that run on shares of the sequence
-and counts the reduce-scatters and all-gathers that replace the
-all-reduces.`,
+		Long: `plan describes the run that weft train with the same flags (and --config)
+trains, without training: it builds the model on shapes alone (no memory
+for weights or batch) and converts it exactly as training does, and shows
+every module's plugin stack, which plugin replaced its arithmetic, the
+storage of its tensors (packed 4-bit codes and their constants, int8
+codes, FP8 gathers under FSDP), its compute dtype per op class and
+communication dtypes, and the bytes each rank holds for trainable
+parameters, frozen weights, gradients and AdamW state under the strategy
+and mesh; with --lora, the adapters that alone train. It predicts each
+rank's allocator peak over a training step of --batch-size rows (split
+over --grad-accum micro-batches), with what is live at it, which weft
+train compares with the memory it can have before it allocates. It
+refuses what training refuses, with the same message, and prints the
+warnings training prints. With --tp T the model is split as a rank of a
+mesh row holds it (strategy and bytes are per rank of the --devices/T
+data-parallel ranks), and the split Linears' layouts and the group's
+all-reduces follow; --sequence-parallel adds the modules that run on
+shares of the sequence and counts the reduce-scatters and all-gathers
+that replace the all-reduces.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pol, scaling, err := prec.policy(cmd.ErrOrStderr())
+			c, err := f.resolve(cmd.Flags())
 			if err != nil {
 				return err
 			}
-			m, err := models.NewMeta(model, 0)
+			warn := func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "weft: warning:", msg) }
+			p, err := train.Plan(cmd.Context(), c, warn)
 			if err != nil {
 				return err
-			}
-			layout, err := planSplit(m, model, tp, devices, seq)
-			if err != nil {
-				return err
-			}
-			p, err := fabric.MakePlan(m, pol, scaling, strat, devices/max(tp, 1))
-			if err != nil {
-				return err
-			}
-			if layout != nil {
-				p.SplitTensors(layout)
-			}
-			p.ActivationCheckpointing = ckpt
-			if b, ok := sampleBatch(m, batch); ok {
-				if err := p.PredictPeak(b); err != nil {
-					return err
-				}
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(p)
 			}
-			printPlanTo(cmd.OutOrStdout(), model, p)
-			if layout != nil {
-				printSplit(cmd.OutOrStdout(), layout, m, batch/(devices/tp))
+			printPlanTo(cmd.OutOrStdout(), c.Model, p)
+			if l := p.Layout(); l != nil {
+				printSplit(cmd.OutOrStdout(), l, c)
 			}
 			return nil
 		},
 	}
-	prec.register(cmd.Flags(), "32-true")
-	cmd.Flags().StringVar(&model, "model", "gpt", fmt.Sprintf("model %v", models.Names()))
-	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", "))
-	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
-	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row: the plan is a rank's, with the split Linears' layouts")
-	cmd.Flags().BoolVar(&seq, "sequence-parallel", false, "with --tp: the plan of a sequence-parallel run (norms and residual stream on shares of the sequence)")
-	cmd.Flags().IntVar(&batch, "batch", 8, "global batch rows of the step whose peak is predicted")
+	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
-	cmd.Flags().StringSliceVar(&ckpt, "activation-checkpointing", nil, "predict the peak with these modules' forward recomputed in backward, e.g. 'blocks.*'")
 	return cmd
 }
 
@@ -99,7 +71,7 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	for _, r := range p.Rules {
 		fmt.Fprintf(out, ", %s", r)
 	}
-	fmt.Fprintf(out, "; strategy %s on %d device(s); loss scaling %s\n", p.Strategy, p.Devices, p.LossScaling)
+	fmt.Fprintf(out, "; strategy %s on %s; loss scaling %s\n", p.Strategy, meshOf(p), p.LossScaling)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "module\tkind\tplugins\tconverted\tstorage\tgemm\tnorm\telementwise\tcomm\tparams\tfrozen\tparam B\tfrozen B\tgrad B\toptim B")
 	for _, m := range p.Modules {
@@ -118,8 +90,11 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	b := p.BytesPerRank
 	fmt.Fprintf(tw, "total per rank\t\t\t\t\t\t\t\t\t\t\t%d\t%d\t%d\t%d\n", b.Params, b.Frozen, b.Grads, b.OptimizerState)
 	tw.Flush()
+	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	for _, a := range p.Adapters {
+		fmt.Fprintf(out, "adapter %s %v: %d B (trains; the rest is frozen)\n", a.Path, a.Shape, a.Bytes)
+	}
 	if k := p.Peak; k != nil {
-		mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
 			mib(k.Bytes), k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
 	}
@@ -128,16 +103,11 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	}
 }
 
-// sampleBatch is a global batch of rows for a reference model the plan's
-// peak is predicted over (only its shapes are read); false for a model
-// without one.
-func sampleBatch(m models.Model, rows int) (data.Batch, bool) {
-	switch m.(type) {
-	case *models.GPT:
-		t := models.ReferenceGPT.Context
-		return data.Batch{Tokens: make([]int, rows*t), Shape: []int{rows, t}, Targets: make([]int, rows*t)}, true
-	case *models.CNN:
-		return data.GlyphBatch(data.GlyphConfig{}, rows, 0), true
+// meshOf says which ranks the plan's run has: its data-parallel ranks
+// and, with tensor parallelism, the mesh they are rows of.
+func meshOf(p *fabric.Plan) string {
+	if p.TensorParallel <= 1 {
+		return fmt.Sprintf("%d device(s)", p.Devices)
 	}
-	return data.Batch{}, false
+	return fmt.Sprintf("%d device(s): a mesh of %d data-parallel rank(s) × %d tensor-parallel", p.Devices*p.TensorParallel, p.Devices, p.TensorParallel)
 }

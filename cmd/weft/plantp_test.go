@@ -36,19 +36,19 @@ func TestPlanTensorParallel(t *testing.T) {
 		lines = append(lines, strings.Join(strings.Fields(l), " "))
 	}
 	out = strings.Join(lines, "\n")
-	for _, want := range []string{"\nblocks.0.qkv column [96 32] [48 32] 6144\n", "\nblocks.1.out row [32 128] [32 64] 8192\n"} {
+	for _, want := range []string{"\nblocks.0.qkv column [192 64] [96 64] 24576\n", "\nblocks.1.out row [64 256] [64 128] 32768\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}
 	}
 	// Half of each split weight (its share's bytes) and of qkv's and fc's
-	// float32 biases (3·32 and 4·32 elements) per layer.
+	// float32 biases (3·64 and 4·64 elements) in each of the 2 layers.
 	var saved int64
 	for _, m := range regexp.MustCompile(`(?m)^blocks\.\d+\.\w+ (?:column|row) \[\d+ \d+\] \[\d+ \d+\] (\d+)$`).FindAllStringSubmatch(out, -1) {
 		b, _ := strconv.ParseInt(m[1], 10, 64)
 		saved += b
 	}
-	saved += 2 * (3*32 + 4*32) * 4 / 2
+	saved += 2 * (3*64 + 4*64) * 4 / 2
 	if whole-half != saved {
 		t.Errorf("a tp 2 rank holds %d parameter bytes, the whole model %d: %d saved, want %d", half, whole, whole-half, saved)
 	}
@@ -60,7 +60,7 @@ func TestPlanTensorParallel(t *testing.T) {
 // residual stream's activations are halved).
 func TestPlanSequenceParallel(t *testing.T) {
 	peak := func(args ...string) float64 {
-		out, code := run(append([]string{"plan", "--model", "gpt", "--tp", "2", "--devices", "2", "--batch", "64", "--json"}, args...)...)
+		out, code := run(append([]string{"plan", "--model", "gpt", "--tp", "2", "--devices", "2", "--batch-size", "64", "--json"}, args...)...)
 		if code != 0 {
 			t.Fatal(out)
 		}
@@ -80,7 +80,7 @@ func TestPlanSequenceParallel(t *testing.T) {
 		t.Fatal(out)
 	}
 	out = strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"blocks.0.ln1 sequence ", "ln_f sequence, gathered ", "tok scattered to the sequence ", "blocks.0.qkv column [96 32] [48 32] 6144 ", "sequence parallel: per step, each rank reduce-scatters"} {
+	for _, want := range []string{"blocks.0.ln1 sequence ", "ln_f sequence, gathered ", "tok scattered to the sequence ", "blocks.0.qkv column [192 64] [96 64] 24576 ", "sequence parallel: per step, each rank reduce-scatters"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"strings"
 	"time"
@@ -18,24 +17,25 @@ import (
 )
 
 func trainCmd() *cobra.Command {
-	var (
-		cfgPath string
-		resume  bool
-		rules   []string
-	)
-	c := train.Defaults()
+	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train a model on bundled real data or your own text",
 		Long: `train trains a model on data that needs no download: gpt on the Go standard
 library's source, cnn on rendered digits, hybrid reading rendered digit strings.
 --data trains gpt on your own text instead, byte-level or with GPT-2's BPE.
-It prints the resolved precision plan, shows progress, writes DIR/metrics.jsonl,
-DIR/loss.png and checkpoints under DIR/checkpoints, from which --resume continues
-exactly (--keep-last of them, the newest; --resume-from STEP takes an older one).
-A run folder holds one run: while one trains in it another is refused, and a
-fresh run into it needs --overwrite. A YAML --config sets any field; flags
-given explicitly override it.
+It prints the resolved precision plan (weft plan with the same flags prints
+it without training), shows progress, writes DIR/metrics.jsonl, DIR/loss.png
+and checkpoints under DIR/checkpoints, from which --resume continues
+exactly (--keep-last of them, the newest; --resume-from STEP takes an older
+one). A run folder holds one run: while one trains in it another is refused,
+and a fresh run into it needs --overwrite. A YAML --config sets any field;
+flags given explicitly override it.
+
+Before allocating, it refuses a run whose predicted peak does not fit in
+the memory its ranks can have (the cgroup's limit, else what the system
+says is available, shared by the ranks on this machine), and says what
+would fit; --memory-check off runs it anyway.
 
 SIGINT or SIGTERM stops the run after the step in progress, with a checkpoint,
 and weft exits 130 or 143; a second signal exits at once, without one. Under
@@ -44,119 +44,27 @@ mpirun, which forwards SIGTERM and kills the ranks a second later
 same step.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfgPath != "" {
-				flagged := c
-				c = train.Defaults()
-				if err := train.LoadConfig(cfgPath, &c); err != nil {
-					return err
-				}
-				overrideChanged(cmd, &c, flagged)
+			c, err := f.resolve(cmd.Flags())
+			if err != nil {
+				return err
 			}
-			for _, r := range rules {
-				m, err := parseModuleFor(r)
-				if err != nil {
-					return err
-				}
-				c.Modules = append(c.Modules, m)
-			}
-			resume = resume || c.ResumeFrom != ""
 			ctx, release := notifyStop(cmd.Context(), cmd.ErrOrStderr())
 			defer release()
 			out := detach(cmd.OutOrStdout())
 			obs := newProgress(out, cmd.ErrOrStderr(), c)
 			// A launcher hands each rank a terminal of its own, whatever
 			// mpirun's output goes to: ranks print lines, not bars.
-			f, ok := cmd.OutOrStdout().(*os.File)
+			file, ok := cmd.OutOrStdout().(*os.File)
 			_, launched := comm.LauncherSize()
-			obs.tty = ok && term.IsTerminal(int(f.Fd())) && !launched
-			_, err := train.Run(ctx, c, resume, obs)
+			obs.tty = ok && term.IsTerminal(int(file.Fd())) && !launched
+			_, err = train.Run(ctx, c, f.resume || c.ResumeFrom != "", obs)
 			obs.finish()
 			out.close(ctx)
 			return err
 		},
 	}
-	fs := cmd.Flags()
-	fs.StringVar(&cfgPath, "config", "", "YAML file with any of the run's settings")
-	fs.BoolVar(&resume, "resume", false, "continue from the latest checkpoint in --out")
-	fs.StringVar(&c.ResumeFrom, "resume-from", "", "continue from this checkpoint instead of the latest: a step of the run in --out (implies --resume), or a checkpoint folder")
-	fs.BoolVar(&c.Overwrite, "overwrite", false, "start over in an --out that holds a run, removing its checkpoints and metrics")
-	fs.IntVar(&c.KeepLast, "keep-last", c.KeepLast, "checkpoints kept in --out/checkpoints, the newest (older ones are removed as new ones are saved)")
-	fs.StringVar(&c.Model, "model", c.Model, "model: gpt, llama, cnn or hybrid")
-	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec, e.g. bf16-mixed, 16-mixed, bf16-true, bf16-mixed+fp8")
-	fs.StringArrayVar(&rules, "precision-for", nil, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed'")
-	fs.StringVar(&c.LossScale, "loss-scale", c.LossScale, "auto or none")
-	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: single, ddp, zero1, zero2 or fsdp")
-	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
-	fs.IntVar(&c.TP, "tp", c.TP, "tensor-parallel ranks per mesh row (divides --devices): gpt's heads and MLP split over them, --strategy runs over the rest")
-	fs.BoolVar(&c.SequenceParallel, "sequence-parallel", c.SequenceParallel, "with --tp: keep the activations between split Linears as each rank's share of the sequence (Megatron's sequence parallelism)")
-	fs.StringVar(&c.Comm, "comm", c.Comm, "auto (mpi under mpirun, else local), local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
-	fs.DurationVar(&c.CommTimeout, "comm-timeout", c.CommTimeout, "how long a collective waits for a lost or hung peer before the run fails")
-	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
-	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
-	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
-	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "steps between validation passes")
-	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
-	fs.StringVar(&c.Out, "out", c.Out, "run folder")
-	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
-	fs.StringVar(&c.InitFrom, "init-from", c.InitFrom, "start from the weights of this run folder's latest checkpoint, of a safetensors file keyed by parameter path, or of an HF model folder (config.json + model.safetensors, GPT-2 or Llama) (fine-tuning)")
-	fs.StringSliceVar(&c.LoRA.Targets, "lora", nil, "train only LoRA adapters on these module globs, e.g. 'blocks.*.qkv,blocks.*.fc'")
-	fs.IntVar(&c.LoRA.Rank, "lora-rank", c.LoRA.Rank, "LoRA rank")
-	fs.Float64Var(&c.LoRA.Alpha, "lora-alpha", c.LoRA.Alpha, "LoRA alpha")
-	fs.StringVar(&c.CorpusPart, "corpus-part", c.CorpusPart, "train gpt on the Go sources under this path prefix of GOROOT/src, e.g. net/")
-	fs.StringVar(&c.Data, "data", c.Data, "train gpt on your own text: a file, a folder of text files (recursively) or a quoted glob, instead of the Go corpus")
-	fs.StringVar(&c.Tokenizer, "tokenizer", c.Tokenizer, "with --data: bytes (256 ids, the default) or gpt2 (GPT-2's BPE, from --tokenizer-dir)")
-	fs.StringVar(&c.TokenizerDir, "tokenizer-dir", c.TokenizerDir, "folder of GPT-2's vocab.json and merges.txt (or encoder.json and vocab.bpe) for --tokenizer gpt2")
-	fs.Float64Var(&c.ValFraction, "val-fraction", c.ValFraction, "with --data: the fraction of each file, from its end, held out for validation")
-	fs.StringSliceVar(&c.ActivationCheckpointing, "activation-checkpointing", nil, "recompute these modules' forward in backward instead of keeping their activations, e.g. 'blocks.*'")
-	fs.StringSliceVar(&c.ShardUnits, "shard-units", nil, "modules that are sharding units of their own, e.g. 'blocks.*,head' (default: every transformer block, each top-level child otherwise)")
-	fs.BoolVar(&c.ReshardAfterForward, "reshard-after-forward", c.ReshardAfterForward, "fsdp: free a unit's gathered parameters after its forward and gather them again for its backward")
-	fs.StringVar(&c.OnNaN, "on-nan", c.OnNaN, "a non-finite loss without a loss scaler: stop (with a diagnosis) or skip the batch")
-	registerLoopFlags(fs, &c)
+	f.register(cmd.Flags())
 	return cmd
-}
-
-// overrideChanged copies into c the settings whose flags were given
-// explicitly (flagged holds the flag values), so flags beat the config file.
-func overrideChanged(cmd *cobra.Command, c *train.Config, flagged train.Config) {
-	set := map[string]func(){
-		"model": func() { c.Model = flagged.Model }, "precision": func() { c.Precision = flagged.Precision },
-		"loss-scale": func() { c.LossScale = flagged.LossScale }, "strategy": func() { c.Strategy = flagged.Strategy },
-		"devices": func() { c.Devices = flagged.Devices }, "steps": func() { c.Steps = flagged.Steps },
-		"comm": func() { c.Comm = flagged.Comm }, "comm-timeout": func() { c.CommTimeout = flagged.CommTimeout },
-		"batch-size": func() { c.BatchSize = flagged.BatchSize }, "lr": func() { c.LR = flagged.LR },
-		"eval-every": func() { c.EvalEvery = flagged.EvalEvery }, "save-every": func() { c.SaveEvery = flagged.SaveEvery },
-		"out": func() { c.Out = flagged.Out }, "seed": func() { c.Seed = flagged.Seed },
-		"on-nan": func() { c.OnNaN = flagged.OnNaN }, "init-from": func() { c.InitFrom = flagged.InitFrom },
-		"lora": func() { c.LoRA.Targets = flagged.LoRA.Targets }, "lora-rank": func() { c.LoRA.Rank = flagged.LoRA.Rank },
-		"lora-alpha": func() { c.LoRA.Alpha = flagged.LoRA.Alpha }, "corpus-part": func() { c.CorpusPart = flagged.CorpusPart },
-		"activation-checkpointing": func() { c.ActivationCheckpointing = flagged.ActivationCheckpointing },
-		"shard-units":              func() { c.ShardUnits = flagged.ShardUnits },
-		"reshard-after-forward":    func() { c.ReshardAfterForward = flagged.ReshardAfterForward },
-		"data":                     func() { c.Data = flagged.Data },
-		"tokenizer":                func() { c.Tokenizer = flagged.Tokenizer },
-		"tokenizer-dir":            func() { c.TokenizerDir = flagged.TokenizerDir },
-		"val-fraction":             func() { c.ValFraction = flagged.ValFraction },
-		"tp":                       func() { c.TP = flagged.TP },
-		"sequence-parallel":        func() { c.SequenceParallel = flagged.SequenceParallel },
-		"resume-from":              func() { c.ResumeFrom = flagged.ResumeFrom },
-		"overwrite":                func() { c.Overwrite = flagged.Overwrite },
-		"keep-last":                func() { c.KeepLast = flagged.KeepLast },
-	}
-	maps.Copy(set, loopOverrides(c, flagged))
-	for name, apply := range set {
-		if cmd.Flags().Changed(name) {
-			apply()
-		}
-	}
-}
-
-func parseModuleFor(s string) (train.ModuleFor, error) {
-	for i := range len(s) {
-		if s[i] == '=' {
-			return train.ModuleFor{Match: s[:i], Precision: s[i+1:]}, nil
-		}
-	}
-	return train.ModuleFor{}, fmt.Errorf("--precision-for %q: want GLOB=SPEC, e.g. 'vision.**=16-mixed'", s)
 }
 
 // progress is rank 0's report of a run: the plan, then a bar with loss,

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	mpirunjob "github.com/weftml/weft/internal/mpirun"
+)
+
+// TestPlanPredictsTrainPeak: weft plan ARGS predicts the allocator peak
+// that weft train ARGS --steps 3 measures (metrics.jsonl's
+// peak_alloc_mib) within 15%, rank for rank: each run is a process of
+// its own, and the fsdp run's ranks are Open MPI processes, whose peaks
+// are a rank's (in-process ranks share one counter and do not peak at
+// the same moment).
+func TestPlanPredictsTrainPeak(t *testing.T) {
+	bin := buildWeft(t) // a process of its own: the pool's counters are the process's
+	for _, tc := range []struct {
+		name string
+		args []string
+		mpi  int // ranks as processes under mpirun; 0 for one process
+	}{
+		{"default", nil, 0},
+		{"lora", []string{"--lora", "blocks.*.qkv"}, 0},
+		{"fsdp", []string{"--strategy", "fsdp", "--devices", "2"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := run(append([]string{"plan", "--json"}, tc.args...)...)
+			var p struct {
+				Peak struct{ Bytes float64 } `json:"peak_per_rank"`
+			}
+			if err := json.Unmarshal([]byte(out), &p); code != 0 || err != nil || p.Peak.Bytes == 0 {
+				t.Fatalf("plan: exit %d, %v: %s", code, err, out)
+			}
+			dir := t.TempDir()
+			train := append([]string{"train", "--steps", "3", "--out", dir}, tc.args...)
+			if tc.mpi > 0 {
+				trainUnderMpirun(t, tc.mpi, bin, train)
+			} else if out, err := exec.Command(bin, train...).CombinedOutput(); err != nil {
+				t.Fatalf("train: %v: %s", err, out)
+			}
+			measured := peakMiB(t, dir) * (1 << 20)
+			t.Logf("predicted %.2f MiB a rank, measured %.2f (%+.1f%%)", p.Peak.Bytes/(1<<20), measured/(1<<20), 100*(p.Peak.Bytes-measured)/measured)
+			if math.Abs(p.Peak.Bytes-measured) > 0.15*measured {
+				t.Errorf("plan predicts %.2f MiB a rank, train measured %.2f", p.Peak.Bytes/(1<<20), measured/(1<<20))
+			}
+		})
+	}
+}
+
+// trainUnderMpirun runs weft with args as n Open MPI processes; it skips
+// the test without mpirun.
+func trainUnderMpirun(t *testing.T, n int, bin string, args []string) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil || testing.Short() {
+		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
+	}
+	job := append(append(mpirunArgs(n), bin), append(args, "--comm", "mpi")...)
+	if out, err := mpirunjob.Retry(func() ([]byte, error) { return exec.Command(mpirun, job...).CombinedOutput() }); err != nil {
+		t.Fatalf("mpirun: %v\n%s", err, out)
+	}
+}
+
+// peakMiB is the largest peak_alloc_mib of the run in dir.
+func peakMiB(t *testing.T, dir string) float64 {
+	b, err := os.ReadFile(filepath.Join(dir, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var peak float64
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var m struct {
+			Peak float64 `json:"peak_alloc_mib"`
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		peak = max(peak, m.Peak)
+	}
+	return peak
+}
+
+// TestTrainRefusesWhatCannotFit: a batch whose predicted peak is far
+// beyond this machine's memory is refused before anything is allocated,
+// in one line naming the predicted need and the budget, within 5 s, and
+// the run folder is not made.
+func TestTrainRefusesWhatCannotFit(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	began := time.Now()
+	out, code := run("train", "--batch-size", "1000000", "--steps", "1", "--out", dir)
+	took := time.Since(began)
+	if code != 1 || strings.Count(strings.TrimSpace(out), "\n") != 0 || strings.Contains(out, "goroutine") || took > 5*time.Second {
+		t.Fatalf("exit %d after %v:\n%s", code, took, out)
+	}
+	for _, want := range []string{"memory: the run needs about", "MiB a rank", "more than the", "what fits: --batch-size", "--memory-check off"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the refusal lacks %q: %s", want, out)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the refused run made its folder: %v", err)
+	}
+}
