@@ -41,8 +41,8 @@ type lib struct {
 	ialltoallv  func(send []byte, scounts, sdispls []int32, stype uintptr, recv []byte, rcounts, rdispls []int32, rtype, comm uintptr, req *uintptr) int32
 	ibcast      func(buf []byte, count int32, dt uintptr, root int32, comm uintptr, req *uintptr) int32
 
-	isend       func(buf []int64, count int32, dt uintptr, dest, tag int32, comm uintptr, req *uintptr) int32
-	irecv       func(buf []int64, count int32, dt uintptr, source, tag int32, comm uintptr, req *uintptr) int32
+	isend       func(buf []byte, count int32, dt uintptr, dest, tag int32, comm uintptr, req *uintptr) int32
+	irecv       func(buf []byte, count int32, dt uintptr, source, tag int32, comm uintptr, req *uintptr) int32
 	test        func(req *uintptr, flag *int32, status unsafe.Pointer) int32
 	cancel      func(req *uintptr) int32
 	wait        func(req *uintptr, status unsafe.Pointer) int32
