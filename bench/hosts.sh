@@ -112,7 +112,8 @@ hostfile() {
 
 # flags are mpirun's options for the simulated hosts. Real hosts need the
 # same TCP settings (see docs/multi-host.md); only the agent is particular
-# to the simulation.
+# to the simulation. The keepalives let mpirun find a lost host's daemon
+# within seconds (by default 300 s + 9 × 20 s), and so end the job.
 flags() {
 	cat <<EOF
 --allow-run-as-root
@@ -130,6 +131,15 @@ $subnet.0/24
 --mca
 oob_tcp_if_include
 $subnet.0/24
+--mca
+oob_tcp_keepalive_time
+2
+--mca
+oob_tcp_keepalive_intvl
+1
+--mca
+oob_tcp_keepalive_probes
+3
 EOF
 }
 

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	mpirunjob "github.com/weftml/weft/internal/mpirun"
 )
@@ -68,5 +71,57 @@ func TestHostsTrainMatchesOneHost(t *testing.T) {
 				t.Fatalf("2 hosts:\n%sone host:\n%s(final checkpoints equal: %v)", hostsMetrics, oneMetrics, hostsState == oneState)
 			}
 		})
+	}
+}
+
+// TestHostsLinkDown trains on 2 simulated hosts × 2 ranks, saving every 5
+// steps, and takes host 2's link down after step 10: mpirun must exit
+// non-zero within 30 s, the log name the unreachable rank and host, no
+// process be left on either host, and the last checkpoint resume, on one
+// host, to the metrics and weights of an uninterrupted run.
+func TestHostsLinkDown(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	args := []string{"train", "--config", tinyConfig(t), "--devices", "4", "--strategy", "fsdp", "--steps", "300", "--save-every", "5"}
+	out := t.TempDir()
+	cmd := acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--comm-timeout", "5s", "--out", out)...)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	waitForSteps(t, out, 10, done)
+	if b, err := exec.Command(hostsScript, "link", "2", "down").CombinedOutput(); err != nil {
+		t.Fatalf("link down: %v\n%s", err, b)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the job exited 0 after the link went down:\n%s", log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mpirun still running 30 s after the link went down:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "did not join") || !strings.Contains(log.String(), "(host weft-h2)") {
+		t.Errorf("no line names the unreachable ranks and host:\n%s", log.String())
+	}
+	for _, host := range []string{"weft-h1", "weft-h2"} {
+		if pids, _ := exec.Command("ip", "netns", "pids", host).Output(); len(bytes.TrimSpace(pids)) > 0 {
+			t.Errorf("left running on %s: %s", host, pids)
+		}
+	}
+	straight := t.TempDir()
+	if res, code := run(append(args, "--comm", "local", "--out", straight)...); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s", code, res)
+	}
+	if res, code := run(append(args, "--comm", "local", "--out", out, "--resume")...); code != 0 {
+		t.Fatalf("resume: exit %d\n%s", code, res)
+	}
+	gotMetrics, gotState := outcome(t, out, 300)
+	wantMetrics, wantState := outcome(t, straight, 300)
+	if gotMetrics != wantMetrics || gotState != wantState {
+		t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
 	}
 }

@@ -41,6 +41,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ import (
 
 func init() {
 	comm.Register("mpi", func(n int, timeout time.Duration) ([]comm.Communicator, error) {
-		c, err := New(Options{Timeout: timeout})
+		c, err := New(Options{Timeout: timeout, EndJob: true})
 		if err != nil {
 			return nil, err
 		}
@@ -70,8 +71,13 @@ type Options struct {
 	// Fuse bounds the bytes a collective sends with its notices, from
 	// every peer together, instead of running an MPI collective after them
 	// (e.g. 65536); 0 means 64 KiB, and a negative value never sends data
-	// with the notices.
+	// with the notices. It must be the same on every rank.
 	Fuse int
+	// EndJob has a communicator whose call lost a peer end the whole job
+	// when it closes, with MPI_Abort, after printing why: mpirun would
+	// otherwise wait for the lost peer's host, which may be unreachable.
+	// The "mpi" backend of comm.Open sets it.
+	EndJob bool
 	// Library is the path of libmpi (e.g. /opt/openmpi/lib/libmpi.so); ""
 	// lets the dynamic loader find it. Only the first New loads it.
 	Library string
@@ -115,6 +121,7 @@ func New(opts Options) (comm.Communicator, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.endJob = opts.EndJob
 	state.open++
 	return comm.New(c), nil
 }
@@ -177,7 +184,9 @@ type conn struct {
 	ctrl       uintptr // its duplicate for notices, so they never match a collective's messages
 	rank, size int
 	timeout    time.Duration
-	fuse       int // Options.Fuse, for sub-communicators
+	fuse       int      // Options.Fuse, for sub-communicators
+	hosts      []string // the host each rank runs on (MPI_Get_processor_name)
+	endJob     bool     // Options.EndJob
 
 	seq     int64
 	wire    []byte         // peer p's notice and data at 2p*slot, ours to it at (2p+1)*slot
@@ -210,7 +219,43 @@ func newConn(l *lib, data uintptr, timeout time.Duration, fuse int) (*conn, erro
 	c.reqs = make([]uintptr, 2*c.size)
 	// MPI keeps the notice buffers between Isend or Irecv and completion.
 	c.pin.Pin(&c.wire[0])
+	if err := c.shareHosts(); err != nil {
+		return nil, fmt.Errorf("mpi: exchange host names: %w", err)
+	}
 	return c, nil
+}
+
+// shareHosts learns which host every rank runs on, to name it when it is
+// lost.
+func (c *conn) shareHosts() error {
+	var name [maxHostName]byte
+	var n int32
+	if err := c.l.check(c.l.processorName(&name[0], &n)); err != nil {
+		return err
+	}
+	all := make([]byte, c.size*maxHostName)
+	if err := c.AllGather(context.Background(), name[:], all); err != nil {
+		return err
+	}
+	for p := range c.size {
+		host, _, _ := strings.Cut(string(all[p*maxHostName:(p+1)*maxHostName]), "\x00")
+		c.hosts = append(c.hosts, host)
+	}
+	return nil
+}
+
+// on names the hosts of ranks, as "host weft-h2" or "hosts a, b".
+func (c *conn) on(ranks []int) string {
+	var hosts []string
+	for _, r := range ranks {
+		if !slices.Contains(hosts, c.hosts[r]) {
+			hosts = append(hosts, c.hosts[r])
+		}
+	}
+	if len(hosts) == 1 {
+		return "host " + hosts[0]
+	}
+	return "hosts " + strings.Join(hosts, ", ")
 }
 
 func (c *conn) Rank() int { return c.rank }
@@ -323,7 +368,9 @@ func (c *conn) Split(ctx context.Context, color, key int) (comm.Transport, error
 			return fmt.Errorf("mpi: MPI_Comm_split: %w", err)
 		}
 		var err error
-		sub, err = newConn(c.l, data, c.timeout, c.fuse)
+		if sub, err = newConn(c.l, data, c.timeout, c.fuse); err == nil {
+			sub.endJob = c.endJob
+		}
 		return err
 	})
 	if err != nil {
@@ -338,9 +385,14 @@ func (c *conn) Split(ctx context.Context, color, key int) (comm.Transport, error
 // Close frees the communicator, and finalizes MPI if it is the last one
 // and no call failed. It leaves MPI alone after a collective was
 // abandoned, since that collective is still running in it.
+// With Options.EndJob, after a peer was lost, it ends the job instead.
 func (c *conn) Close() error {
 	state.Lock()
 	defer state.Unlock()
+	if lost := new(comm.PeerError); c.endJob && errors.As(c.err, &lost) {
+		fmt.Fprintf(os.Stderr, "weft: rank %d on %s: ending the job: %v\n", c.rank, c.hosts[c.rank], c.err)
+		c.l.abort(c.l.world, 1)
+	}
 	if c.stuck {
 		// MPI may still write the pinned buffers: keep them, and their pins, reachable.
 		state.orphaned = append(state.orphaned, c)
@@ -567,7 +619,7 @@ func (c *conn) arrive(ctx context.Context, cl call.Call, data func(p int) []byte
 				missing = append(missing, i/2)
 			}
 		}
-		return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v", cl.Collective, c.timeout)}
+		return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v (%s)", cl.Collective, c.timeout, c.on(missing))}
 	case err == ctx.Err():
 		c.abandon(pending)
 		return fmt.Errorf("mpi: rank %d: %w", c.rank, err)

@@ -50,13 +50,16 @@ func needMpirun(tb testing.TB) {
 // (unfused).
 func TestConformance(t *testing.T) {
 	needMpirun(t)
-	for name, fuse := range map[string]int{"fused": 0, "unfused": -1} {
-		t.Run(name, func(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		fuse int
+	}{{"fused", 0}, {"unfused", -1}} { // in the same order on every rank
+		t.Run(mode.name, func(t *testing.T) {
 			commtest.Run(t, func(n int) []comm.Communicator {
 				if n != worldSize {
 					return nil
 				}
-				c, err := mpi.New(mpi.Options{Timeout: time.Second, Fuse: fuse})
+				c, err := mpi.New(mpi.Options{Timeout: time.Second, Fuse: mode.fuse})
 				if err != nil {
 					t.Error(err)
 					return nil
