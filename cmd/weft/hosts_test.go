@@ -85,13 +85,7 @@ func TestHostsLinkDown(t *testing.T) {
 	args := []string{"train", "--config", tinyConfig(t), "--devices", "4", "--strategy", "fsdp", "--steps", "300", "--save-every", "5"}
 	out := t.TempDir()
 	cmd := acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--comm-timeout", "5s", "--out", out)...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	log, done := startLogged(t, cmd)
 	waitForSteps(t, out, 10, done)
 	if b, err := exec.Command(hostsScript, "link", "2", "down").CombinedOutput(); err != nil {
 		t.Fatalf("link down: %v\n%s", err, b)
@@ -124,4 +118,17 @@ func TestHostsLinkDown(t *testing.T) {
 	if gotMetrics != wantMetrics || gotState != wantState {
 		t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
 	}
+}
+
+// startLogged starts cmd with its output in log; done receives its end.
+func startLogged(t *testing.T, cmd *exec.Cmd) (log *bytes.Buffer, done <-chan error) {
+	t.Helper()
+	log = new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	return log, ended
 }
