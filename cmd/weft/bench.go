@@ -36,9 +36,10 @@ func benchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench [gemm|step|allreduce]",
 		Short: "Measure GEMM speed (beside OpenBLAS), training-step time per precision, all-reduce bandwidth",
-		Long: `bench gemm and bench step run by default. bench allreduce measures a 64 MiB
-float32 all-reduce on 2 in-process ranks and, when mpirun is installed, on 2
-Open MPI processes (it launches itself under mpirun), side by side.
+		Long: `bench gemm and bench step run by default. bench allreduce measures float32
+all-reduces of 4 KiB to 64 MiB on 2 in-process ranks and, when mpirun is
+installed, on 2 Open MPI processes (it launches itself under mpirun), side by
+side; under mpirun (--comm mpi) it measures those ranks, wherever they run.
 
 bench step --gpt layers,width,heads,context --batch B times a gpt of any size
 (the Go corpus's 98-token vocabulary) with AdamW on B random sequences of the
@@ -69,7 +70,7 @@ the timed steps); the allocator's peak (tensor.Memory().Peak) and the peak RSS
 					return json.NewEncoder(out).Encode(rep)
 				}
 				for _, a := range r {
-					fmt.Fprintf(out, "allreduce %-5s %d ranks %d MiB float32: %.2f GB/s per rank\n", a.Backend, a.Ranks, a.Bytes>>20, a.GBPerS)
+					fmt.Fprintf(out, "allreduce %-5s %d ranks %8d KiB float32: %9.1f µs, %.2f GB/s per rank\n", a.Backend, a.Ranks, a.Bytes>>10, a.Micros, a.GBPerS)
 				}
 				return nil
 			default:
@@ -197,22 +198,17 @@ func startCPUProfile(path string) (stop func(), err error) {
 	}, nil
 }
 
-// parseGPTSize reads --gpt's layers,width,heads,context.
-const allReduceBytes = 64 << 20
-
 // allReduceBench measures the local backend and, when mpirun exists, the
 // mpi backend by running this binary under mpirun -np 2; with backend set
 // it measures only that one (the mpi side of the pair).
 func allReduceBench(backend string) ([]bench.AllReduceResult, error) {
 	if backend != "" {
-		r, err := bench.AllReduce(backend, 0, allReduceBytes, 5)
-		return []bench.AllReduceResult{r}, err
+		return bench.AllReduce(backend, 0, bench.AllReduceSizes)
 	}
-	r, err := bench.AllReduce("local", 2, allReduceBytes, 5)
+	out, err := bench.AllReduce("local", 2, bench.AllReduceSizes)
 	if err != nil {
 		return nil, err
 	}
-	out := []bench.AllReduceResult{r}
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
 		return out, nil

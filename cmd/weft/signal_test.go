@@ -119,13 +119,7 @@ func TestSignalResumeIsExact(t *testing.T) {
 
 					out := t.TempDir()
 					cmd := command(out)
-					var log bytes.Buffer
-					cmd.Stdout, cmd.Stderr = &log, &log
-					if err := cmd.Start(); err != nil {
-						t.Fatal(err)
-					}
-					done := make(chan error, 1)
-					go func() { done <- cmd.Wait() }()
+					log, done := startLogged(t, cmd)
 					at := 1 + rng.IntN(steps/5)
 					waitForSteps(t, out, at, done)
 					sig := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}[cycle%2]

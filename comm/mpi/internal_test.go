@@ -22,6 +22,10 @@ func TestLoadMissingLibrary(t *testing.T) {
 	}
 }
 
+// unfused is a buffer too large to travel with the notices: its
+// collective runs in MPI.
+const unfused = fuseBytes + 4
+
 var abandon = flag.String("mpi.abandon", "", "run TestAbandon, in an MPI job of its own (it leaves MPI stuck): timeout or cancel")
 
 // TestAbandon has rank 1 send its notice and then never make the call,
@@ -35,7 +39,7 @@ func TestAbandon(t *testing.T) {
 		t.Skip("needs -mpi.abandon, in an MPI job of its own: it leaves MPI stuck")
 	}
 	timeout := map[string]time.Duration{"timeout": 500 * time.Millisecond, "cancel": time.Minute}[*abandon]
-	c, err := worldConn(state.lib, timeout)
+	c, err := worldConn(state.lib, timeout, fuseBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,14 +49,14 @@ func TestAbandon(t *testing.T) {
 		ctx = context.Background()
 	}
 	if c.rank != 0 {
-		if err := c.arrive(ctx, call.Call{Collective: comm.AllReduce, DType: dtype.F32, Op: comm.Sum, Bytes: 4}); err != nil {
+		if err := c.arrive(ctx, call.Call{Collective: comm.AllReduce, DType: dtype.F32, Op: comm.Sum, Bytes: unfused}, nil); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Minute) // until mpirun ends the job
 	}
 	start := time.Now()
-	err = c.AllReduce(ctx, make([]byte, 4), dtype.F32, comm.Sum)
-	if err == nil || !c.stuck || !errors.Is(c.AllReduce(context.Background(), make([]byte, 4), dtype.F32, comm.Sum), err) {
+	err = c.AllReduce(ctx, make([]byte, unfused), dtype.F32, comm.Sum)
+	if err == nil || !c.stuck || !errors.Is(c.AllReduce(context.Background(), make([]byte, unfused), dtype.F32, comm.Sum), err) {
 		t.Fatalf("got %v, stuck %v; want an error, stuck, and the next call failing alike", err, c.stuck)
 	}
 	fmt.Printf("abandoned after %.1fs: %v\n", time.Since(start).Seconds(), err)

@@ -17,6 +17,7 @@ const (
 	threadMultiple = 3          // MPI_THREAD_MULTIPLE
 	inPlace        = uintptr(1) // MPI_IN_PLACE
 	maxErrorString = 256        // MPI_MAX_ERROR_STRING
+	maxHostName    = 256        // MPI_MAX_PROCESSOR_NAME
 )
 
 // lib is Open MPI's C API, bound with purego. Handles are pointers:
@@ -32,6 +33,8 @@ type lib struct {
 	commFree      func(comm *uintptr) int32
 	setErrhandler func(comm, errhandler uintptr) int32
 	errorString   func(code int32, s *byte, n *int32) int32
+	processorName func(name *byte, n *int32) int32
+	abort         func(comm uintptr, code int32) int32
 
 	// The collectives are nonblocking, so that a wait for them can end
 	// (see conn.await); each sets req, completed by test.
@@ -41,8 +44,8 @@ type lib struct {
 	ialltoallv  func(send []byte, scounts, sdispls []int32, stype uintptr, recv []byte, rcounts, rdispls []int32, rtype, comm uintptr, req *uintptr) int32
 	ibcast      func(buf []byte, count int32, dt uintptr, root int32, comm uintptr, req *uintptr) int32
 
-	isend       func(buf []int64, count int32, dt uintptr, dest, tag int32, comm uintptr, req *uintptr) int32
-	irecv       func(buf []int64, count int32, dt uintptr, source, tag int32, comm uintptr, req *uintptr) int32
+	isend       func(buf []byte, count int32, dt uintptr, dest, tag int32, comm uintptr, req *uintptr) int32
+	irecv       func(buf []byte, count int32, dt uintptr, source, tag int32, comm uintptr, req *uintptr) int32
 	test        func(req *uintptr, flag *int32, status unsafe.Pointer) int32
 	cancel      func(req *uintptr) int32
 	wait        func(req *uintptr, status unsafe.Pointer) int32
@@ -96,6 +99,8 @@ func bind(h uintptr) (*lib, error) {
 	fn(&l.commFree, "MPI_Comm_free")
 	fn(&l.setErrhandler, "MPI_Comm_set_errhandler")
 	fn(&l.errorString, "MPI_Error_string")
+	fn(&l.processorName, "MPI_Get_processor_name")
+	fn(&l.abort, "MPI_Abort")
 	fn(&l.iallgather, "MPI_Iallgather")
 	fn(&l.iallgatherv, "MPI_Iallgatherv")
 	fn(&l.ialltoall, "MPI_Ialltoall")

@@ -11,7 +11,10 @@
 //
 // Dead peers: before each collective, ranks send each other a notice of
 // the call they are making, on a second communicator, and poll for their
-// peers' notices until the timeout. A rank that never arrives is named in a
+// peers' notices until the timeout. A small collective (at most 64 KiB
+// from every peer together) sends its data with the notices and is done
+// when they arrive: one round trip, where the notices and then MPI's
+// collective would take two or three. A rank that never arrives is named in a
 // comm.PeerError, and ranks making different calls are caught before any
 // data moves. The collective itself is nonblocking (MPI_Ialltoallv,
 // MPI_Iallgather ...), polled with MPI_Test, since a blocking MPI call
@@ -30,6 +33,7 @@ package mpi
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -37,6 +41,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,7 +52,7 @@ import (
 
 func init() {
 	comm.Register("mpi", func(n int, timeout time.Duration) ([]comm.Communicator, error) {
-		c, err := New(Options{Timeout: timeout})
+		c, err := New(Options{Timeout: timeout, EndJob: true})
 		if err != nil {
 			return nil, err
 		}
@@ -63,6 +68,16 @@ type Options struct {
 	// Timeout bounds how long a collective waits for its peers to arrive,
 	// and then how long it may run (e.g. 30s); 0 means comm.DefaultTimeout.
 	Timeout time.Duration
+	// Fuse bounds the bytes a collective sends with its notices, from
+	// every peer together, instead of running an MPI collective after them
+	// (e.g. 65536); 0 means 64 KiB, and a negative value never sends data
+	// with the notices. It must be the same on every rank.
+	Fuse int
+	// EndJob has a communicator whose call lost a peer end the whole job
+	// when it closes, with MPI_Abort, after printing why: mpirun would
+	// otherwise wait for the lost peer's host, which may be unreachable.
+	// The "mpi" backend of comm.Open sets it.
+	EndJob bool
 	// Library is the path of libmpi (e.g. /opt/openmpi/lib/libmpi.so); ""
 	// lets the dynamic loader find it. Only the first New loads it.
 	Library string
@@ -102,10 +117,11 @@ func New(opts Options) (comm.Communicator, error) {
 		state.lib = l
 		shareCores()
 	}
-	c, err := worldConn(state.lib, cmp.Or(opts.Timeout, comm.DefaultTimeout))
+	c, err := worldConn(state.lib, cmp.Or(opts.Timeout, comm.DefaultTimeout), max(0, cmp.Or(opts.Fuse, fuseBytes)))
 	if err != nil {
 		return nil, err
 	}
+	c.endJob = opts.EndJob
 	state.open++
 	return comm.New(c), nil
 }
@@ -124,13 +140,14 @@ func shareCores() {
 	runtime.GOMAXPROCS(max(1, runtime.NumCPU()/local))
 }
 
-// worldConn returns a conn on a duplicate of MPI_COMM_WORLD.
-func worldConn(l *lib, timeout time.Duration) (*conn, error) {
+// worldConn returns a conn on a duplicate of MPI_COMM_WORLD, fusing
+// collectives of up to fuse bytes with their notices.
+func worldConn(l *lib, timeout time.Duration, fuse int) (*conn, error) {
 	var data uintptr
 	if err := l.check(l.commDup(l.world, &data)); err != nil {
 		return nil, fmt.Errorf("mpi: duplicate MPI_COMM_WORLD: %w", err)
 	}
-	return newConn(l, data, timeout)
+	return newConn(l, data, timeout, fuse)
 }
 
 // start initializes MPI for calls from any goroutine (so from any
@@ -147,9 +164,18 @@ func start(l *lib) error {
 	return l.check(l.setErrhandler(l.world, l.errorsReturn))
 }
 
-// words is the length of an arrival notice: sequence number, collective,
-// dtype, op, root and bytes.
-const words = 6
+// words is the length of an arrival notice in int64s: sequence number,
+// collective, dtype, op, root and bytes.
+const (
+	words       = 6
+	noticeBytes = 8 * words
+)
+
+// fuseBytes is Options.Fuse's default: a collective that small is bound
+// by latency, and one exchange of notices carrying the data beats notices
+// and then MPI's collective, whose algorithms have no better round trip
+// for so few bytes.
+const fuseBytes = 64 << 10
 
 // conn is one process's comm.Transport.
 type conn struct {
@@ -158,9 +184,13 @@ type conn struct {
 	ctrl       uintptr // its duplicate for notices, so they never match a collective's messages
 	rank, size int
 	timeout    time.Duration
+	fuse       int      // Options.Fuse, for sub-communicators
+	hosts      []string // the host each rank runs on (MPI_Get_processor_name)
+	endJob     bool     // Options.EndJob
 
 	seq     int64
-	notes   []int64        // this rank's notice, then peer p's at words*(p+1)
+	wire    []byte         // peer p's notice and data at 2p*slot, ours to it at (2p+1)*slot
+	slot    int            // a notice and the most data it carries
 	reqs    []uintptr      // the requests receiving peer p's notice (2p) and sending it ours (2p+1)
 	pin     runtime.Pinner // the notices, until Close
 	held    runtime.Pinner // the buffers of the collective in flight
@@ -172,9 +202,10 @@ type conn struct {
 }
 
 // newConn returns a conn whose collectives run on data, which it then
-// owns.
-func newConn(l *lib, data uintptr, timeout time.Duration) (*conn, error) {
-	c := &conn{l: l, data: data, timeout: timeout}
+// owns, and that sends collectives of up to fuse bytes, all peers
+// together, with their notices.
+func newConn(l *lib, data uintptr, timeout time.Duration, fuse int) (*conn, error) {
+	c := &conn{l: l, data: data, timeout: timeout, fuse: fuse}
 	if err := l.check(l.commDup(data, &c.ctrl)); err != nil {
 		return nil, errors.Join(fmt.Errorf("mpi: duplicate a communicator: %w", err), l.check(l.commFree(&c.data)))
 	}
@@ -183,18 +214,61 @@ func newConn(l *lib, data uintptr, timeout time.Duration) (*conn, error) {
 		return nil, fmt.Errorf("mpi: %w", err)
 	}
 	c.rank, c.size = int(rank), int(size)
-	c.notes = make([]int64, words*(c.size+1))
+	c.slot = noticeBytes + fuse/max(1, c.size-1)
+	c.wire = make([]byte, 2*c.size*c.slot)
 	c.reqs = make([]uintptr, 2*c.size)
 	// MPI keeps the notice buffers between Isend or Irecv and completion.
-	c.pin.Pin(&c.notes[0])
+	c.pin.Pin(&c.wire[0])
+	if err := c.shareHosts(); err != nil {
+		return nil, fmt.Errorf("mpi: exchange host names: %w", err)
+	}
 	return c, nil
+}
+
+// shareHosts learns which host every rank runs on, to name it when it is
+// lost.
+func (c *conn) shareHosts() error {
+	var name [maxHostName]byte
+	var n int32
+	if err := c.l.check(c.l.processorName(&name[0], &n)); err != nil {
+		return err
+	}
+	all := make([]byte, c.size*maxHostName)
+	if err := c.AllGather(context.Background(), name[:], all); err != nil {
+		return err
+	}
+	for p := range c.size {
+		host, _, _ := strings.Cut(string(all[p*maxHostName:(p+1)*maxHostName]), "\x00")
+		c.hosts = append(c.hosts, host)
+	}
+	return nil
+}
+
+// on names the hosts of ranks, as "host weft-h2" or "hosts a, b".
+func (c *conn) on(ranks []int) string {
+	var hosts []string
+	for _, r := range ranks {
+		if !slices.Contains(hosts, c.hosts[r]) {
+			hosts = append(hosts, c.hosts[r])
+		}
+	}
+	if len(hosts) == 1 {
+		return "host " + hosts[0]
+	}
+	return "hosts " + strings.Join(hosts, ", ")
 }
 
 func (c *conn) Rank() int { return c.rank }
 func (c *conn) Size() int { return c.size }
 
 func (c *conn) AllReduce(ctx context.Context, buf []byte, dt dtype.DType, op comm.Op) error {
-	return c.run(ctx, call.Call{Collective: comm.AllReduce, DType: dt, Op: op, Bytes: len(buf)}, func(f *flight) error {
+	cl := call.Call{Collective: comm.AllReduce, DType: dt, Op: op, Bytes: len(buf)}
+	if c.fits(len(buf)) {
+		return c.fused(ctx, cl, func(int) []byte { return buf }, func() error {
+			return comm.Reduce(dt, op, buf, c.gathered(buf, len(buf))...)
+		})
+	}
+	return c.run(ctx, cl, func(f *flight) error {
 		counts, displs := make([]int32, c.size), make([]int32, c.size)
 		for k := range c.size {
 			lo, hi := call.Chunk(len(buf), dt, c.size, k)
@@ -226,7 +300,16 @@ func (c *conn) AllReduce(ctx context.Context, buf []byte, dt dtype.DType, op com
 }
 
 func (c *conn) AllGather(ctx context.Context, send, recv []byte) error {
-	return c.run(ctx, call.Call{Collective: comm.AllGather, Bytes: len(send)}, func(f *flight) error {
+	cl := call.Call{Collective: comm.AllGather, Bytes: len(send)}
+	if c.fits(len(send)) {
+		return c.fused(ctx, cl, func(int) []byte { return send }, func() error {
+			for p, b := range c.gathered(send, len(send)) {
+				copy(recv[p*len(send):], b)
+			}
+			return nil
+		})
+	}
+	return c.run(ctx, cl, func(f *flight) error {
 		n, b := int32(len(send)), c.l.byteType
 		hold(&c.held, send, recv)
 		return f.await(func(req *uintptr) int32 { return c.l.iallgather(send, n, b, recv, n, b, c.data, req) })
@@ -234,7 +317,13 @@ func (c *conn) AllGather(ctx context.Context, send, recv []byte) error {
 }
 
 func (c *conn) ReduceScatter(ctx context.Context, send, recv []byte, dt dtype.DType, op comm.Op) error {
-	return c.run(ctx, call.Call{Collective: comm.ReduceScatter, DType: dt, Op: op, Bytes: len(recv)}, func(f *flight) error {
+	cl := call.Call{Collective: comm.ReduceScatter, DType: dt, Op: op, Bytes: len(recv)}
+	if m := len(recv); c.fits(m) {
+		return c.fused(ctx, cl, func(p int) []byte { return send[p*m : (p+1)*m] }, func() error {
+			return comm.Reduce(dt, op, recv, c.gathered(send[c.rank*m:(c.rank+1)*m], m)...)
+		})
+	}
+	return c.run(ctx, cl, func(f *flight) error {
 		n, b := int32(len(recv)), c.l.byteType
 		from := c.buffer(len(send))
 		hold(&c.held, send, from)
@@ -246,7 +335,14 @@ func (c *conn) ReduceScatter(ctx context.Context, send, recv []byte, dt dtype.DT
 }
 
 func (c *conn) Broadcast(ctx context.Context, buf []byte, root int) error {
-	return c.run(ctx, call.Call{Collective: comm.Broadcast, Root: root, Bytes: len(buf)}, func(f *flight) error {
+	cl := call.Call{Collective: comm.Broadcast, Root: root, Bytes: len(buf)}
+	if c.fits(len(buf)) {
+		return c.fused(ctx, cl, func(int) []byte { return c.ifRank(root, buf) }, func() error {
+			copy(buf, c.gathered(buf, len(buf))[root])
+			return nil
+		})
+	}
+	return c.run(ctx, cl, func(f *flight) error {
 		hold(&c.held, buf)
 		return f.await(func(req *uintptr) int32 {
 			return c.l.ibcast(buf, int32(len(buf)), c.l.byteType, int32(root), c.data, req)
@@ -272,7 +368,9 @@ func (c *conn) Split(ctx context.Context, color, key int) (comm.Transport, error
 			return fmt.Errorf("mpi: MPI_Comm_split: %w", err)
 		}
 		var err error
-		sub, err = newConn(c.l, data, c.timeout)
+		if sub, err = newConn(c.l, data, c.timeout, c.fuse); err == nil {
+			sub.endJob = c.endJob
+		}
 		return err
 	})
 	if err != nil {
@@ -287,9 +385,14 @@ func (c *conn) Split(ctx context.Context, color, key int) (comm.Transport, error
 // Close frees the communicator, and finalizes MPI if it is the last one
 // and no call failed. It leaves MPI alone after a collective was
 // abandoned, since that collective is still running in it.
+// With Options.EndJob, after a peer was lost, it ends the job instead.
 func (c *conn) Close() error {
 	state.Lock()
 	defer state.Unlock()
+	if lost := new(comm.PeerError); c.endJob && errors.As(c.err, &lost) {
+		fmt.Fprintf(os.Stderr, "weft: rank %d on %s: ending the job: %v\n", c.rank, c.hosts[c.rank], c.err)
+		c.l.abort(c.l.world, 1)
+	}
 	if c.stuck {
 		// MPI may still write the pinned buffers: keep them, and their pins, reachable.
 		state.orphaned = append(state.orphaned, c)
@@ -321,6 +424,51 @@ func (c *conn) Close() error {
 	return nil
 }
 
+// fits reports whether a collective sending each peer n bytes sends them
+// with its notices.
+func (c *conn) fits(n int) bool { return n <= c.slot-noticeBytes }
+
+// ifRank returns b on rank r and nil on the others.
+func (c *conn) ifRank(r int, b []byte) []byte {
+	if c.rank == r {
+		return b
+	}
+	return nil
+}
+
+// fused makes the call cl by sending every peer p its data, data(p), with
+// this rank's notice; finish then combines what the peers sent (gathered).
+// After a failure every call fails.
+func (c *conn) fused(ctx context.Context, cl call.Call, data func(p int) []byte, finish func() error) error {
+	if c.err != nil {
+		return c.err
+	}
+	err := c.arrive(ctx, cl, data)
+	if err == nil {
+		err = finish()
+	}
+	c.err = err
+	return err
+}
+
+// gathered returns the n bytes of data each rank sent with its notice, in
+// rank order, with own as this rank's.
+func (c *conn) gathered(own []byte, n int) [][]byte {
+	out := make([][]byte, c.size)
+	for p := range c.size {
+		out[p] = own
+		if p != c.rank {
+			out[p] = c.received(p)[noticeBytes : noticeBytes+n]
+		}
+	}
+	return out
+}
+
+// received and sent are the slots of the wire holding the message from
+// peer p and the one to it.
+func (c *conn) received(p int) []byte { return c.wire[2*p*c.slot : (2*p+1)*c.slot] }
+func (c *conn) sent(p int) []byte     { return c.wire[(2*p+1)*c.slot : (2*p+2)*c.slot] }
+
 // run makes the call cl: it exchanges notices with the peers, then runs
 // the collective f. After a failure every call fails.
 func (c *conn) run(ctx context.Context, cl call.Call, f func(*flight) error) error {
@@ -330,7 +478,7 @@ func (c *conn) run(ctx context.Context, cl call.Call, f func(*flight) error) err
 	if cl.Bytes > math.MaxInt32 {
 		return fmt.Errorf("mpi: %d bytes exceed MPI's int count", cl.Bytes)
 	}
-	err := c.arrive(ctx, cl)
+	err := c.arrive(ctx, cl, nil)
 	if err == nil && f != nil {
 		err = f(&flight{c: c, ctx: ctx, cl: cl, deadline: time.Now().Add(c.timeout)})
 		if !c.stuck {
@@ -380,11 +528,18 @@ var errLate = errors.New("deadline passed")
 
 // poll calls test until it reports done, and fails with test's error, with
 // ctx's error once ctx is done, or with errLate once deadline has passed.
-// MPI requests usually complete within microseconds, and a peer's part
-// progresses only while it tests too: poll spins, yielding to other
-// goroutines, then backs off to sleeps of at most 100µs between tests.
+//
+// MPI progresses a request, and a peer's part of it, only inside MPI
+// calls, and a round trip between hosts takes tens of microseconds: poll
+// spins, yielding the core to other goroutines and processes, for the
+// first spinFor. A wait longer than that is a peer still computing, and
+// poll then sleeps a tenth of the time waited so far between tests (at
+// most 10ms), which delays the call by no more than a tenth. Shorter
+// sleeps would not be: Go sleeps about a millisecond however short the
+// duration asked for.
 func poll(ctx context.Context, deadline time.Time, test func() (bool, error)) error {
-	for spin := 0; ; spin++ {
+	start := time.Now()
+	for {
 		done, err := test()
 		switch {
 		case err != nil:
@@ -396,13 +551,17 @@ func poll(ctx context.Context, deadline time.Time, test func() (bool, error)) er
 		case time.Now().After(deadline):
 			return errLate
 		}
-		if spin < 1000 {
+		if waited := time.Since(start); waited < spinFor {
 			runtime.Gosched()
+			yield()
 		} else {
-			time.Sleep(min(time.Duration(spin-1000)*time.Microsecond, 100*time.Microsecond))
+			time.Sleep(min(waited/10, 10*time.Millisecond))
 		}
 	}
 }
+
+// spinFor is how long poll spins before it sleeps.
+const spinFor = 20 * time.Millisecond
 
 // hold pins the slices' memory in p: MPI reads and writes a nonblocking
 // call's buffers after the call returns.
@@ -414,22 +573,27 @@ func hold[T any](p *runtime.Pinner, slices ...[]T) {
 	}
 }
 
-// arrive sends every peer a notice of call cl and waits for theirs, until
-// the timeout or until ctx is done; it reports peers that did not arrive,
-// and peers whose call differs.
-func (c *conn) arrive(ctx context.Context, cl call.Call) error {
+// arrive sends every peer p a notice of call cl, followed by data(p) if
+// data is not nil, and waits for theirs, until the timeout or until ctx is
+// done; it reports peers that did not arrive, and peers whose call
+// differs.
+func (c *conn) arrive(ctx context.Context, cl call.Call, data func(p int) []byte) error {
 	c.seq++
-	mine := c.notes[:words]
-	copy(mine, notice(c.seq, cl))
+	mine := notice(c.seq, cl)
 	var pending []int // indexes into c.reqs
 	for p := range c.size {
 		if p == c.rank {
 			continue
 		}
-		theirs := c.notes[words*(p+1) : words*(p+2)]
+		out := c.sent(p)
+		copy(out, mine)
+		n := noticeBytes
+		if data != nil {
+			n += copy(out[noticeBytes:], data(p))
+		}
 		if err := errors.Join(
-			c.l.check(c.l.irecv(theirs, 8*words, c.l.byteType, int32(p), 0, c.ctrl, &c.reqs[2*p])),
-			c.l.check(c.l.isend(mine, 8*words, c.l.byteType, int32(p), 0, c.ctrl, &c.reqs[2*p+1])),
+			c.l.check(c.l.irecv(c.received(p), int32(c.slot), c.l.byteType, int32(p), 0, c.ctrl, &c.reqs[2*p])),
+			c.l.check(c.l.isend(out, int32(n), c.l.byteType, int32(p), 0, c.ctrl, &c.reqs[2*p+1])),
 		); err != nil {
 			return fmt.Errorf("mpi: notice: %w", err)
 		}
@@ -455,7 +619,7 @@ func (c *conn) arrive(ctx context.Context, cl call.Call) error {
 				missing = append(missing, i/2)
 			}
 		}
-		return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v", cl.Collective, c.timeout)}
+		return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v (%s)", cl.Collective, c.timeout, c.on(missing))}
 	case err == ctx.Err():
 		c.abandon(pending)
 		return fmt.Errorf("mpi: rank %d: %w", c.rank, err)
@@ -464,24 +628,32 @@ func (c *conn) arrive(ctx context.Context, cl call.Call) error {
 }
 
 // compare checks every peer's notice against this rank's.
-func (c *conn) compare(mine []int64, cl call.Call) error {
+func (c *conn) compare(mine []byte, cl call.Call) error {
 	for p := range c.size {
-		theirs := c.notes[words*(p+1) : words*(p+2)]
-		if p != c.rank && !slices.Equal(theirs, mine) {
+		if p == c.rank {
+			continue
+		}
+		if theirs := c.received(p)[:noticeBytes]; string(theirs) != string(mine) {
+			word := func(i int) int64 { return int64(binary.LittleEndian.Uint64(theirs[8*i:])) }
 			return call.Mismatch(p, call.Call{
-				Collective: comm.Collective(theirs[1]),
-				DType:      dtype.DType(theirs[2]),
-				Op:         comm.Op(theirs[3]),
-				Root:       int(theirs[4]),
-				Bytes:      int(theirs[5]),
+				Collective: comm.Collective(word(1)),
+				DType:      dtype.DType(word(2)),
+				Op:         comm.Op(word(3)),
+				Root:       int(word(4)),
+				Bytes:      int(word(5)),
 			}, c.rank, cl)
 		}
 	}
 	return nil
 }
 
-func notice(seq int64, cl call.Call) []int64 {
-	return []int64{seq, int64(cl.Collective), int64(cl.DType), int64(cl.Op), int64(cl.Root), int64(cl.Bytes)}
+// notice is the message announcing call cl, the seq-th of this communicator.
+func notice(seq int64, cl call.Call) []byte {
+	b := make([]byte, 0, noticeBytes)
+	for _, w := range []int64{seq, int64(cl.Collective), int64(cl.DType), int64(cl.Op), int64(cl.Root), int64(cl.Bytes)} {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w))
+	}
+	return b
 }
 
 // abandon cancels the receipt of notices that never came, and lets sends

@@ -45,19 +45,29 @@ func needMpirun(tb testing.TB) {
 	}
 }
 
+// TestConformance runs the suite with collectives small enough to travel
+// with their notices doing so (fused), and with every one running in MPI
+// (unfused).
 func TestConformance(t *testing.T) {
 	needMpirun(t)
-	commtest.Run(t, func(n int) []comm.Communicator {
-		if n != worldSize {
-			return nil
-		}
-		c, err := mpi.New(mpi.Options{Timeout: time.Second})
-		if err != nil {
-			t.Error(err)
-			return nil
-		}
-		return []comm.Communicator{c}
-	})
+	for _, mode := range []struct {
+		name string
+		fuse int
+	}{{"fused", 0}, {"unfused", -1}} { // in the same order on every rank
+		t.Run(mode.name, func(t *testing.T) {
+			commtest.Run(t, func(n int) []comm.Communicator {
+				if n != worldSize {
+					return nil
+				}
+				c, err := mpi.New(mpi.Options{Timeout: time.Second, Fuse: mode.fuse})
+				if err != nil {
+					t.Error(err)
+					return nil
+				}
+				return []comm.Communicator{c}
+			})
+		})
+	}
 }
 
 // TestMPIUnderMpirun runs this test binary's MPI tests as two ranks under
@@ -92,13 +102,13 @@ func TestMPIUnderMpirun(t *testing.T) {
 	if n := strings.Count(out, "--- PASS: TestConformance "); err != nil || n != 2 {
 		t.Errorf("%d of 2 ranks passed: %s", n, out)
 	}
-	out, err = job(4, "-test.run=^TestConformance$/^plain$/^ranks=4$/^(Split|Mesh)$", "-test.v")
-	if n := strings.Count(out, "--- PASS: TestConformance/plain/ranks=4/Mesh "); err != nil || n != 4 {
-		t.Errorf("%d of 4 ranks passed the mesh tests: %s", n, out)
+	out, err = job(4, "-test.run=^TestConformance$/^(fused|unfused)$/^plain$/^ranks=4$/^(Split|Mesh)$", "-test.v")
+	if n := strings.Count(out, "/plain/ranks=4/Mesh "); err != nil || n != 8 {
+		t.Errorf("%d of 4 ranks × 2 passed the mesh tests: %s", n, out)
 	}
 	for how, want := range map[string]string{
 		"timeout": "abandoned after 0.5s: a peer did not finish allreduce within 500ms",
-		"cancel":  "abandoned after 0.3s: mpi: rank 0: gave up on allreduce of 4 bytes (sum float32) in flight: context deadline exceeded",
+		"cancel":  "abandoned after 0.3s: mpi: rank 0: gave up on allreduce of 65540 bytes (sum float32) in flight: context deadline exceeded",
 	} {
 		out, err = job(2, "-test.run=^TestAbandon$", "-mpi.abandon="+how)
 		if err == nil || !strings.Contains(out, want) {

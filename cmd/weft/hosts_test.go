@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	mpirunjob "github.com/weftml/weft/internal/mpirun"
+)
+
+// hostsScript makes and drives the simulated hosts (network namespaces).
+var hostsScript, _ = filepath.Abs("../../bench/hosts.sh")
+
+// upHosts makes n simulated hosts (bench/hosts.sh up n extra...) for the
+// test, and removes them when it ends. The tests that use them run only
+// with WEFT_HOSTS_TEST=1 (as root, with ip, unshare and Open MPI); then a
+// fixture that cannot come up fails the test.
+func upHosts(t *testing.T, n int, extra ...string) {
+	t.Helper()
+	if os.Getenv("WEFT_HOSTS_TEST") != "1" {
+		t.Skip("simulated hosts: set WEFT_HOSTS_TEST=1 to run (root, ip, unshare, Open MPI)")
+	}
+	if out, err := exec.Command(hostsScript, append([]string{"up", strconv.Itoa(n)}, extra...)...).CombinedOutput(); err != nil {
+		t.Fatalf("bench/hosts.sh up %d: %v\n%s", n, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(hostsScript, "down").CombinedOutput(); err != nil {
+			t.Errorf("bench/hosts.sh down: %v\n%s", err, out)
+		}
+	})
+}
+
+// acrossHosts is mpirun on the simulated hosts, perHost ranks on each of
+// them, running bin with args.
+func acrossHosts(ranks, perHost int, bin string, args ...string) *exec.Cmd {
+	job := []string{"mpirun", "-np", strconv.Itoa(ranks), "--map-by", "ppr:" + strconv.Itoa(perHost) + ":node", bin}
+	return exec.Command(hostsScript, append(job, args...)...)
+}
+
+// TestHostsTrainMatchesOneHost trains a tiny gpt on 2 simulated hosts × 2
+// ranks for every data-parallel strategy, and requires what 4 ranks on one
+// host give (in-process ranks, which TestTrainUnderMpirun holds to
+// one-host mpirun): the same metrics and final checkpoint, bit for bit.
+func TestHostsTrainMatchesOneHost(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	config := tinyConfig(t)
+	for _, strategy := range []string{"ddp", "zero1", "zero2", "fsdp"} {
+		t.Run(strategy, func(t *testing.T) {
+			args := []string{"train", "--config", config, "--devices", "4", "--strategy", strategy}
+			hosts := filepath.Join(t.TempDir(), "hosts")
+			out, err := mpirunjob.Retry(func() ([]byte, error) {
+				os.RemoveAll(hosts) // a retried job starts afresh
+				return acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--out", hosts)...).CombinedOutput()
+			})
+			if err != nil {
+				t.Fatalf("2 hosts × 2 ranks: %v\n%s", err, out)
+			}
+			one := filepath.Join(t.TempDir(), "one")
+			if out, code := run(append(args, "--comm", "local", "--out", one)...); code != 0 {
+				t.Fatalf("one host: exit %d\n%s", code, out)
+			}
+			hostsMetrics, hostsState := outcome(t, hosts, 3)
+			oneMetrics, oneState := outcome(t, one, 3)
+			if hostsMetrics != oneMetrics || hostsState != oneState {
+				t.Fatalf("2 hosts:\n%sone host:\n%s(final checkpoints equal: %v)", hostsMetrics, oneMetrics, hostsState == oneState)
+			}
+		})
+	}
+}
+
+// TestHostsLinkDown trains on 2 simulated hosts × 2 ranks, saving every 5
+// steps, and takes host 2's link down after step 10: mpirun must exit
+// non-zero within 30 s, the log name the unreachable rank and host, no
+// process be left on either host, and the last checkpoint resume, on one
+// host, to the metrics and weights of an uninterrupted run.
+func TestHostsLinkDown(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	args := []string{"train", "--config", tinyConfig(t), "--devices", "4", "--strategy", "fsdp", "--steps", "300", "--save-every", "5"}
+	out := t.TempDir()
+	cmd := acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--comm-timeout", "5s", "--out", out)...)
+	log, done := startLogged(t, cmd)
+	waitForSteps(t, out, 10, done)
+	if b, err := exec.Command(hostsScript, "link", "2", "down").CombinedOutput(); err != nil {
+		t.Fatalf("link down: %v\n%s", err, b)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the job exited 0 after the link went down:\n%s", log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mpirun still running 30 s after the link went down:\n%s", log.String())
+	}
+	if !strings.Contains(log.String(), "did not join") || !strings.Contains(log.String(), "(host weft-h2)") {
+		t.Errorf("no line names the unreachable ranks and host:\n%s", log.String())
+	}
+	for _, host := range []string{"weft-h1", "weft-h2"} {
+		if pids, _ := exec.Command("ip", "netns", "pids", host).Output(); len(bytes.TrimSpace(pids)) > 0 {
+			t.Errorf("left running on %s: %s", host, pids)
+		}
+	}
+	straight := t.TempDir()
+	if res, code := run(append(args, "--comm", "local", "--out", straight)...); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s", code, res)
+	}
+	if res, code := run(append(args, "--comm", "local", "--out", out, "--resume")...); code != 0 {
+		t.Fatalf("resume: exit %d\n%s", code, res)
+	}
+	gotMetrics, gotState := outcome(t, out, 300)
+	wantMetrics, wantState := outcome(t, straight, 300)
+	if gotMetrics != wantMetrics || gotState != wantState {
+		t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
+	}
+}
+
+// startLogged starts cmd with its output in log; done receives its end.
+func startLogged(t *testing.T, cmd *exec.Cmd) (log *bytes.Buffer, done <-chan error) {
+	t.Helper()
+	log = new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- cmd.Wait() }()
+	return log, ended
+}
