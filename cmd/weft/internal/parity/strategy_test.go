@@ -179,7 +179,7 @@ func TestParityQuantizedFSDP(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, l := range res.Losses {
-		if d := math.Abs(float64(l-single.Losses[i])); d > 1e-3*math.Abs(float64(single.Losses[i])) {
+		if d := math.Abs(float64(l - single.Losses[i])); d > 1e-3*math.Abs(float64(single.Losses[i])) {
 			t.Errorf("step %d: fsdp loss %v, one device %v", i, l, single.Losses[i])
 		}
 	}
