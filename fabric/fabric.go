@@ -528,7 +528,9 @@ func (f *Fabric) NonFiniteParams() string {
 		return ""
 	}
 	for _, p := range f.opt.Params() {
-		if !p.Var.Value.HasNonFinite() {
+		// A weight a quantizer froze stays listed, as codes (no NaN to
+		// hold) or, built on shapes, as a stand-in without storage.
+		if v := p.Var.Value; v.IsMeta() || !v.DType().IsFloat() || !v.HasNonFinite() {
 			continue
 		}
 		why := fmt.Sprintf("parameter %s (%s) holds inf/NaN since an optimizer step", p.Path, p.Var.Value.DType())
