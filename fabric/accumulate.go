@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -66,6 +67,9 @@ func ParseGradSync(name string) (GradSync, error) {
 // whole model on every rank. Weight each micro-batch's loss (tp.Scale by
 // 1/K) before Backward so that the sum is the batch's mean.
 func (f *Fabric) NoBackwardSync(skip bool, fn func() error) error {
+	if fn == nil {
+		return errors.New("fabric: NoBackwardSync: the backward function is nil")
+	}
 	if f.dist == nil || !skip {
 		return fn()
 	}

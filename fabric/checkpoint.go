@@ -122,8 +122,13 @@ func (f *Fabric) barrier(ctx context.Context) error {
 // is gathered only when the writer reaches it, so that no rank holds more
 // than one whole parameter beyond its chunks.
 func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
-	if f.model == nil {
-		return errors.New("fabric: Save before Setup")
+	if err := f.ready("Save"); err != nil {
+		return err
+	}
+	// A checkpoint of inf/NaN weights would become the latest, and every
+	// resume would start from weights nothing can train.
+	if why, bad, err := f.paramsNonFinite(ctx); err != nil || bad {
+		return errors.Join(err, fmt.Errorf("fabric: save: %s; not saved, the last checkpoint stays the latest", why))
 	}
 	tmp := filepath.Join(filepath.Dir(dir), ".tmp-"+filepath.Base(dir))
 	lead := f.IsGlobalZero()

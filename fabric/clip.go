@@ -32,6 +32,9 @@ func (f *Fabric) ClipGradValue(clip float64) error {
 // unscaled unscales the optimizer's gradients, unless this step's are
 // already, and returns its parameters.
 func (f *Fabric) unscaled() ([]nn.NamedParam, error) {
+	if err := f.ready("clipping gradients"); err != nil {
+		return nil, err
+	}
 	params := f.opt.Params()
 	if err := f.scaler.Unscale(params); err != nil && !errors.Is(err, precision.ErrUnscaledTwice) {
 		return nil, err

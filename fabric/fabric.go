@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/comm"
@@ -45,6 +46,9 @@ type Fabric struct {
 	seed       uint64 // SeedEverything's
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
+	// misuse is a call made out of order that returns nothing (Distribute
+	// after Setup): the next step reports it.
+	misuse error
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
@@ -98,6 +102,14 @@ type distConfig struct {
 // Distribute makes the fabric one rank of strategy info over c; call it
 // before Setup. Each rank trains its own replica on its share of the batch.
 func (f *Fabric) Distribute(info strategy.Info, c comm.Communicator) {
+	switch {
+	case f.model != nil:
+		f.misuse = errors.New("fabric: Distribute after Setup: the model is set up for one device; call Distribute before Setup")
+		return
+	case isNil(c):
+		f.misuse = errors.New("fabric: Distribute was given no communicator (nil)")
+		return
+	}
 	f.distCfg = &distConfig{info: info, comm: c}
 }
 
@@ -123,6 +135,9 @@ func gathers(plan *precision.Resolution) strategy.Gathers {
 func (f *Fabric) RankBytes() (params, grads int64) {
 	if f.dist != nil {
 		return f.dist.Bytes()
+	}
+	if f.opt == nil {
+		return 0, 0
 	}
 	for _, p := range f.opt.Params() {
 		params += int64(p.Var.Value.Bytes())
@@ -155,6 +170,9 @@ func (f *Fabric) Precision() precision.Plugin { return f.plugin }
 // Setup is SetupModule then SetupOptimizers; it checks that opt can hold
 // the precision's optimizer-state dtype before the model is converted.
 func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
+	if isNil(opt) {
+		return errors.New("fabric: Setup: the optimizer is nil; pass one over the model's parameters")
+	}
 	if err := f.setupModule(m, func(res *precision.Resolution) error { _, _, err := stateDType(res, opt); return err }); err != nil {
 		return err
 	}
@@ -170,6 +188,26 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 func (f *Fabric) SetupModule(m nn.Module) error { return f.setupModule(m, nil) }
 
 func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) error) error {
+	switch {
+	case f.misuse != nil:
+		return f.misuse
+	case isNil(m):
+		return errors.New("fabric: Setup: the model is nil")
+	case f.model != nil:
+		return errors.New("fabric: Setup called twice: a Fabric sets up one model; make a new Fabric for another")
+	}
+	if err := f.convert(m, check); err != nil {
+		// The precision's plugins are bound to m now: a retry would
+		// blame them, not this error.
+		f.misuse = fmt.Errorf("fabric: Setup failed before (%w); make a new Fabric to try again", err)
+		return err
+	}
+	return nil
+}
+
+// convert is setupModule past its checks: the precision's conversion of
+// m, its materialisation and its hand-over to the strategy.
+func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) error {
 	plan, err := prepare(m, f.policy, f.scaling, check)
 	if err != nil {
 		return err
@@ -198,8 +236,13 @@ func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) erro
 // keep their identity), the precision's optimizer-state dtype and, under
 // a strategy that shards optimizer state, this rank's chunks to update.
 func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
-	if f.model == nil {
+	switch {
+	case f.model == nil:
 		return errors.New("fabric: SetupOptimizers before SetupModule")
+	case isNil(opt):
+		return errors.New("fabric: SetupOptimizers: the optimizer is nil; pass one over the model's parameters")
+	case f.opt != nil:
+		return errors.New("fabric: SetupOptimizers called twice: the fabric steps one optimizer")
 	}
 	dt, sets, err := stateDType(f.plan, opt)
 	if err != nil {
@@ -213,6 +256,34 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 		opt.SetParams(f.dist.OptimizerParams())
 	}
 	f.opt = opt
+	return nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer (a nil *AdamW
+// passed as an Optimizer), which no method can be called on.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// ready is nil once Setup (or SetupModule and SetupOptimizers) has run,
+// else an error naming call.
+func (f *Fabric) ready(call string) error {
+	switch {
+	case f.misuse != nil:
+		return f.misuse
+	case f.model == nil:
+		return fmt.Errorf("fabric: %s before Setup: call Setup(model, optimizer) first", call)
+	case f.opt == nil:
+		return fmt.Errorf("fabric: %s before SetupOptimizers: SetupModule has run, the optimizer is missing", call)
+	}
 	return nil
 }
 
@@ -250,6 +321,9 @@ func (f *Fabric) Forward(fn func(tp *autograd.Tape) (*autograd.Var, error)) (*au
 }
 
 func (f *Fabric) forward(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (*autograd.Var, error) {
+	if fn == nil {
+		return nil, errors.New("fabric: Forward: the forward function is nil")
+	}
 	run := func() (out *autograd.Var, err error) {
 		err = f.guardTensors(ctx, func() (err error) { out, err = f.scoped(ctx, fn); return err })
 		return out, err
@@ -304,6 +378,12 @@ func (f *Fabric) scoped(ctx context.Context, fn func(tp *autograd.Tape) (*autogr
 func (f *Fabric) Backward(loss *autograd.Var) error { return f.backward(context.Background(), loss) }
 
 func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
+	if err := f.ready("Backward"); err != nil {
+		return err
+	}
+	if loss == nil || loss.Value == nil {
+		return errors.New("fabric: Backward: the loss is nil; pass the scalar a forward pass computed")
+	}
 	if loss.Value.Len() == 1 && f.nonFinite == nil {
 		if l := loss.Value.Item(); math.IsNaN(l) || math.IsInf(l, 0) {
 			f.nonFinite = fmt.Errorf("step %d: loss is %v: %s", f.steps, l, f.diagnose())
@@ -326,6 +406,9 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 // that their global L2 norm is at most maxNorm; it returns the norm before
 // clipping, as torch.nn.utils.clip_grad_norm_ does.
 func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
+	if !(maxNorm > 0) {
+		return 0, fmt.Errorf("fabric: clip norm %g: must be positive", maxNorm)
+	}
 	params, err := f.unscaled()
 	if err != nil {
 		return 0, err
@@ -350,6 +433,9 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 func (f *Fabric) Step() (skipped bool, err error) { return f.step(context.Background()) }
 
 func (f *Fabric) step(ctx context.Context) (skipped bool, err error) {
+	if err := f.ready("Step"); err != nil {
+		return false, err
+	}
 	skipped, err = f.scaler.Step(f.opt)
 	if err != nil {
 		return false, fmt.Errorf("fabric: step %d: %w", f.steps, err)
@@ -370,7 +456,11 @@ func (f *Fabric) step(ctx context.Context) (skipped bool, err error) {
 // plugins that per-module rules bring in), and the loss scaler's.
 func (f *Fabric) States() map[string]precision.Stateful {
 	out := map[string]precision.Stateful{}
-	for _, s := range f.plan.Scopes {
+	var scopes []precision.Scope // none before Setup: the loss scaler's state alone
+	if f.plan != nil {
+		scopes = f.plan.Scopes
+	}
+	for _, s := range scopes {
 		prefix := ""
 		if s.Rule >= 0 {
 			prefix = fmt.Sprintf("rule%d/", s.Rule)
@@ -407,11 +497,40 @@ func (f *Fabric) diagnose() string {
 	return "the forward pass overflowed or underflowed"
 }
 
+// paramsNonFinite is NonFiniteParams agreed over the ranks: every rank
+// learns whether any holds a non-finite parameter (its chunk, under a
+// sharding strategy); why names it on the rank that holds it.
+func (f *Fabric) paramsNonFinite(ctx context.Context) (why string, any bool, err error) {
+	why = f.NonFiniteParams()
+	flag := tensor.Scalar(dtype.F32, 0)
+	defer tensor.Free(flag)
+	if why != "" {
+		flag.Fill(1)
+	}
+	agreed, err := f.AllReduce(ctx, flag, Max)
+	if err != nil {
+		return "", false, err
+	}
+	defer tensor.Free(agreed)
+	if agreed.Item() == 0 {
+		return "", false, nil
+	}
+	if why == "" {
+		why = "a parameter another rank holds is inf/NaN"
+	}
+	return why, true, nil
+}
+
 // NonFiniteParams names a parameter that holds inf/NaN and, if the
 // optimizer can tell, the value that underflowed; "" when all are finite.
 func (f *Fabric) NonFiniteParams() string {
+	if f.opt == nil {
+		return ""
+	}
 	for _, p := range f.opt.Params() {
-		if !p.Var.Value.HasNonFinite() {
+		// A weight a quantizer froze stays listed, as codes (no NaN to
+		// hold) or, built on shapes, as a stand-in without storage.
+		if v := p.Var.Value; v.IsMeta() || !v.DType().IsFloat() || !v.HasNonFinite() {
 			continue
 		}
 		why := fmt.Sprintf("parameter %s (%s) holds inf/NaN since an optimizer step", p.Path, p.Var.Value.DType())

@@ -2,8 +2,10 @@ package fabric
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"reflect"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
@@ -50,6 +52,9 @@ type StepResult struct {
 // its share of the global batch and trains on it as TrainShare does. Every
 // rank must call it with the same global batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
+	if err := f.checkCall("TrainStep", m, global); err != nil {
+		return StepResult{}, err
+	}
 	b, made, err := f.share(global)
 	if err != nil {
 		return StepResult{}, err
@@ -67,8 +72,8 @@ func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (Ste
 // the share. Every rank must call it, each with its share of the same
 // global batch.
 func (f *Fabric) TrainShare(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
-	if f.model == nil || f.opt == nil {
-		return StepResult{}, fmt.Errorf("fabric: a training step before SetupModule and SetupOptimizers")
+	if err := f.checkCall("TrainShare", m, share); err != nil {
+		return StepResult{}, err
 	}
 	n := max(f.Accumulation.MicroBatches, 1)
 	res := StepResult{}
@@ -128,10 +133,7 @@ func (f *Fabric) microStep(ctx context.Context, m Model, micro data.Batch, k, n 
 	}
 	if !isFinite(loss) && !f.plan.ScalesLoss() && f.OnNonFinite != TrainOnNonFinite {
 		f.tape.Reset()
-		if f.OnNonFinite == SkipNonFinite {
-			return loss, true, nil
-		}
-		return loss, false, f.explainNonFinite(ctx, forward, loss)
+		return loss, true, f.nonFiniteLoss(ctx, forward, loss)
 	}
 	if n > 1 {
 		local = f.tape.Scale(local, 1/float64(n))
@@ -152,6 +154,9 @@ func (f *Fabric) dropGrads(ctx context.Context) error {
 // EvalLoss is the cross-entropy of the model over the global batch, as
 // TrainStep computes it, recording nothing for backward.
 func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (float64, error) {
+	if err := f.checkCall("EvalLoss", m, global); err != nil {
+		return 0, err
+	}
 	b, made, err := f.share(global)
 	if err != nil {
 		return 0, err
@@ -162,6 +167,9 @@ func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (floa
 
 // EvalShare is EvalLoss on this rank's share of the global batch.
 func (f *Fabric) EvalShare(ctx context.Context, m Model, share data.Batch) (float64, error) {
+	if err := f.checkCall("EvalShare", m, share); err != nil {
+		return 0, err
+	}
 	b, made := f.cast(share)
 	defer tensor.Free(made)
 	f.tape.NoGrad = true
@@ -175,6 +183,54 @@ func (f *Fabric) EvalShare(ctx context.Context, m Model, share data.Batch) (floa
 		return 0, err
 	}
 	return f.globalLoss(ctx, logits.Value, loss.Value, b.Targets)
+}
+
+// checkCall is nil if call (TrainStep, EvalLoss, ...) may run m on b:
+// after Setup, on the model set up, with a batch whose parts agree. What
+// the batch must hold for m in particular (its width, its context) m's
+// Forward checks.
+func (f *Fabric) checkCall(call string, m Model, b data.Batch) error {
+	if err := f.ready(call); err != nil {
+		return err
+	}
+	if isNil(m) {
+		return fmt.Errorf("fabric: %s: the model is nil", call)
+	}
+	if !sameModule(m, f.model) {
+		return fmt.Errorf("fabric: %s of a model other than the one given to Setup (which the precision converted and the optimizer steps)", call)
+	}
+	if err := checkBatch(b); err != nil {
+		return fmt.Errorf("fabric: %s: %w", call, err)
+	}
+	return nil
+}
+
+// sameModule reports whether a and b are the same module value.
+// (A module of a type that == cannot compare is the same if of the same type.)
+func sameModule(a, b nn.Module) bool {
+	t := reflect.TypeOf(a)
+	if t != reflect.TypeOf(b) {
+		return false
+	}
+	return !t.Comparable() || a == b
+}
+
+// checkBatch is nil if b's parts agree: an input (X, or Tokens shaped
+// [B, T]), and targets.
+func checkBatch(b data.Batch) error {
+	switch {
+	case b.X == nil && b.Tokens == nil:
+		return errors.New("the batch is empty: it has neither X (features, images) nor Tokens")
+	case len(b.Targets) == 0:
+		return errors.New("the batch has no targets (one per row of logits)")
+	case b.X != nil && (len(b.X.Shape()) == 0 || b.X.Dim(0) == 0):
+		return fmt.Errorf("the batch's X has shape %v; want [B, ...] with B at least 1", b.X.Shape())
+	case b.Tokens == nil && b.Shape == nil:
+		return nil
+	case len(b.Shape) != 2 || b.Shape[0] < 1 || b.Shape[1] < 1 || b.Shape[0]*b.Shape[1] != len(b.Tokens):
+		return fmt.Errorf("the batch has %d tokens and Shape %v; want Shape [B, T], both at least 1, with B·T tokens", len(b.Tokens), b.Shape)
+	}
+	return nil
 }
 
 // share is this rank's part of the global batch and the tensor made for
@@ -236,6 +292,19 @@ func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, t
 	return l.Item(), nil
 }
 
+// nonFiniteLoss is nil if SkipNonFinite skips the batch of a non-finite
+// loss, else the error that stops the step: StopOnNonFinite's, or
+// SkipNonFinite's when the parameters themselves are inf/NaN (no batch
+// can train them; skipping would only run on to a NaN checkpoint).
+func (f *Fabric) nonFiniteLoss(ctx context.Context, forward func(*autograd.Tape) (*autograd.Var, error), loss float64) error {
+	if f.OnNonFinite == SkipNonFinite {
+		if _, bad, err := f.paramsNonFinite(ctx); err != nil || !bad {
+			return err
+		}
+	}
+	return f.explainNonFinite(ctx, forward, loss)
+}
+
 // explainNonFinite is the error of a non-finite loss: the first module
 // whose output went inf/NaN and what the fabric knows of the cause.
 func (f *Fabric) explainNonFinite(ctx context.Context, forward func(*autograd.Tape) (*autograd.Var, error), loss float64) error {
@@ -248,9 +317,9 @@ func (f *Fabric) explainNonFinite(ctx context.Context, forward func(*autograd.Ta
 		msg += "; the first module whose output is not finite is " + where
 	}
 	if params := f.NonFiniteParams(); params != "" {
-		msg += "; " + params
+		return fmt.Errorf("%s; %s (the last checkpoint is untouched; skipping batches cannot mend the parameters)", msg, params)
 	}
-	return fmt.Errorf("%s (the last checkpoint is untouched; on_nan: skip would skip such batches)", msg)
+	return fmt.Errorf("%s (the last checkpoint is untouched; --on-nan skip would skip such batches)", msg)
 }
 
 func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -2,10 +2,12 @@ package fabric
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"reflect"
+	"strconv"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/nn"
 )
 
 // FirstNonFinite reruns a forward pass, recording nothing, with every
@@ -17,6 +19,9 @@ func (f *Fabric) FirstNonFinite(fn func(tp *autograd.Tape) (*autograd.Var, error
 }
 
 func (f *Fabric) firstNonFinite(ctx context.Context, fn func(tp *autograd.Tape) (*autograd.Var, error)) (string, error) {
+	if f.plan == nil {
+		return "", errors.New("fabric: FirstNonFinite before Setup: call Setup(model, optimizer) first")
+	}
 	spy := &nanSpy{paths: map[any]string{}}
 	for _, s := range f.plan.Scopes {
 		if reflect.TypeOf(s.Module).Comparable() {
@@ -45,7 +50,10 @@ func (s *nanSpy) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 	return in, func(out *autograd.Var) *autograd.Var {
 		out = exit(out)
 		if path, ok := s.paths[module]; ok && s.first == "" && out != nil && out.Value.HasNonFinite() {
-			s.first = fmt.Sprintf("%q (%T)", path, module)
+			s.first = strconv.Quote(path)
+			if m, ok := module.(nn.Module); ok {
+				s.first += " (" + nn.Kind(m) + ")"
+			}
 		}
 		return out
 	}

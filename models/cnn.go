@@ -23,6 +23,9 @@ func NewCNN(init *nn.Init) *CNN {
 }
 
 func (m *CNN) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
+	if err := checkX("cnn", "conv1", b.X, 1, 12, 12); err != nil {
+		return nil, err
+	}
 	x := tp.Const(b.X)                  // (B, 1, 12, 12)
 	x = tp.ReLU(m.Conv1.Forward(tp, x)) // (B, 8, 12, 12)
 	x = tp.ReLU(m.Conv2.Forward(tp, x)) // (B, 16, 6, 6)

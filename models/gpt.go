@@ -1,8 +1,6 @@
 package models
 
 import (
-	"fmt"
-
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -66,16 +64,15 @@ func (g *GPT) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 // ForwardWith adds extra (B, T, C), if not nil, to the token and position
 // embeddings: the conditioning a decoder receives from an encoder.
 func (g *GPT) ForwardWith(tp *autograd.Tape, b data.Batch, extra *autograd.Var) (*autograd.Var, error) {
+	if err := checkTokens("gpt", b, len(g.positions)); err != nil {
+		return nil, err
+	}
 	extra, exit := tp.Enter(g, extra)
 	bs, t := b.Shape[0], b.Shape[1]
 	tok, err := g.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)
 	if err != nil {
 		exit(nil)
 		return nil, err
-	}
-	if t > len(g.positions) {
-		exit(nil)
-		return nil, fmt.Errorf("gpt: a sequence of %d tokens is longer than the context of %d", t, len(g.positions))
 	}
 	pos, err := g.Pos.Forward(tp, g.positions[:t], t) // (T, C)
 	if err != nil {

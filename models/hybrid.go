@@ -1,6 +1,8 @@
 package models
 
 import (
+	"fmt"
+
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -38,8 +40,27 @@ func NewHybrid(init *nn.Init, cfg HybridConfig) *Hybrid {
 // Forward takes images b.X (B, 1, H, W) and tokens b.Tokens (B, T): the
 // start token followed by the first T-1 characters.
 func (h *Hybrid) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
+	if err := h.check(b); err != nil {
+		return nil, err
+	}
 	vis := tp.Checkpoint(h.Vision, tp.Const(b.X)) // (B, T, C)
 	return h.Decoder.ForwardWith(tp, b, vis)      // (B·T, V)
+}
+
+// check is nil if b holds images the encoder reads and, per image, one
+// sequence of as many tokens as it reads characters.
+func (h *Hybrid) check(b data.Batch) error {
+	e := h.Vision
+	if err := checkX("hybrid", "vision.conv1", b.X, 1, e.height, e.width); err != nil {
+		return err
+	}
+	if err := checkTokens("hybrid", b, len(h.Decoder.positions)); err != nil {
+		return err
+	}
+	if b.Shape[0] != b.X.Dim(0) || b.Shape[1] != e.chars {
+		return fmt.Errorf("hybrid: %d images of %d characters take Tokens of Shape [%d %d]; the batch's is %v", b.X.Dim(0), e.chars, b.X.Dim(0), e.chars, b.Shape)
+	}
+	return nil
 }
 
 func (h *Hybrid) Params() []nn.Param { return nil }
@@ -53,6 +74,8 @@ type Encoder struct {
 	Conv2 *nn.Conv2d // 16 -> 32, 3×3, stride 2, pad 1
 	Proj  *nn.Linear // 32·H/2·W/2 -> T·C
 	chars int
+	// height and width are the image's: 12, 32.
+	height, width int
 }
 
 func NewEncoder(init *nn.Init, cfg HybridConfig) *Encoder {
@@ -61,7 +84,7 @@ func NewEncoder(init *nn.Init, cfg HybridConfig) *Encoder {
 		Conv1: nn.NewConv2d(init, 1, 16, 3, 1, 1),
 		Conv2: nn.NewConv2d(init, 16, 32, 3, 2, 1),
 		Proj:  nn.NewLinear(init, flat, cfg.Chars*cfg.Decoder.Width, true),
-		chars: cfg.Chars,
+		chars: cfg.Chars, height: cfg.Height, width: cfg.Width,
 	}
 }
 

@@ -54,12 +54,11 @@ func NewLlama(init *nn.Init, cfg LlamaConfig) *Llama {
 }
 
 func (l *Llama) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
+	if err := checkTokens("llama", b, l.cfg.Context); err != nil {
+		return nil, err
+	}
 	_, exit := tp.Enter(l, nil)
 	bs, t := b.Shape[0], b.Shape[1]
-	if t > l.cfg.Context {
-		exit(nil)
-		return nil, fmt.Errorf("llama: a sequence of %d tokens is longer than the context of %d", t, l.cfg.Context)
-	}
 	x, err := l.Tok.Forward(tp, b.Tokens, bs, t) // (B, T, C)
 	if err != nil {
 		exit(nil)

@@ -24,6 +24,9 @@ func NewMLP(init *nn.Init) *MLP {
 }
 
 func (m *MLP) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
+	if err := checkX("mlp", "fc1", b.X, 32); err != nil {
+		return nil, err
+	}
 	x := tp.Const(b.X)           // (B, 32)
 	x = m.FC1.ForwardGELU(tp, x) // (B, 64)
 	x = m.Norm.Forward(tp, m.FC2.Forward(tp, x))

@@ -19,6 +19,9 @@ func NewMLP784(init *nn.Init) *MLP784 {
 }
 
 func (m *MLP784) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
+	if err := checkX("mlp784", "fc1", b.X, 784); err != nil {
+		return nil, err
+	}
 	x := tp.ReLU(m.FC1.Forward(tp, tp.Const(b.X))) // (B, 1024)
 	x = tp.ReLU(m.FC2.Forward(tp, x))              // (B, 1024)
 	return m.Head.Forward(tp, x), nil              // (B, 10)

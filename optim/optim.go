@@ -55,6 +55,24 @@ type AdamWConfig struct {
 	StateDType dtype.DType
 }
 
+// check names the first hyperparameter out of its range: a learning
+// rate of 0 trains nothing, and a negative or NaN one is a typo.
+func (c AdamWConfig) check() error {
+	switch {
+	case !(c.LR > 0) || math.IsInf(c.LR, 0):
+		return fmt.Errorf("learning rate %v: want a positive number (3e-3)", c.LR)
+	case !(c.Beta1 >= 0 && c.Beta1 < 1):
+		return fmt.Errorf("beta1 %v: want 0 <= beta1 < 1 (0.9)", c.Beta1)
+	case !(c.Beta2 >= 0 && c.Beta2 < 1):
+		return fmt.Errorf("beta2 %v: want 0 <= beta2 < 1 (0.95)", c.Beta2)
+	case !(c.Eps >= 0):
+		return fmt.Errorf("eps %v: want a number >= 0 (1e-8)", c.Eps)
+	case math.IsNaN(c.WeightDecay) || math.IsInf(c.WeightDecay, 0):
+		return fmt.Errorf("weight decay %v: want a finite number (0.1)", c.WeightDecay)
+	}
+	return nil
+}
+
 // AdamW is Adam with decoupled weight decay.
 type AdamW struct {
 	AdamWConfig
@@ -70,8 +88,8 @@ type AdamState struct {
 }
 
 func NewAdamW(params []nn.NamedParam, cfg AdamWConfig) (*AdamW, error) {
-	if cfg.LR < 0 || cfg.Eps < 0 || cfg.Beta1 < 0 || cfg.Beta1 >= 1 || cfg.Beta2 < 0 || cfg.Beta2 >= 1 {
-		return nil, fmt.Errorf("optim: invalid AdamW config %+v", cfg)
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("optim: AdamW: %w", err)
 	}
 	return &AdamW{AdamWConfig: cfg, params: params, state: map[string]*AdamState{}}, nil
 }

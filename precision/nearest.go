@@ -3,6 +3,8 @@ package precision
 import (
 	"slices"
 	"strings"
+
+	"github.com/weftml/weft/internal/suggest"
 )
 
 // nearest returns up to n module paths of scopes closest to pattern by
@@ -27,7 +29,7 @@ func nearest(pattern string, scopes []Scope, n int) []string {
 	}
 	dist := make(map[string]int, len(candidates))
 	for _, c := range candidates {
-		dist[c] = editDistance(target, c)
+		dist[c] = suggest.EditDistance(target, c)
 	}
 	slices.SortStableFunc(candidates, func(a, b string) int { return dist[a] - dist[b] })
 	return candidates[:min(n, len(candidates))]
@@ -43,25 +45,4 @@ func literal(pattern string) string {
 		}
 	}
 	return strings.Join(segs, ".")
-}
-
-// editDistance is the Levenshtein distance between a and b, in runes.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev, cur := make([]int, len(rb)+1), make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := range ra {
-		cur[0] = i + 1
-		for j := range rb {
-			cost := 1
-			if ra[i] == rb[j] {
-				cost = 0
-			}
-			cur[j+1] = min(prev[j+1]+1, cur[j]+1, prev[j]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }

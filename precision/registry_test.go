@@ -236,8 +236,18 @@ func TestSpecArgsBad(t *testing.T) {
 		}
 	}
 	_, err := precision.ParseSpec("fp9(margin=1)", precision.Options{})
-	if err == nil || !strings.HasPrefix(err.Error(), `precision "fp9(margin=1)" is not known; accepted: 64-true`) {
+	if err == nil || !strings.HasPrefix(err.Error(), `precision "fp9(margin=1)" is not known; did you mean fp8? accepted: 64-true`) {
 		t.Errorf("an unknown spec with arguments: %v", err)
+	}
+	for spec, want := range map[string]string{
+		"bf16-mixed+":      `precision "bf16-mixed+": part 2 of 2 is empty`,
+		"+fp8":             `precision "+fp8": part 1 of 2 is empty`,
+		"bf16-mixed+ +fp8": `precision "bf16-mixed+ +fp8": part 2 of 3 is empty`,
+		" ":                "precision: the spec is empty; accepted: 64-true",
+	} {
+		if _, err := precision.ParseSpec(spec, precision.Options{}); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ParseSpec(%q) = %v, want %s...", spec, err, want)
+		}
 	}
 }
 

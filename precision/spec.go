@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/suggest"
 	"github.com/weftml/weft/precision/fp8"
 	"github.com/weftml/weft/precision/quant"
 )
@@ -218,9 +219,15 @@ func Join(specs ...Spec) (Spec, error) {
 // several joined with "+" and composed ("bf16-mixed+fp8"). Warnings (deprecated aliases)
 // go to opts.Warn here, once, not on every New.
 func ParseSpec(spec string, opts Options) (Spec, error) {
+	if strings.TrimSpace(spec) == "" {
+		return Spec{}, fmt.Errorf("precision: the spec is empty; accepted: %s", accepted())
+	}
 	parts := strings.Split(spec, "+")
 	specs := make([]Spec, len(parts))
 	for i, part := range parts {
+		if strings.TrimSpace(part) == "" {
+			return Spec{}, fmt.Errorf("precision %q: part %d of %d is empty; join plugins with one + between two names, as in bf16-mixed+fp8", spec, i+1, len(parts))
+		}
 		s, err := parseOne(part, opts)
 		if err != nil {
 			return Spec{}, err
@@ -260,7 +267,10 @@ func parseOne(text string, opts Options) (Spec, error) {
 	}
 	canonical, base := lookup(strings.TrimSpace(name), opts)
 	if base == nil {
-		return Spec{}, fmt.Errorf("precision %q is not known; accepted: %s, a policy like params=float32,compute=bfloat16,output=float32, or several joined by +", text, strings.Join(Specs(), ", "))
+		if near, ok := suggest.Closest(strings.TrimSpace(name), Specs()); ok {
+			return Spec{}, fmt.Errorf("precision %q is not known; did you mean %s? accepted: %s", text, near, accepted())
+		}
+		return Spec{}, fmt.Errorf("precision %q is not known; accepted: %s", text, accepted())
 	}
 	if !hasArgs {
 		return Spec{name: canonical, build: func() (Plugin, error) { return base(), nil }}, nil
@@ -275,6 +285,11 @@ func parseOne(text string, opts Options) (Spec, error) {
 		return p, nil
 	}
 	return Spec{name: strings.TrimSpace(name) + "(" + canonArgs + ")", build: build}, nil
+}
+
+// accepted lists what a spec may be, for errors.
+func accepted() string {
+	return strings.Join(Specs(), ", ") + ", a policy like params=float32,compute=bfloat16,output=float32, or several joined by +"
 }
 
 // lookup returns the builder of a spec name, built in, an alias (whose

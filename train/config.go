@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/internal/suggest"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/optim"
@@ -193,21 +195,22 @@ func LoadConfig(path string, c *Config) error {
 	return nil
 }
 
-// ParseConfig overlays YAML b on c; unknown keys are errors, all of them
-// on one line.
+// ParseConfig overlays YAML b on c. A key the config does not have, or a
+// value of the wrong form, is an error that names the key and its line,
+// says what is accepted (and which key a typo meant), and no Go type.
 func ParseConfig(b []byte, c *Config) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
 		return err
 	}
-	if err := integral(&doc, reflect.TypeOf(*c)); err != nil {
+	if err := checkNode(&doc, reflect.TypeOf(*c), ""); err != nil {
 		return err
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	err := dec.Decode(c)
 	var te *yaml.TypeError
-	if errors.As(err, &te) {
+	if errors.As(err, &te) { // checkNode lets none through; kept as a backstop
 		return errors.New(strings.Join(te.Errors, "; "))
 	}
 	if errors.Is(err, io.EOF) { // an empty file sets nothing
@@ -216,38 +219,123 @@ func ParseConfig(b []byte, c *Config) error {
 	return err
 }
 
-// integral refuses a non-integral number for an integer field, which the
-// YAML decoder would truncate (width: 64.5 would train at width 64).
-func integral(n *yaml.Node, t reflect.Type) error {
+// checkNode is nil if the value of n can set a value of type t; else an
+// error naming key (its dotted path) and what t accepts. It refuses a
+// non-integral number for an integer, which the YAML decoder would
+// truncate (width: 64.5 would train at width 64).
+func checkNode(n *yaml.Node, t reflect.Type, key string) error {
 	switch {
-	case n.Kind == yaml.DocumentNode || n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
-		elem := t
-		if n.Kind == yaml.SequenceNode {
-			elem = t.Elem()
-		}
+	case n.Kind == yaml.DocumentNode:
 		for _, c := range n.Content {
-			if err := integral(c, elem); err != nil {
+			if err := checkNode(c, t, key); err != nil {
 				return err
 			}
 		}
-	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			if f, ok := fieldByTag(t, n.Content[i].Value); ok {
-				if err := integral(n.Content[i+1], f.Type); err != nil {
-					return fmt.Errorf("%s: %w", n.Content[i].Value, err)
-				}
+	case n.Kind == yaml.AliasNode:
+		return checkNode(n.Alias, t, key)
+	case n.Tag == "!!null":
+	case t.Kind() == reflect.Pointer:
+		return checkNode(n, t.Elem(), key)
+	case t.Kind() == reflect.Struct && t != durationType && !reflect.PointerTo(t).Implements(unmarshaler):
+		return checkMapping(n, t, key)
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for i, c := range n.Content {
+			if err := checkNode(c, t.Elem(), fmt.Sprintf("%s[%d]", key, i)); err != nil {
+				return err
 			}
 		}
 	case n.Kind == yaml.ScalarNode && n.Tag == "!!float" && isInteger(t.Kind()):
-		return fmt.Errorf("line %d: %s is not an integer", n.Line, n.Value)
+		return fmt.Errorf("line %d: %s: %s is not an integer", n.Line, key, n.Value)
+	default:
+		if n.Decode(reflect.New(t).Interface()) != nil {
+			return fmt.Errorf("line %d: %s: %s is not %s", n.Line, key, shown(n), accepts(t))
+		}
 	}
 	return nil
+}
+
+// checkMapping is checkNode for a struct type t: n must be a mapping of
+// t's keys.
+func checkMapping(n *yaml.Node, t reflect.Type, key string) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("line %d: %s: %s is not %s", n.Line, cmp.Or(key, "the config"), shown(n), accepts(t))
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		f, ok := fieldByTag(t, k.Value)
+		if !ok {
+			return unknownKey(k, t, key)
+		}
+		if err := checkNode(n.Content[i+1], f.Type, strings.TrimPrefix(key+"."+k.Value, ".")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unknownKey is the error of a key k that struct type t has not: the key
+// a typo meant, else the keys accepted.
+func unknownKey(k *yaml.Node, t reflect.Type, parent string) error {
+	where, keys := cmp.Or(parent, "the config"), yamlKeys(t)
+	if near, ok := suggest.Closest(k.Value, keys); ok {
+		return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, near)
+	}
+	return fmt.Errorf("line %d: %s has no key %s; its keys are %s", k.Line, where, k.Value, strings.Join(keys, ", "))
+}
+
+// shown is n's value as an error quotes it: a scalar as written, else
+// its form.
+func shown(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+var (
+	durationType = reflect.TypeOf(time.Duration(0))
+	unmarshaler  = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
+)
+
+// accepts says, in a user's words, what a value of type t may be.
+func accepts(t reflect.Type) string {
+	switch k := t.Kind(); {
+	case t == durationType:
+		return "a duration (30s, 2m)"
+	case k == reflect.Struct:
+		return "a mapping of " + strings.Join(yamlKeys(t), ", ")
+	case k == reflect.Slice:
+		return "a list"
+	case k == reflect.Map:
+		return "a mapping"
+	case k == reflect.Bool:
+		return "true or false"
+	case isInteger(k):
+		return "an integer"
+	case k == reflect.Float32 || k == reflect.Float64:
+		return "a number"
+	}
+	return "a string"
+}
+
+// yamlKeys lists the yaml keys of struct type t's fields, in order.
+func yamlKeys(t reflect.Type) []string {
+	var keys []string
+	for i := range t.NumField() {
+		if k := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]; k != "" && k != "-" {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
 
 // fieldByTag finds the field of struct type t whose yaml key is key.
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
-		if f := t.Field(i); strings.Split(f.Tag.Get("yaml"), ",")[0] == key {
+		if f := t.Field(i); key != "-" && strings.Split(f.Tag.Get("yaml"), ",")[0] == key {
 			return f, true
 		}
 	}

@@ -7,7 +7,8 @@ import (
 )
 
 // FuzzParseConfig: any bytes as a config file give a Config or an error,
-// never a panic, and a parsed config validates or explains why not.
+// never a panic or an error naming a Go type, and a parsed config
+// validates or explains why not.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("model: gpt\nsteps: 10\nmodules:\n  - match: 'vision.**'\n    precision: 16-mixed\n"))
 	f.Add([]byte("gpt: {layers: 2, width: 64, heads: 4, context: 64}\nlr: 3e-3\n"))
@@ -15,9 +16,12 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("stepz: 3\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := Defaults()
-		if ParseConfig(b, &c) == nil {
+		err := ParseConfig(b, &c)
+		if err == nil {
 			_ = c.validate()
 			_, _, _ = c.policy(nil)
+		} else if goType.MatchString(err.Error()) {
+			t.Fatalf("an error naming a Go type: %v", err)
 		}
 	})
 }

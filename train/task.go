@@ -89,14 +89,14 @@ func newTask(c Config) (*task, error) {
 
 // gptTokens are the training and validation ids gpt reads: the Go corpus
 // or, with Data, the user's text encoded by tok.
-// about says what was read.
+// about says what of the user's text was read.
 func (c Config) gptTokens(tok data.Tokenizer) (train, val data.Tokens, about string, notes []string, err error) {
 	if c.Data == "" {
 		corpus, err := data.LoadGoCorpus(data.CorpusConfig{MaxBytes: c.CorpusBytes, Part: c.CorpusPart})
 		if err != nil {
 			return data.Tokens{}, data.Tokens{}, "", nil, err
 		}
-		return corpus.Train, corpus.Val, tokensRead(corpus.Files, corpus.Train, corpus.Val, corpus.Train.Len()+corpus.Val.Len()), nil, nil
+		return corpus.Train, corpus.Val, "", nil, nil
 	}
 	text, err := data.LoadText(data.TextConfig{Path: c.Data, Tokenizer: tok, ValFraction: c.ValFraction})
 	if err != nil {

@@ -200,27 +200,37 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-// TestNonFiniteLossStops: 16-true's AdamW eps underflows, the loss turns NaN
-// at step 1, and the run stops naming the step, the first module whose
-// output went non-finite and the cause, leaving the last checkpoint alone.
+// TestNonFiniteLossStops: 16-true's AdamW eps underflows and the
+// optimizer step of step 0 leaves NaN in the weights. Saving after it
+// refuses to write them, naming the parameter and the cause, and no
+// checkpoint becomes the latest; without that save, the NaN loss of step
+// 1 stops the run, --on-nan skip or not: no batch can train NaN weights.
 func TestNonFiniteLossStops(t *testing.T) {
 	c := tinyConfig(t, "16-true")
 	c.Steps, c.SaveEvery = 5, 1
 	_, err := Run(context.Background(), c, false, quiet{})
 	if err == nil {
-		t.Fatal("a NaN loss must stop the run")
+		t.Fatal("NaN weights must stop the run")
 	}
-	for _, want := range []string{"step 1:", "NaN", `"tok"`, "eps", "float16"} {
+	for _, want := range []string{"step 0", "tok.weight", "eps", "float16", "not saved"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if m, _, err := ReadManifest(filepath.Join(c.Out, "checkpoints")); err != nil || m.Step != 1 {
-		t.Fatalf("the checkpoint of step 1 must survive: %+v %v", m, err)
+	if m, _, err := ReadManifest(filepath.Join(c.Out, "checkpoints")); err == nil {
+		t.Fatalf("a checkpoint of NaN weights became the latest: step %d", m.Step)
 	}
-	c.OnNaN, c.Out = "skip", t.TempDir()
-	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
-		t.Fatalf("on_nan skip: %v", err)
+	for _, onNaN := range []string{"stop", "skip"} {
+		c.OnNaN, c.Out, c.SaveEvery = onNaN, t.TempDir(), 1000
+		_, err := Run(context.Background(), c, false, quiet{})
+		if err == nil || strings.Count(err.Error(), "\n") > 0 {
+			t.Fatalf("on_nan %s: %v; want a one-line error", onNaN, err)
+		}
+		for _, want := range []string{"step 1:", "NaN", `"tok"`, "tok.weight", "cannot mend"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("on_nan %s: error %q lacks %q", onNaN, err, want)
+			}
+		}
 	}
 }
 

@@ -280,6 +280,22 @@ var catalogue = []badInput{
 		return []string{"train", "--batch-size", "1000000", "--steps", "1", "--out", dir}
 	}, nil, 0},
 	{"an unknown memory check", func(dir string) []string { return []string{"train", "--memory-check", "maybe", "--out", dir} }, nil, 0},
+	{"a misspelt config key", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precison: bf16-mixed\n")), "--out", dir}
+	}, nil, 0},
+	{"a config value of the wrong form", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("lr_schedule: cosine\n")), "--out", dir}
+	}, nil, 0},
+	{"a precision spec with an empty part", func(string) []string { return []string{"plan", "--precision", "bf16-mixed+"} }, nil, 0},
+	{"a misspelt precision", func(string) []string { return []string{"plan", "--precision", "bf16-mixd"} }, nil, 0},
+	{"an HF folder for a model without an HF layout", func(dir string) []string {
+		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":4,"intermediate_size":128,"max_position_embeddings":64}`))
+		return []string{"train", "--model", "cnn", "--init-from", dir, "--out", filepath.Join(dir, "run")}
+	}, nil, 0},
+	{"NaN weights under --on-nan skip", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt: {layers: 1, width: 16, heads: 2, context: 8}\ncorpus_bytes: 262144\nbatch_size: 4\neval_batches: 1\n")),
+			"--precision", "16-true", "--on-nan", "skip", "--steps", "5", "--save-every", "1000", "--out", dir}
+	}, nil, 0},
 }
 
 // holdLock takes run folder dir's lock as a run training in it does, and

@@ -48,7 +48,7 @@ func train(ctx context.Context, dir string, from, to int, logger fabric.Logger) 
 	f.Accumulation.MicroBatches = 2
 	f.Loggers = []fabric.Logger{logger}
 	model := models.NewGPT(f.InitModule(false), models.GPTConfig{Vocab: 256, Context: 16, Width: 32, Heads: 2, Layers: 2})
-	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: schedule.LR(from), Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err == nil {
 		err = f.Setup(model, opt)
 	}

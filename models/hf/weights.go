@@ -81,7 +81,7 @@ func layoutOf(m models.Model, format string) (layout, Config, error) {
 			HiddenSize: l.Width, NumHiddenLayers: l.Layers, NumAttentionHeads: l.Heads, NumKeyValueHeads: l.KV(), IntermediateSize: l.Hidden,
 			RMSNormEps: l.NormEps, RopeTheta: l.RopeTheta, MaxPositionEmbeddings: l.Context, HiddenAct: "silu"}, nil
 	}
-	return layout{}, Config{}, fmt.Errorf("hf: a %T has no HF layout (gpt and llama have: %s)", m, strings.Join(Formats, ", "))
+	return layout{}, Config{}, fmt.Errorf("hf: %s has no HF layout; HF export/import supports gpt and llama (formats %s)", strings.ToLower(nn.Kind(m)), strings.Join(Formats, ", "))
 }
 
 // name is the HF name of weft parameter path, and whether it is stored

@@ -87,10 +87,40 @@ var roleNames = [numRoles]string{"x", "w", "dy"}
 // quantizer casts the matrices of one layer's GEMMs to FP8: each scaling
 // recipe is one.
 type quantizer interface {
-	// quantize casts the matrix t, which plays role r, to dt; again
-	// marks the recompute of a checkpointed forward, which must cast as
-	// the first forward did and record nothing.
-	quantize(r role, t *tensor.Tensor, dt dtype.DType, again bool) quantized
+	// quantize casts the matrix t, which plays role r, to dt in pass p.
+	quantize(r role, t *tensor.Tensor, dt dtype.DType, p pass) quantized
+}
+
+// pass is the kind of pass a cast belongs to, which decides what a
+// recipe with state (delayed scaling) records.
+type pass int
+
+const (
+	// training: the cast's amax enters the history and the scale updates.
+	training pass = iota
+	// again: the recompute of a checkpointed forward, or backward's casts
+	// of x and w, which cast with the scale of the forward's and record
+	// nothing.
+	again
+	// evaluation: a pass that records nothing for backward (tape.NoGrad:
+	// validation, sampling, a NaN diagnosis). It casts with the scale the
+	// next training cast will use and records nothing, so that how often
+	// a run evaluates cannot change its training. Transformer Engine
+	// skips its amax reduction and scale update likewise when grad mode
+	// is off (fp8_autocast_exit: reduce_and_update_fp8_tensors only if
+	// torch.is_grad_enabled()), whatever module.training says.
+	evaluation
+)
+
+// forwardPass is the pass of a forward cast on tp.
+func forwardPass(tp *autograd.Tape) pass {
+	switch {
+	case tp.Recomputing():
+		return again
+	case tp.NoGrad:
+		return evaluation
+	}
+	return training
 }
 
 // quantized is a matrix cast for the GEMMs that read it.
@@ -154,9 +184,10 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 		outDType = tp.Caster.CastInput(autograd.OpLinear, outDType)
 	}
 	x2 := x.Value.Reshape(-1, in)
-	qx := l.q.quantize(roleX, x2, l.format.Forward, tp.Recomputing())
+	p := forwardPass(tp)
+	qx := l.q.quantize(roleX, x2, l.format.Forward, p)
 	tensor.Free(x2)
-	qw := l.q.quantize(roleW, w.Value, l.format.Forward, tp.Recomputing())
+	qw := l.q.quantize(roleW, w.Value, l.format.Forward, p)
 	y := matmul(qx.along(1), qw.along(1), false, true, dtype.F32) // (M, out)
 	// The FP8 copies are not kept for backward, which casts x and w again
 	// with the scales used here: x lives on the tape anyway, and under
@@ -174,9 +205,9 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 		dy2 := dy.Reshape(-1, out)
 		// Backward runs once, a checkpointed forward's after its recompute:
 		// dy's amax is always recorded.
-		qdy := l.q.quantize(roleDY, dy2, l.format.Backward, false)
+		qdy := l.q.quantize(roleDY, dy2, l.format.Backward, training)
 		x2 := x.Value.Reshape(-1, in)
-		qx, qw := l.q.quantize(roleX, x2, l.format.Forward, true), l.q.quantize(roleW, w.Value, l.format.Forward, true)
+		qx, qw := l.q.quantize(roleX, x2, l.format.Forward, again), l.q.quantize(roleW, w.Value, l.format.Forward, again)
 		tensor.Free(x2)
 		grads := make([]*tensor.Tensor, 3) // for x, w, b
 		if x.RequiresGrad() {

@@ -70,7 +70,7 @@ func blocksWithinShares(l *nn.Linear) error {
 // blockScaling is MX's quantizer.
 type blockScaling struct{}
 
-func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
+func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ pass) quantized {
 	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}

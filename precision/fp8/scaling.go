@@ -188,7 +188,7 @@ func freshScales() [numRoles]scaleState {
 	return [numRoles]scaleState{{scale: 1}, {scale: 1}, {scale: 1}}
 }
 
-func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again bool) quantized {
+func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, p pass) quantized {
 	s := &l.scales[r]
 	g := l.gathered
 	if r != roleW || g == nil || g.codes.DType() != dt {
@@ -200,8 +200,11 @@ func (l *delayedLayer) quantize(r role, t *tensor.Tensor, dt dtype.DType, again 
 		}
 		return castScaled(t, scale, dt)
 	}
-	if again {
+	switch {
+	case p == again:
 		return cast(s.last)
+	case p == evaluation:
+		return cast(s.scale)
 	}
 	amax := g.amaxOr(t)
 	if amax == nil { // a plan's pass on meta tensors: no amax to record
@@ -353,7 +356,7 @@ func (p *Current) ConvertModule(path string, m nn.Module) error {
 // currentScaling is Current's quantizer.
 type currentScaling struct{ recipe *Current }
 
-func (c currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ bool) quantized {
+func (c currentScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ pass) quantized {
 	if t.IsMeta() { // a plan's pass: no amax to take
 		return castScaled(t, 1, dt)
 	}

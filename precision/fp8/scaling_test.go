@@ -54,14 +54,19 @@ func TestDelayedHistory(t *testing.T) {
 		p.HistoryLen, p.Algo = 3, c.algo
 		l := p.layer("fc")
 		for i, a := range amaxes {
-			op := l.quantize(roleX, filled(a), dtype.E4M3FN, false).along(1)
+			op := l.quantize(roleX, filled(a), dtype.E4M3FN, training).along(1)
 			if op.scale != 1/c.want[i] {
 				t.Errorf("algo %d, cast %d (amax %v): inverse scale %v, want 1/%v", c.algo, i, a, op.scale, c.want[i])
 			}
 			// A checkpointed forward's recompute casts with the same scale and
 			// records nothing: the history checked below would differ.
-			if again := l.quantize(roleX, filled(a), dtype.E4M3FN, true).along(1); again.scale != op.scale {
-				t.Errorf("algo %d, cast %d: the recompute's inverse scale %v, want the first forward's %v", c.algo, i, again.scale, op.scale)
+			if re := l.quantize(roleX, filled(a), dtype.E4M3FN, again).along(1); re.scale != op.scale {
+				t.Errorf("algo %d, cast %d: the recompute's inverse scale %v, want the first forward's %v", c.algo, i, re.scale, op.scale)
+			}
+			// An evaluation casts with the scale the next training cast will
+			// use and records nothing, whatever its amax.
+			if ev := l.quantize(roleX, filled(1000), dtype.E4M3FN, evaluation).along(1); i+1 < len(c.want) && ev.scale != 1/c.want[i+1] {
+				t.Errorf("algo %d, after cast %d: an evaluation's inverse scale %v, want 1/%v", c.algo, i, ev.scale, c.want[i+1])
 			}
 			if got := op.t.Float32s()[0]; a == a && got != dtype.E4M3FN.RoundSat(a*c.want[i]) {
 				t.Errorf("algo %d, cast %d: element %v cast to %v, want E4M3(%v·%v) saturated", c.algo, i, a, got, a, c.want[i])

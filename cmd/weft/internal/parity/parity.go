@@ -25,6 +25,7 @@ import (
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
 )
 
@@ -313,7 +314,7 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 		return nil, err
 	}
 	if g, ok := m.(*models.GPT); ok && len(g.Blocks) > 0 {
-		report.QKVBytes = int64(g.Blocks[0].Attn.QKV.Weight.Value.Bytes()) // this rank's share
+		report.QKVBytes = weightBytes(g.Blocks[0].Attn.QKV) // this rank's share
 	}
 	res.Params = nn.Parameters(m)
 	if tensors != nil {
@@ -332,6 +333,18 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
 	}
 	return res, nil
+}
+
+// weightBytes is what l's weight holds: its codes once a quantizing
+// plugin has replaced it (the Linear then has no Weight), else its value.
+func weightBytes(l *nn.Linear) int64 {
+	if q, ok := quant.WeightOf(l); ok {
+		return int64(q.Bytes())
+	}
+	if l.Weight == nil {
+		return 0
+	}
+	return int64(l.Weight.Value.Bytes())
 }
 
 // split arranges c's ranks as a mesh of d.TP columns and splits m across

@@ -2,6 +2,7 @@ package parity
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 
@@ -160,4 +161,32 @@ func mustSpec(t *testing.T, spec string) precision.Spec {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestParityQuantizedFSDP: a gpt whose Linears nf4 replaced (their weight
+// gone from the Linear, held as codes) trains under fsdp on 2 ranks as on
+// one device, and each rank reports the qkv codes it holds: half a byte
+// per weight plus block constants, far under the bfloat16 weight's 2.
+func TestParityQuantizedFSDP(t *testing.T) {
+	ref, _ := loadReference(t)
+	spec := mustSpec(t, "bf16-true+nf4-dq")
+	single, err := TrainOn(ref, "gpt", 2, spec, Dist{Strategy: "single", Devices: 1, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := TrainOn(ref, "gpt", 2, spec, Dist{Strategy: "fsdp", Devices: 2, Backend: "local"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range res.Losses {
+		if d := math.Abs(float64(l - single.Losses[i])); d > 1e-3*math.Abs(float64(single.Losses[i])) {
+			t.Errorf("step %d: fsdp loss %v, one device %v", i, l, single.Losses[i])
+		}
+	}
+	const weights = 3 * 32 * 32 // the reference gpt's qkv: width 32 to 96
+	for _, r := range res.Ranks {
+		if r.QKVBytes < weights/2 || r.QKVBytes >= weights*2/3 {
+			t.Errorf("rank %d reports %d bytes of qkv; nf4-dq holds %d weights in %d to %d", r.Rank, r.QKVBytes, weights, weights/2, weights*2/3)
+		}
+	}
 }
