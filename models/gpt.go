@@ -64,7 +64,7 @@ func (g *GPT) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
 // ForwardWith adds extra (B, T, C), if not nil, to the token and position
 // embeddings: the conditioning a decoder receives from an encoder.
 func (g *GPT) ForwardWith(tp *autograd.Tape, b data.Batch, extra *autograd.Var) (*autograd.Var, error) {
-	if err := checkTokens("gpt", b, len(g.positions)); err != nil {
+	if err := checkTokens("gpt", b, len(g.positions), g.Tok); err != nil {
 		return nil, err
 	}
 	extra, exit := tp.Enter(g, extra)

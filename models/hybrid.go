@@ -54,7 +54,7 @@ func (h *Hybrid) check(b data.Batch) error {
 	if err := checkX("hybrid", "vision.conv1", b.X, 1, e.height, e.width); err != nil {
 		return err
 	}
-	if err := checkTokens("hybrid", b, len(h.Decoder.positions)); err != nil {
+	if err := checkTokens("hybrid", b, len(h.Decoder.positions), h.Decoder.Tok); err != nil {
 		return err
 	}
 	if b.Shape[0] != b.X.Dim(0) || b.Shape[1] != e.chars {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/weftml/weft/data"
+	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -26,9 +27,15 @@ func checkX(model, module string, x *tensor.Tensor, want ...int) error {
 }
 
 // checkTokens is nil if b holds B·T tokens shaped [B, T], both at least
-// 1, with T at most context.
-func checkTokens(model string, b data.Batch, context int) error {
-	if len(b.Shape) != 2 || b.Shape[0] < 1 || b.Shape[1] < 1 || b.Shape[0]*b.Shape[1] != len(b.Tokens) {
+// 1, with T at most context. A model built on shapes alone (its embedding
+// table tok is meta) also takes a batch of the shape alone, as a plan
+// predicts a step's peak without any ids.
+func checkTokens(model string, b data.Batch, context int, tok *nn.Embedding) error {
+	ids := len(b.Tokens)
+	if b.Tokens == nil && tok.Weight.Value.IsMeta() && len(b.Shape) == 2 {
+		ids = b.Shape[0] * b.Shape[1]
+	}
+	if len(b.Shape) != 2 || b.Shape[0] < 1 || b.Shape[1] < 1 || b.Shape[0]*b.Shape[1] != ids {
 		return fmt.Errorf("%s: tok takes Tokens shaped [B, T] (Shape, both at least 1, B·T tokens); the batch has %d tokens and Shape %v", model, len(b.Tokens), b.Shape)
 	}
 	if t := b.Shape[1]; t > context {

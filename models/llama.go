@@ -54,7 +54,7 @@ func NewLlama(init *nn.Init, cfg LlamaConfig) *Llama {
 }
 
 func (l *Llama) Forward(tp *autograd.Tape, b data.Batch) (*autograd.Var, error) {
-	if err := checkTokens("llama", b, l.cfg.Context); err != nil {
+	if err := checkTokens("llama", b, l.cfg.Context, l.Tok); err != nil {
 		return nil, err
 	}
 	_, exit := tp.Enter(l, nil)
