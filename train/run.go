@@ -258,7 +258,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		return nil, err
 	}
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
-		opt.SetParams(lora.Params())
+		opt.SetParams(adapterParams(r.f, lora))
 	}
 	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), fabric: r.f, comm: r.comm}
 	start := 0
@@ -409,6 +409,26 @@ func loraOf(p precision.Plugin) (*quant.LoRA, bool) {
 		}
 	}
 	return nil, false
+}
+
+// adapterParams are what the optimizer updates under LoRA: the adapters,
+// or under a strategy the rank's optimizer parameters that are adapters
+// (whole, or this rank's chunks of them where the optimizer is sharded).
+func adapterParams(f *fabric.Fabric, lora *quant.LoRA) []nn.NamedParam {
+	if f.Rank() == nil {
+		return lora.Params()
+	}
+	adapter := map[string]bool{}
+	for _, p := range lora.Params() {
+		adapter[p.Path] = true
+	}
+	var out []nn.NamedParam
+	for _, p := range f.Rank().OptimizerParams() {
+		if adapter[p.Path] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // openMetrics opens metrics.jsonl for appending after step start, keeping

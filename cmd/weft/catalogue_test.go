@@ -80,8 +80,8 @@ var catalogue = []badInput{
 	{"a missing --init-from", func(dir string) []string {
 		return []string{"train", "--init-from", filepath.Join(dir, "missing.safetensors"), "--out", dir}
 	}, nil, 0},
-	{"LoRA on two devices", func(dir string) []string {
-		return []string{"train", "--lora", "blocks.*.qkv", "--strategy", "fsdp", "--devices", "2", "--out", dir}
+	{"LoRA under tensor parallelism", func(dir string) []string {
+		return []string{"train", "--lora", "blocks.*.qkv", "--tp", "2", "--devices", "2", "--out", dir}
 	}, nil, 0},
 	{"a checkpoint's latest pointing outside its folder", func(dir string) []string {
 		os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755)
