@@ -180,13 +180,9 @@ type rankRun struct {
 
 func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
 	c := r.c
-	if len(c.LoRA.Targets) > 0 {
-		lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(c.LoRA.Rank, c.LoRA.Alpha, c.LoRA.Targets...) })
-		root, err := precision.Join(pol.Default, lora)
-		if err != nil {
-			return nil, err
-		}
-		pol.Default = root
+	pol, err := c.withLoRA(pol)
+	if err != nil {
+		return nil, err
 	}
 	mesh, err := newRankMesh(r.stop.work, c, r.comm)
 	if err != nil {
