@@ -65,7 +65,7 @@ func restore(run string) (*Manifest, models.Model, *fabric.Fabric, error) {
 		}
 		if plan.BytesPerRank.Frozen > 0 {
 			if err := loadWeights(f, c.InitFrom, lm); err != nil {
-				return nil, nil, nil, fmt.Errorf("the run's quantized weights are not in its checkpoints but come from its --init-from again: %w", err)
+				return nil, nil, nil, fmt.Errorf("the run's frozen (quantized) weights are in no checkpoint; they are read again from its --init-from: %w", err)
 			}
 		}
 	}

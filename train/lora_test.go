@@ -2,23 +2,15 @@ package train
 
 import (
 	"context"
-	"encoding/binary"
-	"math"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/weftml/weft/autograd"
-	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/torchoracle"
 	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/tensor"
 )
-
-// python is Debian's interpreter, the one python3-torch installs into.
-const python = "/usr/bin/python3"
 
 // TestLoRAExportMatchesPyTorch: a QLoRA run (nf4-dq weights, adapters on
 // some Linears) exported merged (HF layout) and as PEFT adapters gives,
@@ -28,9 +20,7 @@ const python = "/usr/bin/python3"
 // 1e-5 normwise; the base alone does not, so the adapters count. For a
 // gpt (GPT-2's Conv1D layout, fan_in_fan_out) and a llama.
 func TestLoRAExportMatchesPyTorch(t *testing.T) {
-	if err := exec.Command(python, "-c", "import torch").Run(); err != nil {
-		t.Skipf("PyTorch is not importable by %s (%v): apt-get install python3-torch to run the oracle", python, err)
-	}
+	torchoracle.Need(t)
 	for _, c := range []struct {
 		model   string
 		targets []string
@@ -55,20 +45,22 @@ func TestLoRAExportMatchesPyTorch(t *testing.T) {
 				b.Tokens = append(b.Tokens, (7*i+3)%90)
 			}
 			want := weftLogits(t, run.Out, b)
-			tokens := writeTokens(t, dir, b)
+			tokens := torchoracle.WriteTokens(t, dir, b)
 			oracle := filepath.Join("..", "testdata", "hf")
 			at := func(name string) string { return filepath.Join(dir, name+".safetensors") }
-			pytorch(t, filepath.Join(oracle, "oracle.py"), "run", merged, tokens, at("merged"), ",", filepath.Join(peft, "base"), tokens, at("base"))
-			pytorch(t, filepath.Join(oracle, "lora_oracle.py"), peft, tokens, at("peft"))
+			logits := func(path string) []float64 { _, l := torchoracle.Read(t, path); return l }
+			torchoracle.Run(t, filepath.Join(oracle, "lora_oracle.py"), "peft", peft, tokens, at("peft"),
+				",", "run", merged, tokens, at("merged"), ",", "run", filepath.Join(peft, "base"), tokens, at("base"))
 			for _, name := range []string{"merged", "peft"} {
-				e := normwise(logitsOf(t, at(name)), want)
+				e := torchoracle.Normwise(logits(at(name)), want)
 				t.Logf("PyTorch on the %s export vs weft: %.3g", name, e)
-				if e > 1e-5 {
-					t.Errorf("PyTorch's logits of the %s export differ from weft's by %.3g normwise, more than 1e-5", name, e)
+				if e > torchoracle.Tol {
+					t.Errorf("PyTorch's logits of the %s export differ from weft's by %.3g normwise, more than %g", name, e, torchoracle.Tol)
 				}
 			}
-			if e := normwise(logitsOf(t, at("base")), want); e < 1e-3 {
-				t.Logf("the base alone vs weft: %.3g", e)
+			e := torchoracle.Normwise(logits(at("base")), want)
+			t.Logf("PyTorch on the base alone vs weft: %.3g", e)
+			if e < 1e-3 {
 				t.Errorf("the base model without its adapters is within %.3g of weft's logits: the adapters changed nothing", e)
 			}
 		})
@@ -95,57 +87,4 @@ func weftLogits(t *testing.T, run string, b data.Batch) []float64 {
 		t.Fatalf("weft's logits are %s, want float32", logits.Value.DType())
 	}
 	return logits.Value.Float64s()
-}
-
-// pytorch runs a script of testdata/hf with args.
-func pytorch(t *testing.T, script string, args ...string) {
-	t.Helper()
-	out, err := exec.Command(python, append([]string{script}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", filepath.Base(script), strings.Join(args, " "), err, out)
-	}
-}
-
-// writeTokens writes b's tokens as the oracles read them (int64 [B, T]).
-func writeTokens(t *testing.T, dir string, b data.Batch) string {
-	t.Helper()
-	raw := make([]byte, 8*len(b.Tokens))
-	for i, id := range b.Tokens {
-		binary.LittleEndian.PutUint64(raw[8*i:], uint64(id))
-	}
-	path := filepath.Join(dir, "tokens.safetensors")
-	if err := checkpoint.WriteSafetensors(path, []checkpoint.Tensor{{Name: "tokens", DType: dtype.I64, Shape: b.Shape, Data: raw}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// logitsOf reads the logits an oracle wrote.
-func logitsOf(t *testing.T, path string) []float64 {
-	t.Helper()
-	f, err := checkpoint.ReadSafetensors(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, ok := f.Tensor("logits")
-	if !ok {
-		t.Fatalf("%s has no logits", path)
-	}
-	l, err := tensor.FromBytes(st.DType, st.Data, st.Shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l.Float64s()
-}
-
-// normwise is max|a−b| / max|b|.
-func normwise(a, b []float64) float64 {
-	if len(a) != len(b) {
-		return math.Inf(1)
-	}
-	var d, m float64
-	for i := range b {
-		d, m = max(d, math.Abs(a[i]-b[i])), max(m, math.Abs(b[i]))
-	}
-	return d / m
 }

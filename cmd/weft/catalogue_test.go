@@ -238,6 +238,16 @@ var catalogue = []badInput{
 		return []string{"train", "--init-from", dir, "--out", filepath.Join(dir, "run")}
 	}, nil, 0},
 	{"an unknown export layout", func(dir string) []string { return []string{"export", "--format", "bert", dir, dir} }, nil, 0},
+	{"PEFT export of a run without LoRA adapters", func(dir string) []string {
+		trainTinyGPT(dir, "run")
+		return []string{"export", "--format", "peft", filepath.Join(dir, "run"), filepath.Join(dir, "peft")}
+	}, nil, 0},
+	{"exporting a QLoRA run whose --init-from is gone", func(dir string) []string {
+		trainTinyGPT(dir, "base")
+		trainTinyGPT(dir, "qlora", "--init-from", filepath.Join(dir, "base"), "--precision", "bf16-true+nf4-dq", "--lora", "blocks.*.qkv")
+		os.RemoveAll(filepath.Join(dir, "base"))
+		return []string{"export", filepath.Join(dir, "qlora"), filepath.Join(dir, "out")}
+	}, nil, 0},
 }
 
 // shardedArgs trains cnn for steps on two ranks under zero1, which writes
@@ -360,6 +370,14 @@ func runLimited(t *testing.T, bin string, args []string, limit uint64) (string, 
 }
 
 // trainCNN trains the cnn for one step into the run folder dir.
+// trainTinyGPT trains a tiny gpt for 2 steps into dir/name.
+func trainTinyGPT(dir, name string, more ...string) {
+	root := newRoot()
+	root.SetArgs(append([]string{"train", "--config", writeFile(dir, "tiny.yaml", []byte(tinyLoRARun)), "--steps", "2", "--out", filepath.Join(dir, name)}, more...))
+	root.SetOut(io.Discard)
+	root.Execute()
+}
+
 func trainCNN(dir string) {
 	root := newRoot()
 	root.SetArgs([]string{"train", "--model", "cnn", "--steps", "1", "--out", dir})

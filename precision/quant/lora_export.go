@@ -78,7 +78,9 @@ func baseWeight(l *nn.Linear) *tensor.Tensor {
 }
 
 // float32Copy is a fresh float32 tensor of t's values.
-func float32Copy(t *tensor.Tensor) *tensor.Tensor { return tensor.FromFloat32(t.Float32s(), t.Shape()...) }
+func float32Copy(t *tensor.Tensor) *tensor.Tensor {
+	return tensor.FromFloat32(t.Float32s(), t.Shape()...)
+}
 
 // addProduct adds scale·b·a to w in place (w [out, in], b [out, rank],
 // a [rank, in]), each element's sum taken in float64.

@@ -9,8 +9,13 @@ adds each adapter to the weight it adapts as PEFT merges it,
 
 and runs the model forward with oracle.py's plain-torch GPT-2 and Llama.
 
-  lora_oracle.py ADAPTERS IN OUT [, ADAPTERS IN OUT ...]
+  lora_oracle.py peft ADAPTERS IN OUT [, peft|run ... ]
       the adapted model on the tokens of IN -> OUT (tokens and logits)
+  lora_oracle.py run DIR IN OUT [, peft|run ...]
+      oracle.py's run: the model in DIR (config.json + model.safetensors)
+
+A "," separates jobs, so that one start of Python (and of torch, which
+takes seconds) serves them all.
 """
 import json
 import os
@@ -19,7 +24,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from oracle import FORWARD, read_safetensors, write_safetensors  # noqa: E402
+from oracle import FORWARD, read_safetensors, run_job, write_safetensors  # noqa: E402
 
 PREFIX = "base_model.model."
 
@@ -60,10 +65,12 @@ def main(argv):
         if a != ",":
             job.append(a)
             continue
-        adapters, inp, out = job
-        cfg, w = adapted_weights(adapters)
-        ids = read_safetensors(inp)["tokens"]
-        write_safetensors(out, {"tokens": ids, "logits": FORWARD[cfg["model_type"]](cfg, w, ids)})
+        if job[0] == "peft" and len(job) == 4:
+            cfg, w = adapted_weights(job[1])
+            ids = read_safetensors(job[2])["tokens"]
+            write_safetensors(job[3], {"tokens": ids, "logits": FORWARD[cfg["model_type"]](cfg, w, ids)})
+        else:
+            run_job(job[0], job[1:])
         job = []
 
 
