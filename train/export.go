@@ -58,16 +58,8 @@ func restore(run string) (*Manifest, models.Model, *fabric.Fabric, error) {
 	}
 	f := fabric.NewPolicy(pol, scaling)
 	lm := build(nn.NewInit(c.Seed))
-	if c.InitFrom != "" {
-		plan, err := fabric.MakePlan(build(nn.Meta(c.Seed)), pol, scaling, "single", 1)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if plan.BytesPerRank.Frozen > 0 {
-			if err := loadWeights(f, c.InitFrom, lm); err != nil {
-				return nil, nil, nil, fmt.Errorf("the run's frozen (quantized) weights are in no checkpoint; they are read again from its --init-from: %w", err)
-			}
-		}
+	if err := frozenFromInit(f, c, lm, build, pol, scaling); err != nil {
+		return nil, nil, nil, err
 	}
 	opt, err := optim.NewAdamW(nn.Parameters(lm), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
 	if err != nil {
@@ -81,6 +73,23 @@ func restore(run string) (*Manifest, models.Model, *fabric.Fabric, error) {
 		return nil, nil, nil, err
 	}
 	return m, lm, f, nil
+}
+
+// frozenFromInit reads into lm, the model c trained built afresh, the
+// weights of c's --init-from, if it has one and c's precision freezes
+// weights: those the checkpoints lack.
+func frozenFromInit(f *fabric.Fabric, c Config, lm models.Model, build func(*nn.Init) models.Model, pol precision.Policy, scaling precision.LossScaling) error {
+	if c.InitFrom == "" {
+		return nil
+	}
+	plan, err := fabric.MakePlan(build(nn.Meta(c.Seed)), pol, scaling, "single", 1)
+	if err != nil || plan.BytesPerRank.Frozen == 0 {
+		return err
+	}
+	if err := loadWeights(f, c.InitFrom, lm); err != nil {
+		return fmt.Errorf("the run's frozen (quantized) weights are in no checkpoint; they are read again from its --init-from: %w", err)
+	}
+	return nil
 }
 
 // Export writes the latest weights of run (a run folder of a gpt or llama)

@@ -88,3 +88,44 @@ func weftLogits(t *testing.T, run string, b data.Batch) []float64 {
 	}
 	return logits.Value.Float64s()
 }
+
+// TestRestoreIsTheTrainedModel: the model export and sample rebuild from a
+// QLoRA run's latest checkpoint (frozen weights drawn again from the seed,
+// or read again from --init-from, and quantized; adapters and the rest from
+// the checkpoint) is the one the run trained: its validation loss is the
+// run's last, bit for bit.
+func TestRestoreIsTheTrainedModel(t *testing.T) {
+	base := tinyConfig(t, "32-true")
+	base.Steps = 4
+	if _, err := Run(context.Background(), base, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, init := range []string{"", base.Out} {
+		c := tinyConfig(t, "bf16-true+nf4-dq")
+		c.Steps, c.InitFrom = 6, init
+		c.LoRA = LoRA{Targets: []string{"blocks.*.qkv", "blocks.*.out"}, Rank: 4, Alpha: 8}
+		sum, err := Run(context.Background(), c, false, quiet{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, lm, f, err := restore(c.Out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := newTask(m.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var total float64
+		for i := range c.EvalBatches {
+			l, err := f.EvalShare(context.Background(), lm, task.val(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += l
+		}
+		if got := total / float64(c.EvalBatches); got != sum.LastValLoss {
+			t.Errorf("init from %q: the restored model's validation loss is %v, the run's last %v", init, got, sum.LastValLoss)
+		}
+	}
+}
