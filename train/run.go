@@ -214,9 +214,9 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	// from the initialisers at setup. A quantized model is built on shapes
 	// under every strategy: setup draws each frozen weight alone before
 	// quantizing it, and the rest one tensor at a time, so the float model
-	// never exists whole. Weights read from a run or beside LoRA adapters,
-	// and those a mesh row splits, are built whole.
-	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && mesh.mesh == nil
+	// never exists whole. Weights read from a run, and those a mesh row
+	// splits, are built whole.
+	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && mesh.mesh == nil
 	r.model = r.t.build(r.f.InitModule(empty))
 	plan.ActivationCheckpointing = c.ActivationCheckpointing
 	if err := plan.PredictPeak(r.t.batch(0)); err != nil {

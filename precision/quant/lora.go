@@ -135,6 +135,14 @@ func (g *lora) Params() []nn.Param {
 	return []nn.Param{{Name: "lora_A.weight", Var: g.a}, {Name: "lora_B.weight", Var: g.b}}
 }
 
+// Materialize quantizes the wrapped GEMM's weight if it was built on
+// shapes alone (see deferred), as fabric's setup asks of every GEMM.
+func (g *lora) Materialize() {
+	if d, ok := g.wraps.(interface{ Materialize() }); ok {
+		d.Materialize()
+	}
+}
+
 func (g *lora) installer() plugin   { return g.owner }
 func (g *lora) base() nn.LinearGEMM { return g.wraps }
 
