@@ -91,8 +91,8 @@ func sameCheckpointFiles(t *testing.T, a, b string) {
 }
 
 // adaptersAndMoments checks that the latest checkpoint of run steps the
-// adapters of blocks.{0,1}.{qkv,fc} and nothing else, and returns the
-// names of their tensors and moments.
+// adapters of blocks.{0,1}.{qkv,fc} and nothing else, and that its
+// digests cover them and their moments, whose names it returns.
 func adaptersAndMoments(t *testing.T, run string) []string {
 	t.Helper()
 	m, _, err := train.ReadManifest(filepath.Join(run, "checkpoints"))
@@ -115,6 +115,11 @@ func adaptersAndMoments(t *testing.T, run string) []string {
 			t.Errorf("manifest: %s took %d optimizer steps of %d", p, n, m.Step)
 		}
 		stepped = append(stepped, p)
+	}
+	for _, name := range names {
+		if !slices.ContainsFunc(m.Files(), func(f string) bool { _, ok := m.Digests[f].Tensors[name]; return ok }) {
+			t.Errorf("manifest: no file's digests cover %s", name)
+		}
 	}
 	slices.Sort(want)
 	slices.Sort(stepped)
