@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/train"
 )
 
@@ -19,7 +20,8 @@ const tinyLoRARun = "gpt: {layers: 2, width: 32, heads: 2, context: 16}\nbatch_s
 // and resumed to 12 equal 12 straight steps bit for bit, in the losses and
 // in every checkpoint file, on one device and on two ranks of fsdp; the
 // checkpoint holds the adapters and their AdamW moments (and steps no
-// other parameter), and weft inspect lists them.
+// other parameter), weft inspect lists them and weft consolidate joins
+// fsdp's shards of the moments whole.
 func TestLoRAResumeIsExact(t *testing.T) {
 	for _, s := range []struct{ strategy, devices string }{{"single", "1"}, {"fsdp", "2"}} {
 		t.Run(s.strategy, func(t *testing.T) {
@@ -47,6 +49,7 @@ func TestLoRAResumeIsExact(t *testing.T) {
 					t.Fatalf("weft inspect (exit %d) does not list %s:\n%s", code, name, msg)
 				}
 			}
+			wholeMoments(t, split, names)
 		})
 	}
 }
@@ -127,4 +130,29 @@ func adaptersAndMoments(t *testing.T, run string) []string {
 		t.Errorf("manifest: optimizer steps of %v, want the adapters %v", stepped, want)
 	}
 	return names
+}
+
+// wholeMoments checks that weft consolidate writes the adapters of run
+// folder dir and their moments (names) whole, in the adapters' shapes.
+func wholeMoments(t *testing.T, dir string, names []string) {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "whole.safetensors")
+	if msg, code := run("consolidate", dir, out); code != 0 {
+		t.Fatalf("weft consolidate: exit %d\n%s", code, msg)
+	}
+	f, err := checkpoint.ReadSafetensors(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		param := name
+		if moment, ok := strings.CutPrefix(name, "optim."); ok {
+			param = "model." + strings.TrimSuffix(strings.TrimSuffix(moment, "_sq"), ".exp_avg")
+		}
+		p, ok1 := f.Tensor(param)
+		t2, ok2 := f.Tensor(name)
+		if !ok1 || !ok2 || !slices.Equal(p.Shape, t2.Shape) {
+			t.Errorf("consolidated %s: %v %v, want it beside %s of that shape", name, t2.Shape, ok2, param)
+		}
+	}
 }
