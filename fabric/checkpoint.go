@@ -269,7 +269,7 @@ func (f *Fabric) publish(tmp, dir string, m *Manifest, tensors []checkpoint.Tens
 		return err
 	}
 	m.Digests = map[string]checkpoint.Digest{}
-	for _, name := range m.files() {
+	for _, name := range m.Files() {
 		d, err := checkpoint.DigestSafetensors(filepath.Join(tmp, name))
 		if err != nil {
 			return fmt.Errorf("checkpoint: %w", err)
@@ -610,7 +610,7 @@ func OpenCheckpoint(dir string) (*Checkpoint, error) {
 		return nil, err
 	}
 	ck := &Checkpoint{Manifest: m, Dir: dir}
-	for i, name := range m.files() {
+	for i, name := range m.Files() {
 		f, err := OpenVerified(dir, m, name)
 		if err != nil {
 			return nil, err
@@ -692,8 +692,9 @@ func Consolidate(dir, out string) error {
 	return checkpoint.WriteSafetensors(out, tensors, map[string]string{"format": CheckpointFormat, "step": fmt.Sprint(ck.Manifest.Step)})
 }
 
-// files names the checkpoint's safetensors files.
-func (m *Manifest) files() []string {
+// Files names the checkpoint's safetensors files: state.safetensors, then
+// the optimizer shards in rank order.
+func (m *Manifest) Files() []string {
 	names := []string{stateFile}
 	for r := range m.OptimizerShards {
 		names = append(names, shardFile(r))

@@ -45,6 +45,14 @@ type FrozenGEMM interface {
 	Frozen() []Frozen
 }
 
+// A ParamGEMM is a LinearGEMM that brings trainable parameters of its own
+// (LoRA's adapters): the Linear lists them after its weight and bias, so
+// that optimizers, strategies and checkpoints see them as the layer's.
+type ParamGEMM interface {
+	LinearGEMM
+	Params() []Param
+}
+
 // Frozen is one constant of a FrozenGEMM: the field the GEMM reads it from
 // at each use, which a strategy may replace, and the elements a split must
 // keep together (a quantization block's).
@@ -109,7 +117,11 @@ func (l *Linear) gemm(tp *autograd.Tape, x, b *autograd.Var) *autograd.Var {
 }
 
 func (l *Linear) Params() []Param {
-	return params(Param{Name: "weight", Var: l.Weight}, Param{Name: "bias", Var: l.Bias})
+	own := params(Param{Name: "weight", Var: l.Weight}, Param{Name: "bias", Var: l.Bias})
+	if g, ok := l.GEMM.(ParamGEMM); ok {
+		return append(own, g.Params()...)
+	}
+	return own
 }
 func (l *Linear) Children() []Child { return nil }
 

@@ -394,8 +394,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("batch size %d does not split evenly over %d data-parallel devices", c.BatchSize, c.dataRanks())
 	case len(c.LoRA.Targets) > 0 && c.LoRA.Rank < 1:
 		return fmt.Errorf("lora rank %d: must be at least 1", c.LoRA.Rank)
-	case len(c.LoRA.Targets) > 0 && c.Devices != 1:
-		return fmt.Errorf("lora: the adapters train on one device, not %d (drop --devices and --strategy)", c.Devices)
 	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
 		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
 	case c.Data != "" && c.Model != "gpt" && c.Model != "llama":

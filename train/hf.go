@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"path/filepath"
 
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/models/hf"
@@ -58,27 +57,4 @@ func (m *Manifest) languageModel() (func(init *nn.Init) models.Model, error) {
 	}
 	build, _, err := m.Config.languageModel(tok.VocabSize())
 	return build, err
-}
-
-// Export writes the latest weights of run (a run folder of a gpt or llama)
-// to out in an HF layout, format gpt2 or llama: config.json and
-// model.safetensors, which transformers (or testdata/hf/oracle.py) loads
-// and --init-from takes back.
-func Export(run, format, out string) error {
-	m, _, err := ReadManifest(filepath.Join(run, "checkpoints"))
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	build, err := m.languageModel()
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	model := build(nn.NewInit(m.Config.Seed))
-	if err := loadWeights(nil, run, model); err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	if err := hf.Save(out, format, model); err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	return nil
 }

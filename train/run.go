@@ -196,9 +196,9 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	// from the initialisers at setup. A quantized model is built on shapes
 	// under every strategy: setup draws each frozen weight alone before
 	// quantizing it, and the rest one tensor at a time, so the float model
-	// never exists whole. Weights read from a run or beside LoRA adapters,
-	// and those a mesh row splits, are built whole.
-	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && len(c.LoRA.Targets) == 0 && mesh.mesh == nil
+	// never exists whole. Weights read from a run, and those a mesh row
+	// splits, are built whole.
+	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && mesh.mesh == nil
 	r.model = r.t.build(r.f.InitModule(empty))
 	if c.InitFrom != "" {
 		if err := loadWeights(r.f, c.InitFrom, r.model); err != nil {
@@ -232,7 +232,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		return nil, err
 	}
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
-		opt.SetParams(lora.Params())
+		opt.SetParams(adapterParams(r.f, lora))
 	}
 	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), keep: c.KeepLast, fabric: r.f, comm: r.comm}
 	start := 0
@@ -385,6 +385,26 @@ func loraOf(p precision.Plugin) (*quant.LoRA, bool) {
 		}
 	}
 	return nil, false
+}
+
+// adapterParams are what the optimizer updates under LoRA: the adapters,
+// or under a strategy the rank's optimizer parameters that are adapters
+// (whole, or this rank's chunks of them where the optimizer is sharded).
+func adapterParams(f *fabric.Fabric, lora *quant.LoRA) []nn.NamedParam {
+	if f.Rank() == nil {
+		return lora.Params()
+	}
+	adapter := map[string]bool{}
+	for _, p := range lora.Params() {
+		adapter[p.Path] = true
+	}
+	var out []nn.NamedParam
+	for _, p := range f.Rank().OptimizerParams() {
+		if adapter[p.Path] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // openMetrics opens metrics.jsonl for appending after step start, keeping

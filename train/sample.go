@@ -4,13 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
-	"github.com/weftml/weft/fabric"
-	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/optim"
 )
 
 // Sample continues prompt by n tokens (characters with the Go corpus's
@@ -24,16 +20,11 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 	case !(temperature >= 0) || math.IsInf(temperature, 1):
 		return "", fmt.Errorf("sample: temperature %v: want 0 (greedy) or a positive number", temperature)
 	}
-	dir := filepath.Join(run, "checkpoints")
-	m, ckpt, err := ReadManifest(dir)
-	if err != nil {
-		return "", err
-	}
-	c := m.Config
-	build, err := m.languageModel()
+	m, lm, f, err := restore(run)
 	if err != nil {
 		return "", fmt.Errorf("sample: %w", err)
 	}
+	c := m.Config
 	tok, err := c.tokenizer()
 	if err != nil {
 		return "", fmt.Errorf("sample: the run's tokenizer: %w", err)
@@ -42,22 +33,6 @@ func Sample(run, prompt string, n int, temperature float64, seed uint64) (string
 		if s := string(r); tok.Decode(tok.Encode(s)) != s {
 			return "", fmt.Errorf("sample: the prompt's character %q at byte %d is outside the model's vocabulary", r, i)
 		}
-	}
-	pol, scaling, err := c.policy(nil)
-	if err != nil {
-		return "", err
-	}
-	lm := build(nn.NewInit(c.Seed))
-	opt, err := optim.NewAdamW(nn.Parameters(lm), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
-	if err != nil {
-		return "", err
-	}
-	f := fabric.NewPolicy(pol, scaling)
-	if err := f.Setup(lm, opt); err != nil {
-		return "", err
-	}
-	if _, err := f.Load(ckpt, fabric.LoadOptions{}); err != nil {
-		return "", err
 	}
 	f.Tape().NoGrad = true
 	rng := rand.New(rand.NewPCG(seed, 1))

@@ -42,7 +42,7 @@ func (c Config) validateTP() error {
 	case c.Devices%c.TP != 0:
 		return fmt.Errorf("tp %d does not divide devices %d: a mesh row holds tp ranks", c.TP, c.Devices)
 	case len(c.LoRA.Targets) > 0:
-		return fmt.Errorf("tp %d: lora runs on one device", c.TP)
+		return fmt.Errorf("tp %d: lora adapters do not split over tensor-parallel ranks; train them under --strategy ddp or fsdp without --tp", c.TP)
 	}
 	return nil
 }

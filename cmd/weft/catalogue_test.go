@@ -82,8 +82,8 @@ var catalogue = []badInput{
 	{"a missing --init-from", func(dir string) []string {
 		return []string{"train", "--init-from", filepath.Join(dir, "missing.safetensors"), "--out", dir}
 	}, nil, 0},
-	{"LoRA on two devices", func(dir string) []string {
-		return []string{"train", "--lora", "blocks.*.qkv", "--strategy", "fsdp", "--devices", "2", "--out", dir}
+	{"LoRA under tensor parallelism", func(dir string) []string {
+		return []string{"train", "--lora", "blocks.*.qkv", "--tp", "2", "--devices", "2", "--out", dir}
 	}, nil, 0},
 	{"a checkpoint's latest pointing outside its folder", func(dir string) []string {
 		os.MkdirAll(filepath.Join(dir, "checkpoints"), 0o755)
@@ -296,6 +296,16 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt: {layers: 1, width: 16, heads: 2, context: 8}\ncorpus_bytes: 262144\nbatch_size: 4\neval_batches: 1\n")),
 			"--precision", "16-true", "--on-nan", "skip", "--steps", "5", "--save-every", "1000", "--out", dir}
 	}, nil, 0},
+	{"PEFT export of a run without LoRA adapters", func(dir string) []string {
+		trainTinyGPT(dir, "run")
+		return []string{"export", "--format", "peft", filepath.Join(dir, "run"), filepath.Join(dir, "peft")}
+	}, nil, 0},
+	{"exporting a QLoRA run whose --init-from is gone", func(dir string) []string {
+		trainTinyGPT(dir, "base")
+		trainTinyGPT(dir, "qlora", "--init-from", filepath.Join(dir, "base"), "--precision", "bf16-true+nf4-dq", "--lora", "blocks.*.qkv")
+		os.RemoveAll(filepath.Join(dir, "base"))
+		return []string{"export", filepath.Join(dir, "qlora"), filepath.Join(dir, "out")}
+	}, nil, 0},
 }
 
 // holdLock takes run folder dir's lock as a run training in it does, and
@@ -439,6 +449,14 @@ func runLimited(t *testing.T, bin string, args []string, limit uint64) (string, 
 		t.Fatalf("weft %s: %v", strings.Join(args, " "), err)
 	}
 	return strings.TrimPrefix(strings.TrimSpace(stderr.String()), "weft: "), exit.ExitCode()
+}
+
+// trainTinyGPT trains a tiny gpt for 2 steps into dir/name.
+func trainTinyGPT(dir, name string, more ...string) {
+	root := newRoot()
+	root.SetArgs(append([]string{"train", "--config", writeFile(dir, "tiny.yaml", []byte(tinyLoRARun)), "--steps", "2", "--out", filepath.Join(dir, name)}, more...))
+	root.SetOut(io.Discard)
+	root.Execute()
 }
 
 // trainCNN trains the cnn for one step (unless more says otherwise) into

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,35 +28,51 @@ the precision state saved with it (loss scale, amax histories ...).`,
 			if err != nil {
 				return err
 			}
-			var f *checkpoint.File
-			if manifest != nil {
-				f, err = fabric.OpenVerified(filepath.Dir(tensors), &manifest.Manifest, filepath.Base(tensors))
-			} else {
-				f, err = checkpoint.ReadSafetensors(tensors)
-			}
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "tensor\tdtype\tshape\tbytes")
-			var total int
-			for _, name := range f.Names() {
-				t, _ := f.Tensor(name)
-				total += len(t.Data)
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%d\n", name, t.DType, t.Shape, len(t.Data))
-			}
-			fmt.Fprintf(tw, "total\t\t\t%d\n", total)
-			tw.Flush()
-			if manifest != nil {
-				fmt.Fprintf(out, "step %d, model %s, precision %s\n", manifest.Step, manifest.Config.Model, manifest.Config.Precision)
-				for name, st := range manifest.Precision {
-					fmt.Fprintf(out, "precision state %s: %s\n", name, st)
+			if manifest == nil {
+				f, err := checkpoint.ReadSafetensors(tensors)
+				if err != nil {
+					return err
 				}
+				listTensors(out, f)
+				return nil
+			}
+			dir := filepath.Dir(tensors)
+			for i, name := range manifest.Files() {
+				f, err := fabric.OpenVerified(dir, &manifest.Manifest, name)
+				if err != nil {
+					return err
+				}
+				if i > 0 { // an optimizer shard: one rank's chunks of the moments
+					fmt.Fprintf(out, "\n%s\n", name)
+				}
+				listTensors(out, f)
+			}
+			fmt.Fprintf(out, "step %d, model %s, precision %s\n", manifest.Step, manifest.Config.Model, manifest.Config.Precision)
+			if len(manifest.Config.LoRA.Targets) > 0 {
+				fmt.Fprintf(out, "lora adapters on %s: rank %d, alpha %g\n", strings.Join(manifest.Config.LoRA.Targets, ","), manifest.Config.LoRA.Rank, manifest.Config.LoRA.Alpha)
+			}
+			for name, st := range manifest.Precision {
+				fmt.Fprintf(out, "precision state %s: %s\n", name, st)
 			}
 			return nil
 		},
 	}
+}
+
+// listTensors prints f's tensors with their dtype, shape and bytes, and
+// their total.
+func listTensors(w io.Writer, f *checkpoint.File) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "tensor\tdtype\tshape\tbytes")
+	var total int
+	for _, name := range f.Names() {
+		t, _ := f.Tensor(name)
+		total += len(t.Data)
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\n", name, t.DType, t.Shape, len(t.Data))
+	}
+	fmt.Fprintf(tw, "total\t\t\t%d\n", total)
+	tw.Flush()
 }
 
 // locate finds the safetensors file (and manifest, for a weft checkpoint)

@@ -2,11 +2,8 @@ package hf_test
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,66 +12,13 @@ import (
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/torchoracle"
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/tensor"
 )
 
-// python is Debian's interpreter, the one python3-torch installs into.
-const python = "/usr/bin/python3"
-
 var oracle = filepath.Join("..", "..", "testdata", "hf", "oracle.py")
-
-// needTorch skips the test when PyTorch is not installed for python.
-func needTorch(t *testing.T) {
-	t.Helper()
-	if err := exec.Command(python, "-c", "import torch").Run(); err != nil {
-		t.Skipf("PyTorch is not importable by %s (%v): apt-get install python3-torch to run the oracle", python, err)
-	}
-}
-
-func runOracle(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command(python, append([]string{oracle}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("oracle.py %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-// maxTol is the agreement asked of float32 logits: max|weft − torch| over
-// max|torch|, a normwise relative error (elementwise ratios would blow up
-// at logits near zero), at most 1e-5.
-const maxTol = 1e-5
-
-// normwise returns max|a−b| / max|b|.
-func normwise(a, b []float64) float64 {
-	var d, m float64
-	for i := range b {
-		d, m = max(d, math.Abs(a[i]-b[i])), max(m, math.Abs(b[i]))
-	}
-	return d / m
-}
-
-// reference reads an oracle output: the tokens as a batch and the logits.
-func reference(t *testing.T, path string) (data.Batch, []float64) {
-	t.Helper()
-	f, err := checkpoint.ReadSafetensors(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _ := f.Tensor("tokens")
-	logits, _ := f.Tensor("logits")
-	ids, err := tensor.FromBytes(tok.DType, tok.Data, tok.Shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := tensor.FromBytes(logits.DType, logits.Data, logits.Shape...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := data.Batch{Tokens: ids.Ints(), Shape: tok.Shape}
-	return b, l.Float64s()
-}
 
 // logits runs m on b in float32.
 func logits(t *testing.T, m models.Model, b data.Batch) []float64 {
@@ -97,7 +41,7 @@ func logits(t *testing.T, m models.Model, b data.Batch) []float64 {
 // into PyTorch with the same logits. One start of the oracle makes every
 // model and one runs every export: torch takes seconds to import.
 func TestPyTorchRoundTrip(t *testing.T) {
-	needTorch(t)
+	torchoracle.Need(t)
 	cases := []struct {
 		name string
 		args []string
@@ -127,7 +71,7 @@ func TestPyTorchRoundTrip(t *testing.T) {
 		makeJobs = append(append(makeJobs, ",", c.args[0], made[i]), c.args[1:]...)
 		runJobs = append(runJobs, ",", exported[i], refs[i], filepath.Join(exported[i], "logits.safetensors"))
 	}
-	runOracle(t, append([]string{"make"}, makeJobs[1:]...)...)
+	torchoracle.Run(t, oracle, append([]string{"make"}, makeJobs[1:]...)...)
 	for i, c := range cases {
 		t.Run("import/"+c.name, func(t *testing.T) {
 			m, err := hf.Open(made[i])
@@ -137,11 +81,11 @@ func TestPyTorchRoundTrip(t *testing.T) {
 			if !c.want(m) {
 				t.Fatalf("config.json gave %T %+v", m, m)
 			}
-			b, want := reference(t, refs[i])
-			e := normwise(logits(t, m, b), want)
+			b, want := torchoracle.Read(t, refs[i])
+			e := torchoracle.Normwise(logits(t, m, b), want)
 			t.Logf("weft vs PyTorch: max|Δ|/max|torch| = %.3g", e)
-			if e > maxTol {
-				t.Errorf("weft's logits differ from PyTorch's by %.3g (max|Δ|/max|torch|), more than %g", e, maxTol)
+			if e > torchoracle.Tol {
+				t.Errorf("weft's logits differ from PyTorch's by %.3g (max|Δ|/max|torch|), more than %g", e, torchoracle.Tol)
 			}
 			if err := hf.Save(exported[i], c.args[0], m); err != nil {
 				t.Fatal(err)
@@ -159,7 +103,7 @@ func TestPyTorchRoundTrip(t *testing.T) {
 	for i := range 24 {
 		tokens.Tokens = append(tokens.Tokens, i*13%48)
 	}
-	tokensFile := writeTokens(t, root, tokens)
+	tokensFile := torchoracle.WriteTokens(t, root, tokens)
 	for _, name := range natives {
 		m, err := models.New(name, 7)
 		if err != nil {
@@ -171,43 +115,29 @@ func TestPyTorchRoundTrip(t *testing.T) {
 		}
 		runJobs = append(runJobs, ",", dir, tokensFile, filepath.Join(dir, "logits.safetensors"))
 	}
-	runOracle(t, append([]string{"run"}, runJobs[1:]...)...)
+	torchoracle.Run(t, oracle, append([]string{"run"}, runJobs[1:]...)...)
 	for _, name := range natives {
 		t.Run("export/native-"+name, func(t *testing.T) {
 			m, _ := models.New(name, 7)
-			_, torch := reference(t, filepath.Join(root, "native-"+name, "logits.safetensors"))
-			e := normwise(logits(t, m, tokens), torch)
+			_, torch := torchoracle.Read(t, filepath.Join(root, "native-"+name, "logits.safetensors"))
+			e := torchoracle.Normwise(logits(t, m, tokens), torch)
 			t.Logf("weft's %s vs PyTorch on its export: %.3g", name, e)
-			if e > maxTol {
-				t.Errorf("PyTorch's logits of weft's exported %s differ from weft's by %.3g, more than %g", name, e, maxTol)
+			if e > torchoracle.Tol {
+				t.Errorf("PyTorch's logits of weft's exported %s differ from weft's by %.3g, more than %g", name, e, torchoracle.Tol)
 			}
 		})
 	}
 	for i, c := range cases {
 		t.Run("export/"+c.name, func(t *testing.T) {
-			_, want := reference(t, refs[i])
-			_, back := reference(t, filepath.Join(exported[i], "logits.safetensors"))
-			e := normwise(back, want)
+			_, want := torchoracle.Read(t, refs[i])
+			_, back := torchoracle.Read(t, filepath.Join(exported[i], "logits.safetensors"))
+			e := torchoracle.Normwise(back, want)
 			t.Logf("PyTorch on weft's export vs the original: %.3g", e)
-			if e > maxTol {
-				t.Errorf("PyTorch's logits of weft's export differ from the original's by %.3g, more than %g", e, maxTol)
+			if e > torchoracle.Tol {
+				t.Errorf("PyTorch's logits of weft's export differ from the original's by %.3g, more than %g", e, torchoracle.Tol)
 			}
 		})
 	}
-}
-
-// writeTokens writes b's tokens as the oracle reads them (int64 [B, T]).
-func writeTokens(t *testing.T, dir string, b data.Batch) string {
-	t.Helper()
-	raw := make([]byte, 8*len(b.Tokens))
-	for i, id := range b.Tokens {
-		binary.LittleEndian.PutUint64(raw[8*i:], uint64(id))
-	}
-	path := filepath.Join(dir, "tokens.safetensors")
-	if err := checkpoint.WriteSafetensors(path, []checkpoint.Tensor{{Name: "tokens", DType: dtype.I64, Shape: b.Shape, Data: raw}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // sameTensors requires b to hold a's tensors with the same bytes.

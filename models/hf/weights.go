@@ -1,7 +1,6 @@
 package hf
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -193,12 +192,5 @@ func Save(dir, format string, m models.Model) error {
 	if err := checkpoint.WriteSafetensors(filepath.Join(dir, WeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("hf: %w", err)
 	}
-	b, err := json.MarshalIndent(cfg, "", "  ")
-	if err != nil {
-		return fmt.Errorf("hf: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, ConfigFile), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("hf: %w", err)
-	}
-	return nil
+	return writeJSON(filepath.Join(dir, ConfigFile), cfg)
 }

@@ -39,8 +39,9 @@ import (
 //   - precision.ConvertModule keeps every parameter's *autograd.Var (same
 //     pointers under the same paths, still trainable, same shapes) but
 //     those it freezes (which leave the model holding no floating value and
-//     no gradient, as quantized weights do), leaves
-//     every parameter in the StorageOwner's dtype when there is one, and
+//     no gradient, as quantized weights do) and adds none but those a
+//     member lists as its own (Params, as LoRA's adapters: new, trainable,
+//     floating Vars under new paths), leaves every parameter in the StorageOwner's dtype when there is one, and
 //     changes nothing at all when no member is a ModuleConverter or a
 //     StorageOwner;
 //   - no other role touches the model;
@@ -255,9 +256,13 @@ type snapshot struct {
 	grads  []*tensor.Tensor
 }
 
-func take(m nn.Module) snapshot {
+// take snapshots m's parameters but those in skip.
+func take(m nn.Module, skip ...map[*autograd.Var]bool) snapshot {
 	var s snapshot
 	for _, p := range nn.Parameters(m) {
+		if len(skip) > 0 && skip[0][p.Var] {
+			continue
+		}
 		s.paths = append(s.paths, p.Path)
 		s.vars = append(s.vars, p.Var)
 		s.values = append(s.values, p.Var.Value)
@@ -284,9 +289,9 @@ func newModel() *models.MLP {
 // now, its index in before. With freezing set, a parameter may have left
 // the model if its Var was frozen: no floating value and no gradient any
 // more, as the weights a quantizing plugin (nf4, int8) takes over.
-func sameStructure(t *testing.T, name string, before snapshot, m nn.Module, freezing bool) (kept []int) {
+func sameStructure(t *testing.T, name string, before snapshot, m nn.Module, freezing bool, added map[*autograd.Var]bool) (kept []int) {
 	t.Helper()
-	after := take(m)
+	after := take(m, added)
 	for i := range before.paths {
 		if len(kept) < len(after.paths) && after.paths[len(kept)] == before.paths[i] {
 			if after.vars[len(kept)] != before.vars[i] {
@@ -310,7 +315,7 @@ func sameStructure(t *testing.T, name string, before snapshot, m nn.Module, free
 // tensors, bytes, dtypes and gradients.
 func unchanged(t *testing.T, name, what string, before snapshot, m nn.Module) {
 	t.Helper()
-	sameStructure(t, name, before, m, false)
+	sameStructure(t, name, before, m, false, nil)
 	after := take(m)
 	for i := range min(len(before.paths), len(after.paths)) {
 		path := before.paths[i]
@@ -340,8 +345,15 @@ func testConvertModule(t *testing.T, newPlugin func() precision.Plugin) {
 		unchanged(t, p.Name(), "ConvertModule without a ModuleConverter or StorageOwner role", before, m)
 		return
 	}
-	kept := sameStructure(t, p.Name(), before, m, true)
-	for i, np := range nn.Parameters(m) {
+	added := addedParams(t, p, before, m)
+	kept := sameStructure(t, p.Name(), before, m, true, added)
+	var own []nn.NamedParam
+	for _, np := range nn.Parameters(m) {
+		if !added[np.Var] {
+			own = append(own, np)
+		}
+	}
+	for i, np := range own {
 		if i >= len(kept) {
 			break
 		}
@@ -366,7 +378,47 @@ func testConvertModule(t *testing.T, newPlugin func() precision.Plugin) {
 	if err := precision.ConvertModule(p, m); err != nil {
 		t.Fatalf("%s: second ConvertModule: %v", p.Name(), err)
 	}
-	sameStructure(t, p.Name(), before, m, true)
+	sameStructure(t, p.Name(), before, m, true, added)
+	if again := addedParams(t, p, before, m); len(again) != len(added) {
+		t.Errorf("%s: a second ConvertModule added %d parameters more", p.Name(), len(again)-len(added))
+	}
+}
+
+// paramsAdder is a plugin that adds parameters of its own to the model in
+// conversion (LoRA's adapters) and lists them, for the optimizer.
+type paramsAdder interface{ Params() []nn.NamedParam }
+
+// addedParams checks the parameters p's members list as added: each a new
+// Var in m under its path, trainable and floating; it returns them.
+func addedParams(t *testing.T, p precision.Plugin, before snapshot, m nn.Module) map[*autograd.Var]bool {
+	t.Helper()
+	in := map[*autograd.Var]string{}
+	for _, np := range nn.Parameters(m) {
+		in[np.Var] = np.Path
+	}
+	old := map[*autograd.Var]bool{}
+	for _, v := range before.vars {
+		old[v] = true
+	}
+	added := map[*autograd.Var]bool{}
+	for _, mem := range precision.Members(p) {
+		a, ok := mem.(paramsAdder)
+		if !ok {
+			continue
+		}
+		for _, np := range a.Params() {
+			switch v := np.Var; {
+			case old[v]:
+				t.Errorf("%s: lists %s as a parameter it added, but the model had it before conversion", p.Name(), np.Path)
+			case in[v] != np.Path:
+				t.Errorf("%s: lists %s as a parameter it added, but the model has it at %q", p.Name(), np.Path, in[v])
+			case v.Value == nil || !v.Value.DType().IsFloat() || !v.RequiresGrad():
+				t.Errorf("%s: added %s without a trainable floating value", p.Name(), np.Path)
+			}
+			added[np.Var] = true
+		}
+	}
+	return added
 }
 
 // converts reports whether a member of p replaces layers.

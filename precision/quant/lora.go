@@ -19,10 +19,12 @@ import (
 // at zero, so that a fresh adapter changes nothing. Composed after a
 // quantizer (nf4-dq then LoRA) it is QLoRA.
 //
-// The adapters become parameters of the Linear they adapt; Params lists
-// just them, for an optimizer that trains only the adapters. LoRA freezes
-// nothing itself; training only its Params leaves the rest of the model
-// as it is.
+// The adapters become parameters of the Linear they adapt
+// ("blocks.0.qkv.lora_A.weight"), so that strategies shard and reduce
+// them and checkpoints save them with their optimizer moments; Params
+// lists just them, for an optimizer that trains only the adapters. LoRA
+// freezes nothing itself; training only its Params leaves the rest of the
+// model as it is. Adapters and ToFloat take them out for export.
 type LoRA struct {
 	Rank  int     // 8
 	Alpha float64 // 16
@@ -124,10 +126,21 @@ func (g *lora) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var {
 	return tp.Add(y, tp.Cast(d, y.Value.DType()))
 }
 
-// Params makes the adapters parameters of the Linear they adapt, under
-// peft's names, so that checkpoints and optimizers see them.
+var _ nn.ParamGEMM = (*lora)(nil)
+
+// Params makes the adapters parameters of the Linear they adapt
+// (nn.ParamGEMM), under peft's names, so that strategies, checkpoints and
+// optimizers see them.
 func (g *lora) Params() []nn.Param {
 	return []nn.Param{{Name: "lora_A.weight", Var: g.a}, {Name: "lora_B.weight", Var: g.b}}
+}
+
+// Materialize quantizes the wrapped GEMM's weight if it was built on
+// shapes alone (see deferred), as fabric's setup asks of every GEMM.
+func (g *lora) Materialize() {
+	if d, ok := g.wraps.(interface{ Materialize() }); ok {
+		d.Materialize()
+	}
 }
 
 func (g *lora) installer() plugin   { return g.owner }
