@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,12 +107,13 @@ func TestMPIUnderMpirun(t *testing.T) {
 	if n := strings.Count(out, "/plain/ranks=4/Mesh "); err != nil || n != 8 {
 		t.Errorf("%d of 4 ranks × 2 passed the mesh tests: %s", n, out)
 	}
-	for how, want := range map[string]string{
-		"timeout": "abandoned after 0.5s: a peer did not finish allreduce within 500ms",
-		"cancel":  "abandoned after 0.3s: mpi: rank 0: gave up on allreduce of 65540 bytes (sum float32) in flight: context deadline exceeded",
+	// Given up on time: at the deadline, or within a second after it on a busy machine.
+	for how, want := range map[string]*regexp.Regexp{
+		"timeout": regexp.MustCompile(`abandoned after (0\.[5-9]|1\.[0-5])s: a peer did not finish allreduce within 500ms`),
+		"cancel":  regexp.MustCompile(`abandoned after (0\.[3-9]|1\.[0-3])s: mpi: rank 0: gave up on allreduce of 65540 bytes \(sum float32\) in flight: context deadline exceeded`),
 	} {
 		out, err = job(2, "-test.run=^TestAbandon$", "-mpi.abandon="+how)
-		if err == nil || !strings.Contains(out, want) {
+		if err == nil || !want.MatchString(out) {
 			t.Errorf("%s: want a failed job and rank 0 saying %q: %s", how, want, out)
 		}
 	}
