@@ -176,36 +176,23 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
 	state, setsState := precision.OptimizerStateDType(res.Root)
 	ranks := ranks{sh: st.Sharding, n: devices}
-	adapters := p.listAdapters(res)
+	p.listAdapters(res)
 	for _, s := range res.Scopes {
-		mp := ranks.planModule(s, adapters[s.Path], state, setsState)
+		mp := ranks.planModule(s, state, setsState)
 		p.BytesPerRank.add(mp.BytesPerRank)
 		p.Modules = append(p.Modules, mp)
 	}
 	return p, nil
 }
 
-// listAdapters fills p.Adapters with res's trained parameters and returns
-// them by the path of the module they belong to: the longest of the
-// scopes' paths that begins theirs.
-func (p *Plan) listAdapters(res *precision.Resolution) map[string][]nn.Param {
+// listAdapters fills p.Adapters with res's trained parameters (each a
+// parameter of the Linear it adapts too, nn.ParamGEMM).
+func (p *Plan) listAdapters(res *precision.Resolution) {
 	trained, _ := precision.TrainedParams(res.Root)
-	modules := map[string]bool{}
-	for _, s := range res.Scopes {
-		modules[s.Path] = true
-	}
-	byModule := map[string][]nn.Param{}
 	for _, q := range trained {
 		v := q.Var.Value
 		p.Adapters = append(p.Adapters, Adapter{Path: q.Path, Shape: v.Shape(), Bytes: int64(v.Bytes())})
-		module := q.Path
-		for module != "" && (module == q.Path || !modules[module]) {
-			module = module[:max(strings.LastIndexByte(module, '.'), 0)]
-		}
-		name := strings.TrimPrefix(q.Path[len(module):], ".")
-		byModule[module] = append(byModule[module], nn.Param{Name: name, Var: q.Var})
 	}
-	return byModule
 }
 
 // ranks is how a strategy splits what a module holds over n ranks.
@@ -214,7 +201,7 @@ type ranks struct {
 	n  int
 }
 
-func (rk ranks) planModule(s precision.Scope, adapters []nn.Param, state dtype.DType, setsState bool) ModulePlan {
+func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
 	storage := dtype.F32
 	if dt, ok := precision.StorageDType(s.Plugin); ok {
 		storage = dt
@@ -257,7 +244,7 @@ func (rk ranks) planModule(s precision.Scope, adapters []nn.Param, state dtype.D
 		}
 	}
 	mp.Converted = describeConversion(s, mp.Frozen > 0)
-	for _, p := range append(s.Module.Params(), adapters...) {
+	for _, p := range s.Module.Params() {
 		v := p.Var.Value
 		if !p.Var.RequiresGrad() { // beside adapters: a value and nothing else
 			mp.Frozen += v.Len()

@@ -112,7 +112,7 @@ func TestPlanAndTrainRefuseAlike(t *testing.T) {
 		{"--model", "mlp"},
 		{"--devices", "2"},
 		{"--tp", "3", "--devices", "4"},
-		{"--lora", "blocks.*.qkv", "--strategy", "fsdp", "--devices", "2"},
+		{"--lora", "blocks.*.qkv", "--tp", "2", "--devices", "2"},
 		{"--batch-size", "15", "--grad-accum", "2"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {

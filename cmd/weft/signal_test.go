@@ -209,7 +209,7 @@ func TestHungPeerUnderMpirun(t *testing.T) {
 		limit         time.Duration
 		want          []string // one of
 	}{
-		{"timeout", "2s", 0, 10 * time.Second, []string{"rank 1 did not join", "a peer did not finish"}},
+		{"timeout", "2s", 0, 10 * time.Second, []string{"rank 1 did not join", "a peer did not join", "a peer did not finish"}},
 		{"signal", "1m", 1, 15 * time.Second, []string{"(terminated, and the step in progress did not end within 5s)"}},
 		{"second signal", "1m", 2, 3 * time.Second, []string{"weft: terminated again: exiting without a checkpoint"}},
 	} {
