@@ -21,7 +21,7 @@ import (
 
 var (
 	steps    = 40
-	text     = data.Bytes{}.Encode(strings.Repeat("the quick brown fox jumps over the lazy dog. ", 40))
+	text     = strings.Repeat("the quick brown fox jumps over the lazy dog. ", 40)
 	schedule = optim.Cosine{Max: 3e-3, Min: 3e-4, Warmup: 5, Decay: steps}
 )
 
@@ -58,7 +58,7 @@ func train(ctx context.Context, dir string, from, to int, logger fabric.Logger) 
 	if err != nil {
 		return err
 	}
-	tokens, err := data.TokensOf(256, text)
+	tokens, err := data.Encode(data.Bytes{}, text)
 	if err != nil {
 		return err
 	}
