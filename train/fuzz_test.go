@@ -1,6 +1,7 @@
 package train
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/weftml/weft/fabric"
@@ -20,10 +21,22 @@ func FuzzParseConfig(f *testing.F) {
 		if err == nil {
 			_ = c.validate()
 			_, _, _ = c.policy(nil)
-		} else if goType.MatchString(err.Error()) {
-			t.Fatalf("an error naming a Go type: %v", err)
+		} else if name, ok := namesGoType(err, b); ok {
+			t.Fatalf("an error naming the Go type %s: %v", name, err)
 		}
 	})
+}
+
+// namesGoType reports a word of err that looks like a Go type name
+// ("train.Config") and is not quoted from the config: an error may echo
+// the user's own "a.A".
+func namesGoType(err error, config []byte) (string, bool) {
+	for _, name := range goType.FindAllString(err.Error(), -1) {
+		if !bytes.Contains(config, []byte(name)) {
+			return name, true
+		}
+	}
+	return "", false
 }
 
 // FuzzParseManifest: a manifest from an untrusted checkpoint is checked,
