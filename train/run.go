@@ -212,7 +212,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	if layout != nil {
 		r.f.SplitTensors(layout, r.comm)
 	}
-	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	opt, err := optim.NewAdamW(nn.Parameters(r.model), c.adamW())
 	if err != nil {
 		return nil, err
 	}
