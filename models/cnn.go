@@ -37,3 +37,16 @@ func (m *CNN) Params() []nn.Param { return nil }
 func (m *CNN) Children() []nn.Child {
 	return []nn.Child{{Name: "conv1", Module: m.Conv1}, {Name: "conv2", Module: m.Conv2}, {Name: "head", Module: m.Head}}
 }
+
+func init() {
+	Register(Spec{
+		Name: "cnn",
+		New:  func(init *nn.Init) Model { return NewCNN(init) },
+		Data: func(seed uint64, n int, i uint64) data.Batch {
+			return data.GlyphBatch(data.GlyphConfig{Seed: seed}, n, i)
+		},
+		Unit: "images",
+		// not the glyphs' 12×12 rendering, random images of its shape
+		Bench: []int{32, 1, 12, 12}, Classes: 10,
+	})
+}

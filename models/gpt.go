@@ -1,6 +1,8 @@
 package models
 
 import (
+	"errors"
+
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/nn"
@@ -182,3 +184,23 @@ func (b *Block) Children() []nn.Child {
 
 // ReferenceGPT is the gpt of the PyTorch reference runs.
 var ReferenceGPT = GPTConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, Layers: 2}
+
+func init() {
+	Register(Spec{
+		Name:      "gpt",
+		New:       func(init *nn.Init) Model { return NewGPT(init, ReferenceGPT) },
+		LM:        func(init *nn.Init, size GPTConfig) Model { return NewGPT(init, size) },
+		CheckSize: checkTransformerSize,
+		Bench:     []int{8, 16}, Classes: ReferenceGPT.Vocab,
+		Plan: GPTPlan, SequencePlan: GPTSequencePlan,
+	})
+}
+
+// checkTransformerSize refuses a size whose attention cannot split the
+// width over the heads, or whose context holds no next token to predict.
+func checkTransformerSize(g GPTConfig) error {
+	if g.Layers < 1 || g.Width < 1 || g.Heads < 1 || g.Width%g.Heads != 0 || g.Context < 2 {
+		return errors.New("layers, heads and context must be positive and width a multiple of heads")
+	}
+	return nil
+}

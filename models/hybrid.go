@@ -101,3 +101,30 @@ func (e *Encoder) Params() []nn.Param { return nil }
 func (e *Encoder) Children() []nn.Child {
 	return []nn.Child{{Name: "conv1", Module: e.Conv1}, {Name: "conv2", Module: e.Conv2}, {Name: "proj", Module: e.Proj}}
 }
+
+func init() {
+	h := DefaultHybrid
+	Register(Spec{
+		Name: "hybrid",
+		New:  func(init *nn.Init) Model { return NewHybrid(init, h) },
+		Data: func(seed uint64, n int, i uint64) data.Batch {
+			return hybridBatch(data.TextImageConfig{Height: h.Height, Width: h.Width, Chars: h.Chars, Seed: seed}, n, i, h.Alphabet)
+		},
+		Unit: "images",
+		Plan: prefixed("decoder.", GPTPlan), // the vision encoder stays replicated
+		// no sequence plan: the decoder adds the encoder's output over the whole sequence
+	})
+}
+
+// hybridBatch turns rendered text into a decoder batch: inputs are a start
+// token (id start) then the first T-1 characters, targets all T characters.
+func hybridBatch(cfg data.TextImageConfig, n int, step uint64, start int) data.Batch {
+	images, text := data.TextImageBatch(cfg, n, step)
+	t := len(text[0])
+	b := data.Batch{X: images, Shape: []int{n, t}}
+	for _, chars := range text {
+		b.Tokens = append(append(b.Tokens, start), chars[:t-1]...)
+		b.Targets = append(b.Targets, chars...)
+	}
+	return b
+}

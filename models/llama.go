@@ -179,3 +179,28 @@ func (b *LlamaBlock) Children() []nn.Child {
 // gpt's size with Llama's MLP width of about 8C/3 and grouped-query
 // attention (both query heads share one key/value head).
 var ReferenceLlama = LlamaConfig{Vocab: 48, Context: 16, Width: 32, Heads: 2, KVHeads: 1, Layers: 2, Hidden: 88, NormEps: 1e-5, RopeTheta: 10000}
+
+func init() {
+	Register(Spec{
+		Name: "llama",
+		New:  func(init *nn.Init) Model { return NewLlama(init, ReferenceLlama) },
+		LM:   func(init *nn.Init, size GPTConfig) Model { return NewLlama(init, llamaOfSize(size)) },
+		CheckSize: func(g GPTConfig) error {
+			if err := checkTransformerSize(g); err != nil {
+				return err
+			}
+			if g.Width/g.Heads%2 != 0 {
+				return fmt.Errorf("the head width (width/heads = %d) must be even for rotary embeddings", g.Width/g.Heads)
+			}
+			return nil
+		},
+		Plan: LlamaPlan, SequencePlan: LlamaSequencePlan,
+	})
+}
+
+// llamaOfSize is the llama of a run's size, with Llama's MLP width of
+// about 8C/3 (a multiple of 8) and HF's defaults for the rest.
+func llamaOfSize(g GPTConfig) LlamaConfig {
+	return LlamaConfig{Vocab: g.Vocab, Context: g.Context, Width: g.Width, Heads: g.Heads, Layers: g.Layers,
+		Hidden: (8*g.Width/3 + 7) / 8 * 8, NormEps: 1e-5, RopeTheta: 10000}
+}

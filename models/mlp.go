@@ -38,3 +38,7 @@ func (m *MLP) Params() []nn.Param { return nil }
 func (m *MLP) Children() []nn.Child {
 	return []nn.Child{{Name: "fc1", Module: m.FC1}, {Name: "fc2", Module: m.FC2}, {Name: "norm", Module: m.Norm}, {Name: "head", Module: m.Head}}
 }
+
+func init() {
+	Register(Spec{Name: "mlp", New: func(init *nn.Init) Model { return NewMLP(init) }, Bench: []int{64, 32}, Classes: 10})
+}

@@ -31,3 +31,7 @@ func (m *MLP784) Params() []nn.Param { return nil }
 func (m *MLP784) Children() []nn.Child {
 	return []nn.Child{{Name: "fc1", Module: m.FC1}, {Name: "fc2", Module: m.FC2}, {Name: "head", Module: m.Head}}
 }
+
+func init() {
+	Register(Spec{Name: "mlp784", New: func(init *nn.Init) Model { return NewMLP784(init) }, Bench: []int{64, 784}, Classes: 10})
+}

@@ -1,12 +1,6 @@
 package models
 
-import (
-	"fmt"
-	"slices"
-	"strings"
-
-	"github.com/weftml/weft/parallel"
-)
+import "github.com/weftml/weft/parallel"
 
 // GPTPlan is Megatron-LM's tensor-parallel layout of a GPT: attention split
 // by heads (the fused q|k|v projection column-parallel, part by part, the
@@ -67,40 +61,6 @@ var LlamaSequencePlan = parallel.Plan{
 	"blocks.*.up":        parallel.Colwise{Sequence: true},
 	"blocks.*.down":      parallel.Rowwise{Sequence: true},
 	"norm":               parallel.Sequence{Gather: true},
-}
-
-// plans are the tensor-parallel layouts of the models that have one, and
-// sequencePlans those with sequence parallelism.
-var (
-	plans = map[string]parallel.Plan{
-		"gpt":    GPTPlan,
-		"llama":  LlamaPlan,
-		"hybrid": prefixed("decoder.", GPTPlan), // the vision encoder stays replicated
-	}
-	sequencePlans = map[string]parallel.Plan{
-		"gpt":   GPTSequencePlan,
-		"llama": LlamaSequencePlan,
-		// not hybrid: its decoder adds the encoder's output over the whole sequence
-	}
-)
-
-// TensorPlan is the tensor-parallel layout of the reference model called
-// name, with sequence parallelism if sequence is set.
-func TensorPlan(name string, sequence bool) (parallel.Plan, error) {
-	from, what := plans, "tensor-parallel"
-	if sequence {
-		from, what = sequencePlans, "sequence-parallel"
-	}
-	p, ok := from[name]
-	if !ok {
-		names := make([]string, 0, len(from))
-		for n := range from {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		return nil, fmt.Errorf("model %q has no %s plan (models with one: %s)", name, what, strings.Join(names, ", "))
-	}
-	return p, nil
 }
 
 // prefixed is plan with every pattern under prefix.

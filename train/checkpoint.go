@@ -225,7 +225,7 @@ func changes(was, now Config) (refused, changed []string) {
 
 // dataOf describes what c's model trains on.
 func dataOf(c Config) string {
-	if c.Model != "gpt" && c.Model != "llama" {
+	if _, err := languageSpec(c.Model); err != nil {
 		return "the model's bundled data"
 	}
 	return c.textSource()
@@ -263,10 +263,10 @@ func precisionOf(c Config) string {
 	return s
 }
 
-// modelOf describes c's model, with its size for gpt.
+// modelOf describes c's model, with its size for a language model.
 func modelOf(c Config) string {
-	if c.Model == "gpt" {
-		return "gpt " + sizeOf(c.GPT)
+	if _, err := languageSpec(c.Model); err == nil {
+		return c.Model + " " + sizeOf(c.GPT)
 	}
 	return c.Model
 }

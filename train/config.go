@@ -45,7 +45,7 @@ type Config struct {
 // the flat YAML of before the groups, where it differs from its own key
 // ("-": it never had one); ParseConfig still reads those keys.
 type ModelConfig struct {
-	Model string `yaml:"name" flat:"model"` // gpt, llama, cnn or hybrid
+	Model string `yaml:"name" flat:"model"` // gpt, llama, bigram, cnn or hybrid (models.Names)
 	// GPT sizes the gpt (or llama) model: layers 2, width 64, heads 4,
 	// context 64; its vocabulary is the tokenizer's.
 	GPT      models.GPTConfig `yaml:"gpt"`
@@ -196,14 +196,6 @@ func (c *Config) resolveData() error {
 		*p = abs
 	}
 	return nil
-}
-
-// llamaConfig is the llama this run trains on the Go corpus's vocabulary,
-// sized by the gpt fields, with Llama's MLP width of about 8C/3 (a
-// multiple of 8) and HF's defaults for the rest.
-func (c Config) llamaConfig(vocab int) models.LlamaConfig {
-	return models.LlamaConfig{Vocab: vocab, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers,
-		Hidden: (8*c.GPT.Width/3 + 7) / 8 * 8, NormEps: 1e-5, RopeTheta: 10000}
 }
 
 // ModuleFor gives the modules matching Match their own precision, as
@@ -522,10 +514,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("out: a run folder is needed")
 	case c.OnNaN != "stop" && c.OnNaN != "skip":
 		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
-	case (c.Model == "gpt" || c.Model == "llama") && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
-		return fmt.Errorf("%s %s: layers, heads and context must be positive and width a multiple of heads", c.Model, sizeOf(c.GPT))
-	case c.Model == "llama" && c.GPT.Width/c.GPT.Heads%2 != 0:
-		return fmt.Errorf("llama %s: the head width (width/heads = %d) must be even for rotary embeddings", sizeOf(c.GPT), c.GPT.Width/c.GPT.Heads)
 	case c.Devices < 1:
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
 	case c.BatchSize%max(c.dataRanks(), 1) != 0:
@@ -534,8 +522,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("lora rank %d: must be at least 1", c.LoRA.Rank)
 	case c.Comm != "auto" && c.Comm != "local" && c.Comm != "mpi":
 		return fmt.Errorf("comm %q: accepted are auto, local and mpi", c.Comm)
-	case c.Data != "" && c.Model != "gpt" && c.Model != "llama":
-		return fmt.Errorf("data %s: only gpt and llama train on text; %s trains on its bundled data", c.Data, c.Model)
 	case c.Data == "" && (c.Tokenizer != "" || c.TokenizerDir != ""):
 		return fmt.Errorf("tokenizer %q: a tokenizer reads --data text; the bundled Go corpus has its own vocabulary", cmp.Or(c.Tokenizer, c.TokenizerDir))
 	case c.Data != "" && c.CorpusPart != "":
@@ -550,18 +536,34 @@ func (c Config) validate() error {
 	if _, err := optim.NewAdamW(nil, c.adamW()); err != nil {
 		return err
 	}
+	if err := c.validateModel(); err != nil {
+		return err
+	}
 	if err := c.validateTP(); err != nil {
 		return err
 	}
 	if err := c.validateLoop(); err != nil {
 		return err
 	}
-	for _, name := range models.Names() {
-		if name == c.Model {
-			return nil
+	return nil
+}
+
+// validateModel refuses a model that is not registered, a language
+// model's size it cannot build, and text for a model that trains on its
+// bundled data.
+func (c Config) validateModel() error {
+	spec, err := models.Lookup(c.Model)
+	switch {
+	case err != nil:
+		return err
+	case spec.LM == nil && c.Data != "":
+		return fmt.Errorf("data %s: only language models train on text; %s trains on its bundled data", c.Data, c.Model)
+	case spec.LM != nil && spec.CheckSize != nil:
+		if err := spec.CheckSize(c.GPT); err != nil {
+			return fmt.Errorf("%s %s: %w", c.Model, sizeOf(c.GPT), err)
 		}
 	}
-	return fmt.Errorf("unknown model %q (accepted: %s)", c.Model, strings.Join(models.Names(), ", "))
+	return nil
 }
 
 // sizeOf describes a gpt's (or llama's) size as a run sets it.

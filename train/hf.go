@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/models/hf"
@@ -15,10 +16,12 @@ import (
 // and the run's context.
 func (c Config) languageModel(vocabSize int) (build func(init *nn.Init) models.Model, arch *hf.Config, err error) {
 	if c.InitFrom == "" || !hf.IsModelDir(c.InitFrom) {
-		if c.Model == "llama" {
-			return func(init *nn.Init) models.Model { return models.NewLlama(init, c.llamaConfig(vocabSize)) }, nil, nil
+		spec, err := languageSpec(c.Model)
+		if err != nil {
+			return nil, nil, err
 		}
-		return func(init *nn.Init) models.Model { return models.NewGPT(init, c.gptConfig(vocabSize)) }, nil, nil
+		size := c.gptConfig(vocabSize)
+		return func(init *nn.Init) models.Model { return spec.LM(init, size) }, nil, nil
 	}
 	cfg, err := hf.ReadConfig(c.InitFrom)
 	if err != nil {
@@ -48,8 +51,8 @@ func (m *Manifest) languageModel() (func(init *nn.Init) models.Model, error) {
 	if m.Config.HF != nil {
 		return m.Config.HF.Builder()
 	}
-	if m.Config.Model != "gpt" && m.Config.Model != "llama" {
-		return nil, fmt.Errorf("the run trained %s; gpt and llama runs export and sample", m.Config.Model)
+	if _, err := languageSpec(m.Config.Model); err != nil {
+		return nil, fmt.Errorf("the run trained %s: %w", m.Config.Model, err)
 	}
 	tok, err := m.Config.tokenizer()
 	if err != nil {
@@ -57,4 +60,16 @@ func (m *Manifest) languageModel() (func(init *nn.Init) models.Model, error) {
 	}
 	build, _, err := m.Config.languageModel(tok.VocabSize())
 	return build, err
+}
+
+// languageSpec is the spec of the language model called name; any other
+// model is an error naming the language models, the ones that train on
+// text, sample and export.
+func languageSpec(name string) (models.Spec, error) {
+	spec, err := models.Lookup(name)
+	if err == nil && spec.LM == nil {
+		lms := models.NamesWhere(func(s models.Spec) bool { return s.LM != nil })
+		err = fmt.Errorf("%s is not a language model (those are %s)", name, strings.Join(lms, ", "))
+	}
+	return spec, err
 }

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/models"
@@ -32,59 +33,57 @@ type task struct {
 	arch *hf.Config
 }
 
+// newTask is c's model on its data: a language model on text, any other
+// on the dataset its spec bundles.
 func newTask(c Config) (*task, error) {
-	switch c.Model {
-	case "gpt", "llama":
-		tok, err := c.tokenizer()
-		if err != nil {
-			return nil, err
-		}
-		build, arch, err := c.languageModel(tok.VocabSize())
-		if err != nil {
-			return nil, err
-		}
-		trainIDs, valIDs, about, notes, err := c.gptTokens(tok)
-		if err != nil {
-			return nil, err
-		}
-		// A sampler per call: ranks draw the same batches concurrently,
-		// each keeping its share (data.Batch.Share).
-		draw := func(tokens data.Tokens, seed, pos uint64) data.Batch {
-			s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
-			s.Seek(pos)
-			return s.Next()
-		}
+	spec, err := models.Lookup(c.Model)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case spec.LM != nil:
+		return c.textTask()
+	case spec.Data != nil:
 		return &task{
-			build:  build,
-			batch:  func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
-			val:    func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
-			shapes: data.Batch{Shape: []int{c.BatchSize, c.GPT.Context}},
-			units:  c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, about: about, notes: notes, arch: arch,
-		}, nil
-	case "cnn":
-		cfg := data.GlyphConfig{Seed: c.Seed}
-		valCfg := data.GlyphConfig{Seed: c.Seed + 1}
-		return &task{
-			build:  func(init *nn.Init) models.Model { return models.NewCNN(init) },
-			batch:  func(step uint64) data.Batch { return data.GlyphBatch(cfg, c.BatchSize, step) },
-			val:    func(i int) data.Batch { return data.GlyphBatch(valCfg, c.BatchSize, uint64(i)) },
-			shapes: sampleShapes(data.GlyphBatch(cfg, 1, 0), c.BatchSize),
-			units:  c.BatchSize, unit: "images", seed: c.Seed,
-		}, nil
-	case "hybrid":
-		h := models.DefaultHybrid
-		cfg := data.TextImageConfig{Height: h.Height, Width: h.Width, Chars: h.Chars, Seed: c.Seed}
-		valCfg := cfg
-		valCfg.Seed++
-		return &task{
-			build:  func(init *nn.Init) models.Model { return models.NewHybrid(init, h) },
-			batch:  func(step uint64) data.Batch { return hybridBatch(cfg, c.BatchSize, step, h.Alphabet) },
-			val:    func(i int) data.Batch { return hybridBatch(valCfg, c.BatchSize, uint64(i), h.Alphabet) },
-			shapes: sampleShapes(hybridBatch(cfg, 1, 0, h.Alphabet), c.BatchSize),
-			units:  c.BatchSize, unit: "images", seed: c.Seed,
+			build:  spec.New,
+			batch:  func(step uint64) data.Batch { return spec.Data(c.Seed, c.BatchSize, step) },
+			val:    func(i int) data.Batch { return spec.Data(c.Seed+1, c.BatchSize, uint64(i)) },
+			shapes: sampleShapes(spec.Data(c.Seed, 1, 0), c.BatchSize),
+			units:  c.BatchSize, unit: spec.Unit, seed: c.Seed,
 		}, nil
 	}
-	return nil, fmt.Errorf("model %q has no bundled dataset to train on (gpt, llama, cnn, hybrid do; mlp is for weft parity)", c.Model)
+	trainable := models.NamesWhere(func(s models.Spec) bool { return s.LM != nil || s.Data != nil })
+	return nil, fmt.Errorf("model %q has no bundled dataset to train on (%s do; it is for weft parity and weft bench)", c.Model, strings.Join(trainable, ", "))
+}
+
+// textTask is c's language model on the Go corpus or c's text.
+func (c Config) textTask() (*task, error) {
+	tok, err := c.tokenizer()
+	if err != nil {
+		return nil, err
+	}
+	build, arch, err := c.languageModel(tok.VocabSize())
+	if err != nil {
+		return nil, err
+	}
+	trainIDs, valIDs, about, notes, err := c.gptTokens(tok)
+	if err != nil {
+		return nil, err
+	}
+	// A sampler per call: ranks draw the same batches concurrently,
+	// each keeping its share (data.Batch.Share).
+	draw := func(tokens data.Tokens, seed, pos uint64) data.Batch {
+		s := data.NewTokenSampler(tokens, c.BatchSize, c.GPT.Context, seed)
+		s.Seek(pos)
+		return s.Next()
+	}
+	return &task{
+		build:  build,
+		batch:  func(step uint64) data.Batch { return draw(trainIDs, c.Seed, step) },
+		val:    func(i int) data.Batch { return draw(valIDs, c.Seed+1, uint64(i)) },
+		shapes: data.Batch{Shape: []int{c.BatchSize, c.GPT.Context}},
+		units:  c.BatchSize * c.GPT.Context, unit: "tokens", seed: c.Seed, about: about, notes: notes, arch: arch,
+	}, nil
 }
 
 // gptTokens are the training and validation ids gpt reads: the Go corpus
@@ -127,16 +126,3 @@ func (t *task) newModel() models.Model { return t.build(nn.NewInit(t.seed)) }
 
 // metaModel builds the model on shapes alone, for its plan.
 func (t *task) metaModel() models.Model { return t.build(nn.Meta(t.seed)) }
-
-// hybridBatch turns rendered text into a decoder batch: inputs are a start
-// token (id start) then the first T-1 characters, targets all T characters.
-func hybridBatch(cfg data.TextImageConfig, n int, step uint64, start int) data.Batch {
-	images, text := data.TextImageBatch(cfg, n, step)
-	t := len(text[0])
-	b := data.Batch{X: images, Shape: []int{n, t}}
-	for _, chars := range text {
-		b.Tokens = append(append(b.Tokens, start), chars[:t-1]...)
-		b.Targets = append(b.Targets, chars...)
-	}
-	return b
-}

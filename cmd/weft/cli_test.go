@@ -30,6 +30,7 @@ func TestCLI(t *testing.T) {
 		{[]string{"plan", "--model", "cnn", "--precision", "bf16-mixed"}, 0, []string{"conv1", "bfloat16", "float32"}},
 		// weft plan takes weft train's flags, defaults and refusals.
 		{[]string{"plan"}, 0, []string{"gpt: precision bf16-mixed; strategy single on 1 device(s)", "plan: the allocator peaks at"}},
+		{[]string{"plan", "--model", "bigram", "--precision", "32-true"}, 0, []string{"bigram: precision 32-true", "tok", "head"}},
 		{[]string{"plan", "--model", "mlp"}, 1, []string{`model "mlp" has no bundled dataset to train on`}},
 		{[]string{"plan", "--batch", "8"}, 1, []string{"unknown flag: --batch"}},
 		{[]string{"plan", "--lora", "blocks.*.qkv"}, 0, []string{"adapter blocks.0.qkv.lora_A.weight [8 64]: 2048 B", "adapter blocks.1.qkv.lora_B.weight [192 8]: 6144 B"}},

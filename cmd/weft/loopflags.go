@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
@@ -81,7 +82,8 @@ func copyValue(to, from pflag.Value) error {
 // --precision-for to rules. A new setting adds its flag here, and
 // weft train and weft plan both take it.
 func bindSettings(fs *pflag.FlagSet, c *train.Config, rules *[]string) {
-	fs.StringVar(&c.Model, "model", c.Model, "model: gpt, llama, cnn or hybrid")
+	trainable := models.NamesWhere(func(s models.Spec) bool { return s.LM != nil || s.Data != nil })
+	fs.StringVar(&c.Model, "model", c.Model, "model: "+strings.Join(trainable, ", "))
 	fs.StringVar(&c.Precision, "precision", c.Precision, "precision spec: "+strings.Join(precision.Specs(), ", ")+", a jmp policy, or several joined by +")
 	fs.StringArrayVar(rules, "precision-for", *rules, "per-module precision 'GLOB=SPEC' (repeatable), e.g. 'vision.**=16-mixed' or 'kind:Conv2d=bf16-true'")
 	fs.StringVar(&c.LossScale, "loss-scale", c.LossScale, "auto (a dynamic scaler whenever a module computes in float16) or none")

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -279,15 +280,16 @@ func syntheticBatch(cfg StepConfig) (data.Batch, error) {
 	if cfg.Batch != 0 {
 		return data.Batch{}, fmt.Errorf("bench: a batch size is taken with a gpt size only; %s runs at its reference batch", cfg.Model)
 	}
-	switch cfg.Model {
-	case "mlp784":
-		return data.Batch{X: images(64, 784), Targets: labels(64, 10)}, nil
-	case "mlp":
-		return data.Batch{X: images(64, 32), Targets: labels(64, 10)}, nil
-	case "cnn":
-		return data.Batch{X: images(32, 1, 12, 12), Targets: labels(32, 10)}, nil
-	case "gpt":
-		return data.Batch{Tokens: labels(8*16, 48), Shape: []int{8, 16}, Targets: labels(8*16, 48)}, nil
+	spec, err := models.Lookup(cfg.Model)
+	switch {
+	case err != nil:
+		return data.Batch{}, fmt.Errorf("bench: %w", err)
+	case spec.Bench == nil:
+		benched := models.NamesWhere(func(s models.Spec) bool { return s.Bench != nil })
+		return data.Batch{}, fmt.Errorf("bench: no step benchmark for model %q (%s)", cfg.Model, strings.Join(benched, ", "))
+	case spec.LM != nil: // token ids [B, T]
+		n := spec.Bench[0] * spec.Bench[1]
+		return data.Batch{Tokens: labels(n, spec.Classes), Shape: slices.Clone(spec.Bench), Targets: labels(n, spec.Classes)}, nil
 	}
-	return data.Batch{}, fmt.Errorf("bench: no step benchmark for model %q (mlp784, mlp, cnn, gpt)", cfg.Model)
+	return data.Batch{X: images(spec.Bench...), Targets: labels(spec.Bench[0], spec.Classes)}, nil
 }
