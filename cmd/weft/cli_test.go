@@ -68,6 +68,8 @@ func TestCLI(t *testing.T) {
 		// A gpt of any size: 1 layer of width 16 has 12·16²+13·16 + ln_f 32 + pos 8·16 + tok and head 2·98·16 = 6,624 parameters.
 		{[]string{"bench", "step", "--gpt", "1,16,2,8", "--batch", "2", "--steps", "1", "--precisions", "32-true", "--min-time", "1ms"}, 0,
 			[]string{"weft-f32", "1024", "gpt", "32-true", "0.01M", "cores busy"}},
+		{[]string{"bench", "gemm", "--sizes", "16", "--min-time", "1ms"}, 0, []string{"weft-f32  16"}},
+		{[]string{"bench", "allreduce", "--sizes", "16"}, 1, []string{"unknown flag: --sizes"}},
 		{[]string{"bench", "step", "--gpt", "1,16,3,8", "--steps", "1"}, 1, []string{"a width that the heads divide"}},
 		{[]string{"bench", "step", "--gpt", "1,16,2"}, 1, []string{`--gpt "1,16,2": want layers,width,heads,context`}},
 		{[]string{"bench", "step", "--gpt", "1,16,2,8", "--models", "mlp"}, 1, []string{"leave out --models"}},

@@ -55,43 +55,7 @@ reference file, and compares it with the same run on one device.`,
 			if !cmd.Flags().Changed("refs") {
 				dir = models.ReferenceDir(refs)
 			}
-			ref, err := models.LoadReference(dir)
-			if err != nil {
-				return err
-			}
-			traj, err := parity.LoadTrajectories(dir)
-			if err != nil {
-				return err
-			}
-			steps := traj.Models[model].Steps
-			if steps == 0 {
-				return fmt.Errorf("model %q has no runs in %s/trajectories.json (models: %v)", model, dir, traj.ModelNames())
-			}
-			res, err := parity.TrainOn(ref, model, steps, c.Spec, dist, nil)
-			if err == nil && len(res.Ranks) > 0 && res.Ranks[0].Rank != 0 {
-				return nil // under mpirun, rank 0 reports
-			}
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(out).Encode(res)
-			}
-			printLosses(out, res)
-			if res.NonFinite != "" {
-				fmt.Fprintln(out, res.NonFinite)
-			}
-			run, ok := traj.Models[model].Runs[c.Run]
-			if !ok || c.Tol == (parity.Tolerance{}) {
-				return compareBaseline(out, res, traj.Models[model].Runs)
-			}
-			if err := parity.Compare(res, run, c.Tol); err != nil {
-				return fmt.Errorf("%s %s differs from PyTorch's %s run: %w", model, res.Precision, c.Run, err)
-			}
-			fmt.Fprintf(out, "%s %s matches PyTorch's %s run: %d steps (step 0 within %.0g, all within %.0g relative)\n",
-				model, res.Precision, c.Run, len(res.Losses), c.Tol.First, c.Tol.Rest)
-			return nil
+			return parityReference(cmd.OutOrStdout(), dir, model, c, dist, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&refs, "refs", models.DefaultReferenceDir, "reference folder (WEFT_REFERENCE_DIR overrides the default)")
@@ -106,6 +70,48 @@ reference file, and compares it with the same run on one device.`,
 	cmd.Flags().StringVar(&gptSize, "gpt", "", "a gpt of layers,width,heads,context (e.g. 2,32,8,8) from seeded weights instead of a reference model")
 	cmd.Flags().StringVar(&backend, "comm", "local", "collectives: local (ranks as goroutines) or mpi (one process per rank, under mpirun; --devices 0 takes mpirun's size)")
 	return cmd
+}
+
+// parityReference replays model's PyTorch reference run from dir with
+// c's precision on d, and compares its losses with the run's trajectory
+// (or with the baseline runs when c has no tolerance against it).
+func parityReference(out io.Writer, dir, model string, c parity.Case, d parity.Dist, asJSON bool) error {
+	ref, err := models.LoadReference(dir)
+	if err != nil {
+		return err
+	}
+	traj, err := parity.LoadTrajectories(dir)
+	if err != nil {
+		return err
+	}
+	steps := traj.Models[model].Steps
+	if steps == 0 {
+		return fmt.Errorf("model %q has no runs in %s/trajectories.json (models: %v)", model, dir, traj.ModelNames())
+	}
+	res, err := parity.TrainOn(ref, model, steps, c.Spec, d, nil)
+	if err == nil && len(res.Ranks) > 0 && res.Ranks[0].Rank != 0 {
+		return nil // under mpirun, rank 0 reports
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(res)
+	}
+	printLosses(out, res)
+	if res.NonFinite != "" {
+		fmt.Fprintln(out, res.NonFinite)
+	}
+	run, ok := traj.Models[model].Runs[c.Run]
+	if !ok || c.Tol == (parity.Tolerance{}) {
+		return compareBaseline(out, res, traj.Models[model].Runs)
+	}
+	if err := parity.Compare(res, run, c.Tol); err != nil {
+		return fmt.Errorf("%s %s differs from PyTorch's %s run: %w", model, res.Precision, c.Run, err)
+	}
+	fmt.Fprintf(out, "%s %s matches PyTorch's %s run: %d steps (step 0 within %.0g, all within %.0g relative)\n",
+		model, res.Precision, c.Run, len(res.Losses), c.Tol.First, c.Tol.Rest)
+	return nil
 }
 
 // printLosses prints each step's loss.

@@ -65,17 +65,9 @@ NAME, the format and the original dtype and shape as JSON.`,
 				if _, taken := meta[name]; taken {
 					return fmt.Errorf("quantize: %s: the metadata already has an entry %q", args[0], name)
 				}
-				t, err := tensor.FromBytes(st.DType, st.Data, st.Shape...)
+				parts, entry, size, err := quantizeTensor(name, st, format)
 				if err != nil {
 					return err
-				}
-				parts, entry, err := quant.QuantizeTensor(name, t, format)
-				if err != nil {
-					return err
-				}
-				size := 0
-				for _, p := range parts {
-					size += len(p.Data)
 				}
 				after += size
 				out = append(out, parts...)
@@ -97,4 +89,20 @@ NAME, the format and the original dtype and shape as JSON.`,
 	cmd.Flags().StringVar(&match, "match", "*.weight", "quantize the tensors whose names match this path.Match pattern")
 	cmd.Flags().IntVar(&minDim, "min-dim", 16, "quantize only matrices whose dimensions are both at least this")
 	return cmd
+}
+
+// quantizeTensor is the tensor st, called name, in format: its parts, its
+// metadata entry and the parts' bytes.
+func quantizeTensor(name string, st checkpoint.Tensor, format string) (parts []checkpoint.Tensor, entry string, size int, err error) {
+	t, err := tensor.FromBytes(st.DType, st.Data, st.Shape...)
+	if err != nil {
+		return nil, "", 0, err
+	}
+	if parts, entry, err = quant.QuantizeTensor(name, t, format); err != nil {
+		return nil, "", 0, err
+	}
+	for _, p := range parts {
+		size += len(p.Data)
+	}
+	return parts, entry, size, nil
 }
