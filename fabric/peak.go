@@ -81,6 +81,12 @@ func Units(m nn.Module) []Unit {
 type segment struct {
 	unit int
 	act  int64
+	// high is the most the segment's forward holds at once beyond what
+	// the tape held before it: its results live until its unit's scope
+	// closes and releases those backward does not read, and the running
+	// op's scratch (kernelScratch, FP8 operands, a dequantized weight),
+	// scratch of it.
+	high, scratch int64
 	// io is the unit's output and input bytes: their gradients are live
 	// through its backward; out is the output's alone, all that a
 	// checkpointed unit keeps of its forward.
@@ -118,14 +124,20 @@ func (sg segment) kept() int64 {
 // meter is the Scoper of a plan's pass on meta tensors: it cuts the pass
 // into segments at unit boundaries, outside the precision's scopes as the
 // strategy's Scoper sits.
+// peakAt is what a pass holds at a moment: on its tape and in the
+// running kernel's scratch.
+type peakAt struct{ tape, scratch int64 }
+
 type meter struct {
 	inner  autograd.Scoper
 	unitOf map[any]int
 	fp8    map[any]bool // Linears whose GEMMs are FP8
 	segs   []segment
-	last   int64 // RetainedPool at the end of the last segment
-	held   int64 // the running segment's largest fp8 operands
-	work   int64 // the running segment's largest workingSet
+	tape   *autograd.Tape
+	last   int64  // RetainedPool at the end of the last segment
+	high   peakAt // the running segment's most held at once (sample)
+	held   int64  // the running segment's largest fp8 operands
+	work   int64  // the running segment's largest workingSet
 }
 
 func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
@@ -134,12 +146,15 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 		in, exit = mt.inner.EnterScope(tp, module, x)
 	}
 	if l, ok := module.(*nn.Linear); ok && in != nil {
+		var operands int64
 		switch w, frozen := quant.WeightOf(l); {
 		case mt.fp8[module]:
-			mt.held = max(mt.held, tensor.PoolBytes(dtype.E4M3FN, in.Value.Len())+tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len()))
+			operands = tensor.PoolBytes(dtype.E4M3FN, in.Value.Len()) + tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len())
 		case frozen: // dequantized for its GEMM
-			mt.held = max(mt.held, tensor.PoolBytes(in.Value.DType(), tensor.Numel(w.Shape())))
+			operands = tensor.PoolBytes(in.Value.DType(), tensor.Numel(w.Shape()))
 		}
+		mt.held = max(mt.held, operands)
+		mt.sample(operands)
 	}
 	if in != nil {
 		mt.work = max(mt.work, workingSet(in.Value))
@@ -172,9 +187,61 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 
 // cut ends the running segment as one of unit's.
 func (mt *meter) cut(tp *autograd.Tape, unit int, io, out int64) {
+	mt.sample(0)
 	now := tp.RetainedPool()
-	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, out: out, fp8: mt.held, work: mt.work})
-	mt.last, mt.held, mt.work = now, 0, 0
+	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, high: mt.high.tape + mt.high.scratch - mt.last, scratch: mt.high.scratch,
+		io: io, out: out, fp8: mt.held, work: mt.work})
+	mt.last, mt.high, mt.held, mt.work = now, peakAt{}, 0, 0
+}
+
+// sample notes what the pass holds now: the tape's retained results and
+// scratch.
+func (mt *meter) sample(scratch int64) {
+	if now := mt.tape.RetainedPool(); now+scratch > mt.high.tape+mt.high.scratch {
+		mt.high = peakAt{now, scratch}
+	}
+}
+
+// observe is the tape's Observe: as an op records its result, the pass
+// holds what the tape retains (the result included) and the op's kernel
+// scratch.
+func (mt *meter) observe(op autograd.Op, out *autograd.Var, in []*autograd.Var) {
+	mt.sample(kernelScratch(op, out.Value, in))
+}
+
+// kernelScratch is the float32 scratch the tensor kernel of op holds
+// while it writes out: an elementwise or normalising kernel decodes each
+// input stored narrower than float32 and computes a narrower result in
+// float32 before encoding it (masked_fill works on its result's decoded
+// copy alone); a GEMM sums a matrix of a narrower result in float32 for
+// its epilogue to round (Linear's rows as one matrix, MatMul's each of
+// the batch's). Casts, shape ops and Record ops (op "") take none.
+func kernelScratch(op autograd.Op, out *tensor.Tensor, in []*autograd.Var) int64 {
+	narrow := func(t *tensor.Tensor) bool { return t.DType() != dtype.F32 && t.DType() != dtype.F64 }
+	if !narrow(out) {
+		return 0
+	}
+	switch op {
+	case autograd.OpLinear:
+		return tensor.ScratchBytes(out.Len())
+	case autograd.OpMatMul:
+		if out.DType().Bits()%8 != 0 {
+			return tensor.ScratchBytes(out.Len())
+		}
+		return tensor.ScratchBytes(out.Dim(-2) * out.Dim(-1))
+	case autograd.OpMaskedFill:
+		return tensor.ScratchBytes(out.Len())
+	case autograd.OpAdd, autograd.OpMul, autograd.OpGELU, autograd.OpReLU, autograd.OpSoftmax,
+		autograd.OpLayerNorm, autograd.OpRMSNorm, autograd.OpSiLU, autograd.OpRotary:
+		b := tensor.ScratchBytes(out.Len())
+		for _, x := range in {
+			if x != nil && narrow(x.Value) {
+				b += tensor.ScratchBytes(x.Value.Len())
+			}
+		}
+		return b
+	}
+	return 0
 }
 
 // metaPass runs m's forward and loss on the share of global that rank 0
@@ -196,6 +263,7 @@ func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, glob
 	}
 	f := &Fabric{plugin: res.Root, plan: res, scaler: res.Scaler, scopes: res.Scoper(), meter: mt, tensors: tensors}
 	f.tape.Recycle = true
+	mt.tape, f.tape.Observe = &f.tape, mt.observe
 	defer f.tape.Reset()
 	b.X = f.Input(b.X)
 	logits, err := f.forward(context.Background(), func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
@@ -413,8 +481,8 @@ func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak
 	for _, sg := range segs {
 		if sg.unit >= 0 {
 			q := p
-			q.Activations += sg.act // all of it until a checkpoint frees all but the output
-			q.Scratch = sg.fp8
+			q.Activations += sg.high - sg.scratch // its intermediates until its scope closes
+			q.Scratch = sg.scratch
 			q.Gathered += whole(sg.unit) + whole(sg.unit+1)
 			consider("forward of "+units[sg.unit].Path, q)
 		}
