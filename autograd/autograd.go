@@ -123,10 +123,10 @@ type Tape struct {
 	// Recompute, if set, selects the layers whose forward Checkpoint
 	// recomputes in backward instead of keeping their activations.
 	Recompute func(layer Layer) bool
-	// Observe, if set, sees each op of a pass for backward as it is
-	// recorded: the class its inputs were autocast for ("" for an op that
-	// autocasts none: a cast, a shape op, a Record op), its result and
-	// its inputs. A plan measures a pass on meta tensors with it.
+	// Observe, if set, sees each op as the tape records it: the class its
+	// inputs were autocast for ("" for an op that autocasts none: a cast,
+	// a shape op, a Record op), its result and its inputs. A plan measures
+	// a pass on meta tensors with it.
 	Observe func(op Op, out *Var, in []*Var)
 	// casting is the class of the op whose inputs autocast has cast, until
 	// the op records its result.
@@ -237,14 +237,14 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor
 	}
 	n := tp.next()
 	n.out.Value = value
-	if tp.NoGrad {
-		return n
-	}
-	copy(n.in[:], inputs)
 	if op := tp.casting; tp.Observe != nil {
 		tp.casting = ""
 		tp.Observe(op, &n.out, inputs)
 	}
+	if tp.NoGrad {
+		return n
+	}
+	copy(n.in[:], inputs)
 	for _, in := range inputs {
 		if in != nil && in.requiresGrad {
 			n.out.requiresGrad, n.backward, n.reads = true, backward, r

@@ -246,8 +246,9 @@ func kernelScratch(op autograd.Op, out *tensor.Tensor, in []*autograd.Var) int64
 
 // metaPass runs m's forward and loss on the share of global that rank 0
 // of devices takes, on meta tensors, in res's scopes and tensors' layout
-// (nil if whole), as TrainStep runs them, and returns the pass cut at units' boundaries and the logits.
-func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, units []Unit) ([]segment, *tensor.Tensor, error) {
+// (nil if whole), as TrainStep runs them (with noGrad, as EvalShare does),
+// and returns the pass cut at units' boundaries and the logits.
+func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, noGrad bool, units []Unit) ([]segment, *tensor.Tensor, error) {
 	b, err := metaShare(global, devices)
 	if err != nil {
 		return nil, nil, err
@@ -262,7 +263,7 @@ func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, glob
 		}
 	}
 	f := &Fabric{plugin: res.Root, plan: res, scaler: res.Scaler, scopes: res.Scoper(), meter: mt, tensors: tensors}
-	f.tape.Recycle = true
+	f.tape.Recycle, f.tape.NoGrad = true, noGrad
 	mt.tape, f.tape.Observe = &f.tape, mt.observe
 	defer f.tape.Reset()
 	b.X = f.Input(b.X)
@@ -298,8 +299,9 @@ func metaShare(global data.Batch, devices int) (data.Batch, error) {
 }
 
 // PredictPeak predicts the allocator's peak on each rank over a training
-// step on global (its shapes; values are not read) and sets p.Peak. The
-// forward runs on p's model, on meta tensors. Units that
+// step on global (its shapes; values are not read) and an evaluation of a
+// batch like it, and sets p.Peak. The forwards run on p's model, on meta
+// tensors. Units that
 // p.ActivationCheckpointing selects keep only their output from the
 // forward and recompute the rest in their backward; a checkpointed module
 // inside a unit is predicted as if it were not checkpointed.
@@ -310,7 +312,11 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 	}
 	units := Units(m)
 	micro := max(p.MicroBatches, 1)
-	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices*micro, units)
+	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices*micro, false, units)
+	if err != nil {
+		return err
+	}
+	eval, _, err := metaPass(m, p.res, p.tensors, global, p.Devices, true, units)
 	if err != nil {
 		return err
 	}
@@ -323,9 +329,17 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 			segs[i].checkpointed = segs[i].unit >= 0 && selected[units[segs[i].unit].Module]
 		}
 	}
+	sim := p.stepSim(m, units)
+	p.Peak = sim.run(segs, eval, units, logits)
+	return nil
+}
+
+// stepSim accounts what each parameter of m, in units, costs a rank over
+// a step of the plan's strategy.
+func (p *Plan) stepSim(m Model, units []Unit) *stepSim {
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	sim := stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: micro > 1, frozen: p.BytesPerRank.Frozen}
+	sim := &stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
 	unitOf := map[*autograd.Var]int{}
 	for i, u := range units {
 		for _, q := range u.Params {
@@ -360,8 +374,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 			})
 		}
 	}
-	p.Peak = sim.run(segs, units, logits)
-	return nil
+	return sim
 }
 
 // trained is the parameters the plan's precision alone trains, if it
@@ -448,91 +461,138 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 }
 
 // run predicts the peak over the forward (segs, in order), the loss, the
-// backward (segs reversed) and the optimizer step.
-func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak {
-	fsdp := s.sh.Parameters
+// backward (segs reversed), the optimizer step and an evaluation's forward
+// (eval) after it.
+func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor) *Peak {
 	base := Peak{State: s.all.state + s.frozen}
 	for _, sg := range segs {
 		base.Saved += sg.kept()
 	}
-	best := base
-	consider := func(at string, p Peak) {
-		p.At, p.Bytes = at, p.State+p.Grads+p.Gathered+p.Activations+p.Transient+p.Scratch
-		if p.Bytes > best.Bytes {
-			best = p
-		}
-	}
-	whole := func(i int) int64 {
-		if !fsdp || i < 0 || i >= len(s.units) {
-			return 0
-		}
-		return s.units[i].whole
-	}
-	rootWhole := int64(0)
-	if fsdp {
-		rootWhole = s.root.whole
-	}
-	// Forward: a unit runs whole with the next one's gather in flight.
+	w := &walk{stepSim: s, modules: units, best: base}
 	p := base
-	p.Gathered = rootWhole
+	p.Gathered = w.rootWhole()
 	if s.accumulates {
 		p.Grads = s.all.held
 	}
+	p = w.forward("forward", segs, p)
+	w.loss(p, logits)
+	p = w.backward(segs, p)
+	if !s.accumulates { // the root's gradients, reduced last
+		p.Grads += s.root.held
+	}
+	p.Gathered, p.Transient, p.Scratch = 0, 0, s.all.optimizer
+	w.consider("optimizer step", p)
+	if s.sh.OptimizerState && !s.sh.Parameters { // zero1/zero2 gather each updated parameter
+		q := base
+		q.Transient = s.all.padded
+		w.consider("after step", q)
+	}
+	p = base
+	p.Gathered = w.rootWhole()
+	w.forward("evaluation", eval, p)
+	return &w.best
+}
+
+// walk is a stepSim's walk through a step: the most the pool holds, and
+// at what.
+type walk struct {
+	*stepSim
+	modules []Unit // the units' modules, for the moments' names
+	best    Peak
+}
+
+// consider keeps p, what the pool holds at, if it is the most yet.
+func (w *walk) consider(at string, p Peak) {
+	p.At, p.Bytes = at, p.State+p.Grads+p.Gathered+p.Activations+p.Transient+p.Scratch
+	if p.Bytes > w.best.Bytes {
+		w.best = p
+	}
+}
+
+// whole is unit i's parameters made whole, under FSDP.
+func (w *walk) whole(i int) int64 {
+	if !w.sh.Parameters || i < 0 || i >= len(w.units) {
+		return 0
+	}
+	return w.units[i].whole
+}
+
+// rootWhole is the parameters outside every unit made whole, under FSDP,
+// for the whole pass.
+func (w *walk) rootWhole() int64 {
+	if !w.sh.Parameters {
+		return 0
+	}
+	return w.root.whole
+}
+
+// forward walks a forward pass from p: each segment at its fullest, a
+// unit whole with the next one's gather in flight. It returns p with what
+// the pass leaves.
+func (w *walk) forward(what string, segs []segment, p Peak) Peak {
 	for _, sg := range segs {
+		q := p
+		q.Activations += sg.high - sg.scratch // its results until its scope closes
+		q.Scratch = sg.scratch
+		at := what
 		if sg.unit >= 0 {
-			q := p
-			q.Activations += sg.high - sg.scratch // its intermediates until its scope closes
-			q.Scratch = sg.scratch
-			q.Gathered += whole(sg.unit) + whole(sg.unit+1)
-			consider("forward of "+units[sg.unit].Path, q)
+			q.Gathered += w.whole(sg.unit) + w.whole(sg.unit+1)
+			at += " of " + w.modules[sg.unit].Path
 		}
+		w.consider(at, q)
 		p.Activations += sg.kept()
 	}
-	// The loss over the global batch: every rank's logits gathered.
-	if s.dist && s.n > 1 {
-		q := p
-		rows := logits.Len() * s.n
-		q.Transient = tensor.PoolBytes(logits.DType(), rows)
-		if logits.DType() != dtype.F32 && logits.DType() != dtype.F64 {
-			q.Transient += tensor.ScratchBytes(rows)
-		}
-		consider("loss", q)
+	return p
+}
+
+// loss is the loss over the global batch after the forward left p: every
+// rank's logits gathered.
+func (w *walk) loss(p Peak, logits *tensor.Tensor) {
+	if !w.dist || w.n <= 1 {
+		return
 	}
-	// Backward: a unit's gradients are made while its activations are
-	// still held, then reduced; FSDP holds it whole with the one before
-	// it prefetched.
+	rows := logits.Len() * w.n
+	p.Transient = tensor.PoolBytes(logits.DType(), rows)
+	if logits.DType() != dtype.F32 && logits.DType() != dtype.F64 {
+		p.Transient += tensor.ScratchBytes(rows)
+	}
+	w.consider("loss", p)
+}
+
+// backward walks the backward from p, what the forward left: a unit's
+// gradients are made while its activations are still held (a
+// checkpointed unit's recomputed first), then reduced; FSDP holds it whole
+// with the one before it prefetched. It returns p with the gradients held.
+func (w *walk) backward(segs []segment, p Peak) Peak {
 	for k := len(segs) - 1; k >= 0; k-- {
 		sg := segs[k]
 		q := p
 		if sg.unit < 0 {
 			q.Transient = sg.act // the gradients of its results
-			consider("backward", q)
-		} else {
-			u := s.units[sg.unit]
-			q.Activations += sg.act - sg.kept() // recomputed
-			q.Gathered += whole(sg.unit) + whole(sg.unit-1)
-			q.Transient, q.Scratch = u.grad+sg.io+sg.work, sg.fp8
-			consider("backward of "+units[sg.unit].Path, q)
-			if s.sh.Gradients || (s.sh.OptimizerState && u.held != u.grad) {
-				q.Activations -= sg.act
-				q.Transient, q.Scratch = u.grad+u.padded, 0
-				consider("reduction of "+units[sg.unit].Path, q)
-			}
-			if !s.accumulates {
-				p.Grads += u.held
-			}
+			w.consider("backward", q)
+			p.Activations -= sg.kept()
+			continue
+		}
+		u, path := w.units[sg.unit], w.modules[sg.unit].Path
+		q.Gathered += w.whole(sg.unit) + w.whole(sg.unit-1)
+		if sg.checkpointed { // its forward again, its output's gradient waiting
+			r := q
+			r.Activations += sg.high - sg.scratch
+			r.Transient, r.Scratch = sg.out, sg.scratch
+			w.consider("recompute of "+path, r)
+		}
+		q.Activations += sg.act - sg.kept() // recomputed
+		q.Transient, q.Scratch = u.grad+sg.io+sg.work, sg.fp8
+		w.consider("backward of "+path, q)
+		if w.sh.Gradients || (w.sh.OptimizerState && u.held != u.grad) {
+			q.Activations -= sg.act
+			q.Transient, q.Scratch = u.grad+u.padded, 0
+			w.consider("reduction of "+path, q)
+		}
+		if !w.accumulates {
+			p.Grads += u.held
 		}
 		p.Activations -= sg.kept()
 	}
-	if !s.accumulates { // the root's gradients, reduced last
-		p.Grads += s.root.held
-	}
-	p.Gathered, p.Transient, p.Scratch = 0, 0, s.all.optimizer
-	consider("optimizer step", p)
-	if s.sh.OptimizerState && !fsdp { // zero1/zero2 gather each updated parameter
-		q := base
-		q.Transient = s.all.padded
-		consider("after step", q)
-	}
-	return &best
+	return p
 }
