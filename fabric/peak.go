@@ -47,6 +47,21 @@ type Peak struct {
 	// Saved is what the whole forward and loss leave on the tape for
 	// backward (autograd.Tape.RetainedPool of a pass on meta tensors).
 	Saved int64 `json:"saved_activations"`
+	// Process is the peak of one process that runs RanksInProcess ranks
+	// (all the plan's), as in-process ranks do; under mpirun a process
+	// runs one rank and peaks at Bytes. The ranks share the process's
+	// pool and meet at every collective, so they hold their state,
+	// gradients, gathered units and activations at once; their transient
+	// buffers and scratch, short-lived between collectives, are one
+	// rank's at a time (at the measured process peak, one rank's alone
+	// were live).
+	Process        int64 `json:"process_bytes"`
+	RanksInProcess int   `json:"ranks_in_process"`
+}
+
+// inProcess is what ranks in one process hold when each holds p.
+func (p Peak) inProcess(ranks int) int64 {
+	return int64(ranks)*(p.State+p.Grads+p.Gathered+p.Activations) + p.Transient + p.Scratch
 }
 
 // Unit is a sharding unit as strategy.DefaultUnits picks them, with its
@@ -330,7 +345,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 		}
 	}
 	sim := p.stepSim(m, units)
-	p.Peak = sim.run(segs, eval, units, logits)
+	p.Peak = sim.run(segs, eval, units, logits, p.Devices*max(p.TensorParallel, 1))
 	return nil
 }
 
@@ -463,12 +478,12 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 // run predicts the peak over the forward (segs, in order), the loss, the
 // backward (segs reversed), the optimizer step and an evaluation's forward
 // (eval) after it.
-func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor) *Peak {
+func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor, ranks int) *Peak {
 	base := Peak{State: s.all.state + s.frozen}
 	for _, sg := range segs {
 		base.Saved += sg.kept()
 	}
-	w := &walk{stepSim: s, modules: units, best: base}
+	w := &walk{stepSim: s, modules: units, best: base, ranks: ranks}
 	p := base
 	p.Gathered = w.rootWhole()
 	if s.accumulates {
@@ -490,6 +505,7 @@ func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor)
 	p = base
 	p.Gathered = w.rootWhole()
 	w.forward("evaluation", eval, p)
+	w.best.Process, w.best.RanksInProcess = w.process, ranks
 	return &w.best
 }
 
@@ -499,6 +515,9 @@ type walk struct {
 	*stepSim
 	modules []Unit // the units' modules, for the moments' names
 	best    Peak
+	// process is the most a process of ranks holds (Peak.Process).
+	ranks   int
+	process int64
 }
 
 // consider keeps p, what the pool holds at, if it is the most yet.
@@ -507,6 +526,7 @@ func (w *walk) consider(at string, p Peak) {
 	if p.Bytes > w.best.Bytes {
 		w.best = p
 	}
+	w.process = max(w.process, p.inProcess(w.ranks))
 }
 
 // whole is unit i's parameters made whole, under FSDP.

@@ -339,7 +339,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 		return sum, sum.Stopped
 	}
 	sum.Steps = c.Steps
-	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes, plan.Peak.Bytes); err != nil {
+	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes, plan.Peak); err != nil {
 		return nil, err
 	}
 	if !lead {
