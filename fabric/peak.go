@@ -18,12 +18,14 @@ import (
 )
 
 // Peak is the allocator's predicted high-water mark (tensor.Memory's
-// Peak) over one rank's training step, in bytes as the pool counts them
-// (each buffer rounded up to its size class), and what is live at it.
+// Peak) over one rank's training step and an evaluation after it, in
+// bytes as the pool counts them (each buffer rounded up to its size
+// class), and what is live at it.
 type Peak struct {
 	Bytes int64 `json:"bytes"`
-	// At is the moment of the step the peak falls in: "forward",
-	// "loss", "backward of blocks.7", "optimizer step", "after step".
+	// At is the moment of the step the peak falls in: "forward of
+	// blocks.7", "loss", "recompute of blocks.7", "backward of blocks.7",
+	// "optimizer step", "after step", "evaluation of blocks.7".
 	At string `json:"at"`
 	// State is what a rank holds between steps: its parameters (whole or
 	// chunks), frozen weights and AdamW moments.
@@ -34,15 +36,16 @@ type Peak struct {
 	// Gathered are FSDP units' parameters made whole: the running unit's
 	// and the prefetched next one's.
 	Gathered int64 `json:"gathered"`
-	// Activations are the forward's results and saved tensors still on
-	// the tape at the peak.
+	// Activations are the forward's results and saved tensors on the
+	// tape at the peak: in a unit's forward, all it has computed so far.
 	Activations int64 `json:"activations"`
 	// Transient is the largest short-lived buffer set at the peak: a
 	// unit's gradients before their reduction with its output's and
 	// input's gradients, gathered logits, a padded gradient.
 	Transient int64 `json:"transient"`
-	// Scratch is kernels' decode buffers (AdamW over non-float32 tensors)
-	// and the running FP8 GEMM's operands.
+	// Scratch is kernels' float32 buffers (an op over bfloat16 tensors,
+	// AdamW over non-float32 ones) and the running FP8 GEMM's operands
+	// or dequantized weight.
 	Scratch int64 `json:"scratch"`
 	// Saved is what the whole forward and loss leave on the tape for
 	// backward (autograd.Tape.RetainedPool of a pass on meta tensors).
@@ -97,10 +100,10 @@ type segment struct {
 	unit int
 	act  int64
 	// high is the most the segment's forward holds at once beyond what
-	// the tape held before it: its results live until its unit's scope
-	// closes and releases those backward does not read, and the running
-	// op's scratch (kernelScratch, FP8 operands, a dequantized weight),
-	// scratch of it.
+	// the tape held before it: its results, which live until its unit's
+	// scope closes and releases those backward does not read, and the
+	// running op's scratch, which scratch is (kernelScratch, FP8
+	// operands, a dequantized weight).
 	high, scratch int64
 	// io is the unit's output and input bytes: their gradients are live
 	// through its backward; out is the output's alone, all that a
