@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -49,10 +50,17 @@ func TestPlanPredictsTrainPeak(t *testing.T) {
 			want, of := p.Peak.Bytes, "a rank"
 			if tc.mpi > 0 {
 				trainUnderMpirun(t, tc.mpi, bin, train)
-			} else if out, err := exec.Command(bin, train...).CombinedOutput(); err != nil {
-				t.Fatalf("train: %v: %s", err, out)
-			} else if p.Peak.Process != p.Peak.Bytes {
-				want, of = p.Peak.Process, "the process"
+			} else {
+				if p.Peak.Process != p.Peak.Bytes {
+					want, of = p.Peak.Process, "the process"
+				}
+				out, err := exec.Command(bin, train...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("train: %v: %s", err, out)
+				}
+				if line := fmt.Sprintf("predicted %.1f MiB", want/(1<<20)); !strings.Contains(string(out), line) {
+					t.Errorf("train's memory line does not say %q:\n%s", line, out)
+				}
 			}
 			measured := peakMiB(t, dir) * (1 << 20)
 			t.Logf("predicted %.2f MiB %s, measured %.2f (%+.1f%%)", want/(1<<20), of, measured/(1<<20), 100*(want-measured)/measured)
