@@ -19,7 +19,8 @@ import (
 // peak_alloc_mib, over each step and its evaluation) within 15%: a
 // rank's where each rank is a process of its own (one device, or Open
 // MPI processes), and the process's (process_bytes) where the ranks are
-// in-process, sharing its pool and its counters.
+// in-process, sharing its pool and its counters; weft train's closing
+// memory line states the same figure.
 func TestPlanPredictsTrainPeak(t *testing.T) {
 	bin := buildWeft(t) // a process of its own: the pool's counters are the process's
 	for _, tc := range []struct {
