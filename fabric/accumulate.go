@@ -48,14 +48,15 @@ var gradSyncNames = []string{"auto", "every", "last"}
 
 func (s GradSync) String() string { return gradSyncNames[s] }
 
-// ParseGradSync reads a GradSync's name: auto, every or last.
-func ParseGradSync(name string) (GradSync, error) {
+// UnmarshalText reads a GradSync's name: auto, every or last.
+func (s *GradSync) UnmarshalText(name []byte) error {
 	for i, n := range gradSyncNames {
-		if n == name {
-			return GradSync(i), nil
+		if n == string(name) {
+			*s = GradSync(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("grad sync %q: accepted are %s", name, strings.Join(gradSyncNames, ", "))
+	return fmt.Errorf("grad sync %q: accepted are %s", name, strings.Join(gradSyncNames, ", "))
 }
 
 // NoBackwardSync runs fn, a micro-batch's backward, with the reduction of
@@ -84,7 +85,7 @@ func (f *Fabric) skipsSync(k, n int) bool {
 	if k == n-1 || f.dist == nil {
 		return false
 	}
-	switch f.Accumulation.Sync {
+	switch f.cfg.Accumulation.Sync {
 	case SyncEvery:
 		return false
 	case SyncLast:

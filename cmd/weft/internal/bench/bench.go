@@ -235,7 +235,10 @@ func newStep(ctx context.Context, cfg StepConfig, p precision.Plugin) (step, err
 	for _, prm := range nn.Parameters(m) {
 		s.params += int64(prm.Var.Value.Len())
 	}
-	f := fabric.New(p)
+	f, err := fabric.New(fabric.Config{Precision: p})
+	if err != nil {
+		return step{}, err
+	}
 	if err := f.Setup(m, opt); err != nil {
 		return step{}, err
 	}
