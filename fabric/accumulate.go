@@ -46,7 +46,12 @@ const (
 
 var gradSyncNames = []string{"auto", "every", "last"}
 
-func (s GradSync) String() string { return gradSyncNames[s] }
+func (s GradSync) String() string {
+	if s < SyncAuto || s > SyncLast {
+		return fmt.Sprintf("sync(%d)", int(s))
+	}
+	return gradSyncNames[s]
+}
 
 // UnmarshalText reads a GradSync's name: auto, every or last.
 func (s *GradSync) UnmarshalText(name []byte) error {
@@ -65,8 +70,8 @@ func (s *GradSync) UnmarshalText(name []byte) error {
 // unreduced, and the next backward outside NoBackwardSync reduces their
 // sum. On one device it only runs fn. Its memory cost under zero2 and
 // fsdp is strategy.Rank.SetGradientSync's: unsharded gradients of the
-// whole model on every rank. Weight each micro-batch's loss (tp.Scale by
-// 1/K) before Backward so that the sum is the batch's mean.
+// whole model on every rank. Backward sums what it is given: weight each
+// micro-batch's loss by 1/K (tp.Scale) so that the sum is the batch's mean.
 func (f *Fabric) NoBackwardSync(skip bool, fn func() error) error {
 	if fn == nil {
 		return errors.New("fabric: NoBackwardSync: the backward function is nil")

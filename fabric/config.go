@@ -71,8 +71,9 @@ type Config struct {
 }
 
 // New returns a Fabric with the settings of cfg, or the first of them that
-// cannot run. Its tape recycles activations during Backward: read what you
-// need of the forward pass (the logits) before calling Backward.
+// cannot run. Its tape recycles activations during Backward, so the
+// forward pass's results (the logits) are read while the step runs, not
+// kept past it.
 func New(cfg Config) (*Fabric, error) {
 	pol := cfg.Policy
 	plain := len(pol.Rules) == 0 && pol.Default.String() == "32-true" // the zero Policy's
