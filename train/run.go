@@ -250,7 +250,7 @@ func (r *rankRun) setUp(pol precision.Policy, scaling precision.LossScaling, inf
 			return closeMesh, err
 		}
 	}
-	if r.opt, err = optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}); err != nil {
+	if r.opt, err = optim.NewAdamW(nn.Parameters(r.model), c.adamW()); err != nil {
 		return closeMesh, err
 	}
 	if err := r.units.choose(r.model, c.ShardUnits); err != nil {
