@@ -81,8 +81,8 @@ func TestMetaForwardRetainsAsReal(t *testing.T) {
 
 // TestPredictedPeak: the plan's peak is within 15% of the allocator's
 // measured one over a training step (after a first step has made the
-// optimizer's moments), for in-process ranks the sum over ranks, as the
-// pool's counter is the process's.
+// optimizer's moments), for in-process ranks the process's (Peak.Process),
+// as the pool's counter is the process's.
 func TestPredictedPeak(t *testing.T) {
 	for _, c := range []struct {
 		spec, strat  string
@@ -103,7 +103,7 @@ func TestPredictedPeak(t *testing.T) {
 			}
 			meta := info.Sharding.Parameters && !strings.Contains(c.spec, "nf4") // as weft train builds them
 			b := peakBatch(4)
-			want := int64(c.devices) * predicted(t, c.spec, c.strat, c.devices, b, c.checkpointed...).Bytes
+			want := predicted(t, c.spec, c.strat, c.devices, b, c.checkpointed...).Process
 			live := tensor.Memory().Live
 			// barrier holds every rank until all have reached it.
 			barrier := func(cm comm.Communicator) error {

@@ -383,7 +383,7 @@ func (r *rankRun) stopAfter(step int, saved bool, ckpt checkpointer, sum *Summar
 func (r *rankRun) finish(sum *Summary) (*Summary, error) {
 	var err error
 	sum.Steps = r.c.Steps
-	if sum.Memory, err = gatherMemory(r.stop.work, r.comm, r.c.backend() == "mpi", sum.PeakAllocBytes, r.plan.Peak.Bytes); err != nil {
+	if sum.Memory, err = gatherMemory(r.stop.work, r.comm, r.c.backend() == "mpi", sum.PeakAllocBytes, r.plan.Peak); err != nil {
 		return nil, err
 	}
 	if r.comm.Rank() != 0 {

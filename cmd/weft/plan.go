@@ -95,8 +95,12 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 		fmt.Fprintf(out, "adapter %s %v: %d B (trains; the rest is frozen)\n", a.Path, a.Shape, a.Bytes)
 	}
 	if k := p.Peak; k != nil {
-		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
-			mib(k.Bytes), k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
+		process := ""
+		if k.RanksInProcess > 1 {
+			process = fmt.Sprintf(" (%.1f MiB a process of %d in-process ranks; under mpirun a process is a rank)", mib(k.Process), k.RanksInProcess)
+		}
+		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank%s, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
+			mib(k.Bytes), process, k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
 	}
 	for _, w := range p.Warnings {
 		fmt.Fprintln(out, "warning:", w)
