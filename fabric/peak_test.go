@@ -119,10 +119,9 @@ func TestPredictedPeak(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				f := fabric.NewPolicy(policy(t, c.spec), precision.LossScalingAuto)
-				f.ActivationCheckpointing = c.checkpointed
-				if c.devices > 1 || info.Sharding.OptimizerState {
-					f.Distribute(info, cm)
+				f, err := fabric.New(fabric.Config{Policy: policy(t, c.spec), ActivationCheckpointing: c.checkpointed, Strategy: info.Name, Comm: cm})
+				if err != nil {
+					return err
 				}
 				if err := f.Setup(m, opt); err != nil {
 					return err
@@ -137,7 +136,7 @@ func TestPredictedPeak(t *testing.T) {
 					if err := barrier(cm); err != nil {
 						return err
 					}
-					if _, err := f.TrainStep(context.Background(), m, b); err != nil {
+					if _, err := f.TrainStep(context.Background(), m, rankShare(t, f, b)); err != nil {
 						return err
 					}
 				}

@@ -45,7 +45,7 @@ modules that run on shares of the sequence and counts the
 reduce-scatters and all-gathers that replace the all-reduces.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.resolve(cmd.Flags())
+			c, err := f.resolve(cmd.Flags(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
