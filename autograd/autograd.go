@@ -237,8 +237,9 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor
 	}
 	n := tp.next()
 	n.out.Value = value
-	if op := tp.casting; tp.Observe != nil {
-		tp.casting = ""
+	op := tp.casting
+	tp.casting = ""
+	if tp.Observe != nil {
 		tp.Observe(op, &n.out, inputs)
 	}
 	if tp.NoGrad {
