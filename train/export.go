@@ -41,7 +41,10 @@ func restore(run string) (*Manifest, models.Model, *fabric.Fabric, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	f := fabric.NewPolicy(pol, scaling)
+	f, err := fabric.New(fabric.Config{Policy: pol, LossScaling: scaling})
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	lm := build(nn.NewInit(c.Seed))
 	if err := frozenFromInit(f, c, lm, build, pol, scaling); err != nil {
 		return nil, nil, nil, err

@@ -113,7 +113,7 @@ func (s *setup) planOf(c Config) (*fabric.Plan, error) {
 		return nil, err
 	}
 	if layout != nil {
-		p.SplitTensors(layout)
+		p.SplitBy(layout)
 	}
 	p.ActivationCheckpointing = c.ActivationCheckpointing
 	p.MicroBatches = c.GradAccum

@@ -6,9 +6,8 @@ import (
 	"fmt"
 
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
-	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -47,43 +46,44 @@ func (c Config) validateTP() error {
 	return nil
 }
 
-// rankMesh is one rank's place in a run's mesh: the communicator its
-// strategy runs over and the mesh (nil without tensor parallelism).
-type rankMesh struct {
-	data comm.Communicator
-	mesh *comm.Mesh // nil without tensor parallelism
+// Placement is where the ranks of a run train: with TP above 1 the
+// world's ranks form a mesh of rows of TP ranks, each row splitting Model
+// by its tensor-parallel plan (models.TensorPlan; with SequenceParallel,
+// the sequence too), and the strategy runs over each column.
+type Placement struct {
+	Model            string // its tensor-parallel plan's name: "gpt"
+	TP               int
+	SequenceParallel bool
 }
 
-// newRankMesh places world's rank on c's mesh.
-func newRankMesh(ctx context.Context, c Config, world comm.Communicator) (*rankMesh, error) {
-	if c.TP <= 1 {
-		return &rankMesh{data: world}, nil
+// NewFabric builds the fabric of world's rank of a run placed by p, with
+// cfg's other settings: weft train and weft parity both build their
+// fabrics through it, so that a replay trains as weft train wires its
+// ranks. The function it returns closes the rank's mesh.
+func NewFabric(ctx context.Context, world comm.Communicator, p Placement, cfg fabric.Config) (*fabric.Fabric, func() error, error) {
+	cfg.Comm = world
+	none := func() error { return nil }
+	if p.TP <= 1 {
+		if p.SequenceParallel {
+			return nil, nil, errors.New("sequence parallel: needs tp above 1 (the sequence is shared by a mesh row's ranks)")
+		}
+		f, err := fabric.New(cfg)
+		return f, none, err
 	}
-	mesh, err := comm.NewMesh(ctx, world, c.TP)
+	plan, err := models.TensorPlan(p.Model, p.SequenceParallel)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return &rankMesh{data: mesh.Data, mesh: mesh}, nil
-}
-
-// split splits m across the mesh row and returns its layout (nil without
-// tensor parallelism).
-func (r *rankMesh) split(c Config, m nn.Module) (*parallel.Layout, error) {
-	if r.mesh == nil {
-		return nil, nil
-	}
-	plan, err := models.TensorPlan(c.Model, c.SequenceParallel)
+	mesh, err := comm.NewMesh(ctx, world, p.TP)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return parallel.Parallelize(m, r.mesh.Tensor, plan)
-}
-
-func (r *rankMesh) close() error {
-	if r.mesh == nil {
-		return nil
+	cfg.Mesh, cfg.TensorPlan = mesh, plan
+	f, err := fabric.New(cfg)
+	if err != nil {
+		return nil, nil, errors.Join(err, mesh.Close())
 	}
-	return r.mesh.Close()
+	return f, mesh.Close, nil
 }
 
 // sum is the sum of v over every rank of the run: through the strategy
