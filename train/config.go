@@ -390,14 +390,15 @@ func checkMapping(n *yaml.Node, t reflect.Type, key string) error {
 }
 
 // unknownKey is the error of a key k that struct type t has not: the key
-// a typo meant, else the keys accepted. At the config's top (parent ""),
-// a typo of a flat key of before the groups means that key's new place.
+// a typo meant, else the keys accepted. At the config's top (parent "")
+// or in a group, a flat key of before the groups, or a typo of one, means
+// that key's place: a setting put in another group finds its own.
 func unknownKey(k *yaml.Node, t reflect.Type, parent string) error {
 	where, keys := cmp.Or(parent, "the config"), yamlKeys(t)
 	if near, ok := suggest.Closest(k.Value, keys); ok {
 		return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, near)
 	}
-	if parent == "" {
+	if _, group := fieldByTag(reflect.TypeOf(Config{}), parent); parent == "" || group {
 		if near, ok := suggest.Closest(k.Value, slices.Sorted(maps.Keys(flatKeys))); ok {
 			return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, flatKeys[near])
 		}

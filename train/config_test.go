@@ -26,6 +26,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"model: {name: gpt, gpt: {vocab: 5}}\n", "model.gpt has no key vocab; its keys are context, width, heads, layers,"},
 		{"steps: 3\noptim: {steps: 4}\n", "line 1: steps sets optim.steps, which line 2 sets too: keep one"},
 		{"beta1: 0.8\n", "the config has no key beta1"},
+		{"optim: {batch_size: 4}\n", "line 1: optim has no key batch_size; did you mean data.batch_size?"},
 		{"lr_schedule: cosine\n", `lr_schedule: "cosine" is not a mapping of name, warmup_steps,`},
 		{"lr_schedule: {name: cosine, warmup: 3}\n", "lr_schedule has no key warmup; did you mean warmup_steps?"},
 		{"steps: many\n", `steps: "many" is not an integer`},

@@ -56,6 +56,7 @@ var catalogue = []badInput{
 	}, nil, 0},
 	{"a bad jmp policy", func(string) []string { return []string{"plan", "--precision", "params=int8,compute=bfloat16"} }, nil, 0},
 	{"an unknown model", func(string) []string { return []string{"plan", "--model", "resnet"} }, nil, 0},
+	{"an AdamW beta outside [0, 1)", func(string) []string { return []string{"plan", "--beta2", "1.5"} }, nil, 0},
 	{"an unknown strategy", func(string) []string { return []string{"plan", "--strategy", "deepspeed"} }, nil, 0},
 	{"zero devices", func(string) []string { return []string{"plan", "--devices", "0"} }, nil, 0},
 	{"a missing reference folder", func(string) []string { return []string{"parity", "--refs", "/nonexistent"} }, nil, 0},
@@ -282,6 +283,9 @@ var catalogue = []badInput{
 	{"an unknown memory check", func(dir string) []string { return []string{"train", "--memory-check", "maybe", "--out", dir} }, nil, 0},
 	{"a misspelt config key", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precison: bf16-mixed\n")), "--out", dir}
+	}, nil, 0},
+	{"a config key in another group", func(dir string) []string {
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("optim: {lr: 1e-3, batch_size: 8}\n")), "--out", dir}
 	}, nil, 0},
 	{"a config value of the wrong form", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("optim: {lr_schedule: cosine}\n")), "--out", dir}
