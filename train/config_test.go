@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -117,5 +119,30 @@ func TestOptimizerConfig(t *testing.T) {
 	c.Beta2 = 1.5
 	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "beta2 1.5") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("beta2 1.5: %v", err)
+	}
+}
+
+// TestTrainingDocConfig: the config of docs/training.md, every group with
+// its defaults, parses without a deprecation and validates.
+func TestTrainingDocConfig(t *testing.T) {
+	page, err := os.ReadFile("../docs/training.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(page), "```yaml\n")
+	block, _, closed := strings.Cut(block, "```")
+	if !ok || !closed {
+		t.Fatal("docs/training.md has no yaml block")
+	}
+	c := Defaults()
+	deprecated, err := ParseConfig([]byte(block), &c)
+	if err != nil || len(deprecated) > 0 {
+		t.Fatalf("docs/training.md's config: %v, deprecations %q", err, deprecated)
+	}
+	if err := c.validate(); err != nil {
+		t.Errorf("docs/training.md's config does not validate: %v", err)
+	}
+	if got, want := fmt.Sprintf("%+v", c.OptimConfig), fmt.Sprintf("%+v", Defaults().OptimConfig); got != want {
+		t.Errorf("docs/training.md's optim group %s, the defaults %s", got, want)
 	}
 }
