@@ -30,7 +30,9 @@ import (
 // is embedded, so a setting reads as c.LR whatever its group, and is a
 // YAML mapping of its own (optim: {lr: 3e-3, beta1: 0.9}). A config file
 // may set any subset, and flags override it. A checkpoint records the
-// config as JSON with the groups flattened (c.LR is "LR").
+// config as JSON with the groups flattened (c.LR is "LR"). A new setting
+// goes in the group of its concern, with a flat:"-" tag: it never had a
+// flat key.
 type Config struct {
 	ModelConfig      `yaml:"model"`
 	DataConfig       `yaml:"data"`
@@ -280,6 +282,9 @@ var flatKeys = func() map[string]flatKey {
 	t := reflect.TypeOf(Config{})
 	for i := range t.NumField() {
 		group := t.Field(i)
+		if !isGroup(group.Name) {
+			continue
+		}
 		for j := range group.Type.NumField() {
 			f := group.Type.Field(j)
 			key := yamlKey(f)
@@ -292,6 +297,19 @@ var flatKeys = func() map[string]flatKey {
 	return keys
 }()
 
+// isGroup reports whether the Config field called name is a group: an
+// embedded struct.
+func isGroup(name string) bool {
+	f, ok := reflect.TypeOf(Config{}).FieldByName(name)
+	return ok && f.Anonymous && f.Type.Kind() == reflect.Struct
+}
+
+// isGroupKey reports whether key is a group's YAML key.
+func isGroupKey(key string) bool {
+	f, ok := fieldByTag(reflect.TypeOf(Config{}), key)
+	return ok && isGroup(f.Name)
+}
+
 // nestFlatKeys moves each flat key of the top-level mapping top into its
 // group's mapping (making the mapping if the config has none), and
 // returns a deprecation line for each. A group's own key with a mapping
@@ -301,10 +319,9 @@ func nestFlatKeys(top *yaml.Node) ([]string, error) {
 	if top.Kind != yaml.MappingNode {
 		return nil, nil
 	}
-	isGroup := func(key string) bool { _, ok := fieldByTag(reflect.TypeOf(Config{}), key); return ok }
 	groups := map[string]*yaml.Node{}
 	for i := 0; i+1 < len(top.Content); i += 2 {
-		if k, v := top.Content[i], top.Content[i+1]; isGroup(k.Value) && v.Kind == yaml.MappingNode {
+		if k, v := top.Content[i], top.Content[i+1]; isGroupKey(k.Value) && v.Kind == yaml.MappingNode {
 			groups[k.Value] = v
 		}
 	}
@@ -313,7 +330,7 @@ func nestFlatKeys(top *yaml.Node) ([]string, error) {
 	for i := 0; i+1 < len(top.Content); i += 2 {
 		k, v := top.Content[i], top.Content[i+1]
 		to, flat := flatKeys[k.Value]
-		if !flat || groups[k.Value] == v || isGroup(k.Value) && v.Tag == "!!null" {
+		if !flat || groups[k.Value] == v || isGroupKey(k.Value) && v.Tag == "!!null" {
 			kept = append(kept, k, v)
 			continue
 		}
@@ -398,7 +415,7 @@ func unknownKey(k *yaml.Node, t reflect.Type, parent string) error {
 	if near, ok := suggest.Closest(k.Value, keys); ok {
 		return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, near)
 	}
-	if _, group := fieldByTag(reflect.TypeOf(Config{}), parent); parent == "" || group {
+	if parent == "" || isGroupKey(parent) {
 		if near, ok := suggest.Closest(k.Value, slices.Sorted(maps.Keys(flatKeys))); ok {
 			return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, flatKeys[near])
 		}
