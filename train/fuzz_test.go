@@ -2,14 +2,16 @@ package train
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/weftml/weft/fabric"
 )
 
 // FuzzParseConfig: any bytes as a config file give a Config or an error,
-// never a panic or an error naming a Go type, and a parsed config
-// validates or explains why not.
+// never a panic or an error naming a Go type; each deprecation is one
+// line naming the key to write; and a parsed config validates or
+// explains why not.
 func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("model: gpt\nsteps: 10\nmodules:\n  - match: 'vision.**'\n    precision: 16-mixed\n"))
 	f.Add([]byte("gpt: {layers: 2, width: 64, heads: 4, context: 64}\nlr: 3e-3\n"))
@@ -19,7 +21,12 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("precision: 16-mixed\nprecision: {spec: bf16-mixed}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := Defaults()
-		_, err := ParseConfig(b, &c)
+		deprecated, err := ParseConfig(b, &c)
+		for _, d := range deprecated {
+			if strings.Contains(d, "\n") || !strings.Contains(d, "deprecated; write ") {
+				t.Fatalf("a deprecation that is not one line naming the key to write: %q", d)
+			}
+		}
 		if err == nil {
 			_ = c.validate()
 			_, _, _ = c.policy(nil)
