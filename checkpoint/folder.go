@@ -228,3 +228,23 @@ func Consolidate(dir, out string) error {
 	}
 	return WriteSafetensors(out, tensors, map[string]string{"format": Format, "step": fmt.Sprint(ck.Manifest.Step)})
 }
+
+// UnexpectedError is a strict load's refusal of a checkpoint (a folder or
+// a safetensors file) holding tensors that match nothing of the model it
+// is loaded into (a partial load skips them).
+type UnexpectedError struct {
+	Src   string   // the checkpoint folder or file
+	Names []string // the tensors nothing took
+}
+
+func (e *UnexpectedError) Error() string {
+	return fmt.Sprintf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", e.Src, len(e.Names), e.FirstNames())
+}
+
+// FirstNames lists the first few of the tensors nothing took.
+func (e *UnexpectedError) FirstNames() string {
+	if len(e.Names) > 3 {
+		return strings.Join(e.Names[:3], ", ") + ", ..."
+	}
+	return strings.Join(e.Names, ", ")
+}

@@ -82,13 +82,16 @@ func (f *Fabric) barrier(ctx context.Context) error {
 // there; every rank calls it (its collectives run under ctx) and rank 0
 // writes all but the ranks' optimizer shards. Under fsdp each parameter
 // is gathered only when the writer reaches it, so that no rank holds more
-// than one whole parameter beyond its chunks. It tells the CheckpointHook
-// callbacks.
+// than one whole parameter beyond its chunks. It tells
+// Config.OnCheckpoint.
 func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	if err := f.save(ctx, dir, opts); err != nil {
 		return err
 	}
-	return notify(f.cfg.Callbacks, func(h CheckpointHook) error { return h.OnCheckpoint(opts.Step, dir) })
+	if err := f.cfg.OnCheckpoint(opts.Step, dir); err != nil {
+		return fmt.Errorf("fabric: OnCheckpoint: %w", err)
+	}
+	return nil
 }
 
 func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
@@ -553,7 +556,7 @@ func (k *fitter) unexpected(names []string) error {
 		return nil
 	}
 	if !k.opts.Partial {
-		return &UnexpectedError{Src: k.src, Names: left}
+		return &checkpoint.UnexpectedError{Src: k.src, Names: left}
 	}
 	k.out.Unexpected = left
 	return nil
@@ -566,25 +569,4 @@ func (k *fitter) casts() []string {
 		lines = append(lines, fmt.Sprintf("cast %d %s %s→%s", k.cast[c], c.what, c.from, c.to))
 	}
 	return lines
-}
-
-// UnexpectedError is a strict load's refusal of a checkpoint holding
-// tensors that match nothing of the model (a partial load skips them).
-type UnexpectedError struct {
-	Src   string   // the checkpoint folder or file
-	Names []string // the tensors nothing took
-}
-
-func (e *UnexpectedError) Error() string {
-	return fmt.Sprintf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", e.Src, len(e.Names), e.FirstNames())
-}
-
-// FirstNames lists the first few of the tensors nothing took.
-func (e *UnexpectedError) FirstNames() string { return firstFew(e.Names) }
-
-func firstFew(names []string) string {
-	if len(names) > 3 {
-		return strings.Join(names[:3], ", ") + ", ..."
-	}
-	return strings.Join(names, ", ")
 }

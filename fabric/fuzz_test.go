@@ -314,7 +314,7 @@ func (h *apiHarness) configure(arg byte) fabric.Config {
 	case 6:
 		cfg.Accumulation.Sync = fabric.GradSync(arg>>3) - 8
 	case 7:
-		cfg.Loggers, cfg.Callbacks = []fabric.Logger{nil}[:int(arg>>3)%2], []any{nil}[:int(arg>>4)%2]
+		cfg.Loggers = []fabric.Logger{nil}[:int(arg>>3)%2]
 	}
 	return cfg
 }

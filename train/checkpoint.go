@@ -114,7 +114,7 @@ func (k *checkpointer) load(c Config) (resumed, error) {
 		return resumed{}, fmt.Errorf("resume: checkpoint %s trained another model or data than this run: %s; resume with the checkpoint's model and data, or train into another --out", dir, strings.Join(refused, ", "))
 	}
 	loaded, err := k.fabric.Load(dir, fabric.LoadOptions{})
-	if u := (*fabric.UnexpectedError)(nil); errors.As(err, &u) {
+	if u := (*checkpoint.UnexpectedError)(nil); errors.As(err, &u) {
 		// A precision that freezes weights (nf4, int8) holds them as codes,
 		// not parameters: --init-from quantizes a run's weights instead.
 		return resumed{}, fmt.Errorf("resume: checkpoint %s holds %d tensors this run's model has no parameter for (%s): under --precision %s start from its weights with --init-from %s and another --out", dir, len(u.Names), u.FirstNames(), c.Precision, filepath.Dir(k.dir))

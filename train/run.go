@@ -65,8 +65,8 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 // job goes through it, and only rank 0's is called. Warn comes first (the
 // precision's notices), Plan once before the first step, Step after every
 // step, Done when the run ends well or stops early (Summary.Stopped). An
-// Observer that implements fabric's callback hooks (fabric.StepEndHook,
-// ValidationEndHook, CheckpointHook) hears those events too.
+// Observer that has methods of fabric.Config's hooks (OnStepEnd,
+// OnValidationEnd, OnCheckpoint) hears those events too.
 type Observer interface {
 	Warn(msg string)
 	Plan(p *fabric.Plan, startStep int)
@@ -560,8 +560,8 @@ func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScali
 		Accumulation:            fabric.Accumulation{MicroBatches: c.GradAccum, Sync: sync},
 		ClipValue:               c.ClipValue,
 		Seed:                    c.Seed,
-		Callbacks:               []any{r.obs}, // the observer's hooks, if it has any
 	}
+	hearHooks(&cfg, r.obs)
 	if c.OnNaN == "skip" {
 		cfg.OnNonFinite = fabric.SkipNonFinite
 	}
@@ -569,6 +569,26 @@ func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScali
 		cfg.Loggers = []fabric.Logger{&r.loggers}
 	}
 	return cfg, nil
+}
+
+// hearHooks gives cfg the hooks obs has: those of OnStepEnd,
+// OnValidationEnd and OnCheckpoint (fabric.Config's) that it implements.
+func hearHooks(cfg *fabric.Config, obs Observer) {
+	if h, ok := obs.(interface {
+		OnStepEnd(step int, res fabric.StepResult) error
+	}); ok {
+		cfg.OnStepEnd = h.OnStepEnd
+	}
+	if h, ok := obs.(interface {
+		OnValidationEnd(step int, loss float64) error
+	}); ok {
+		cfg.OnValidationEnd = h.OnValidationEnd
+	}
+	if h, ok := obs.(interface {
+		OnCheckpoint(step int, path string) error
+	}); ok {
+		cfg.OnCheckpoint = h.OnCheckpoint
+	}
 }
 
 // loggers forwards a record to the loggers open (rank 0's, opened once
