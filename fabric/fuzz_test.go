@@ -59,7 +59,7 @@ type apiHarness struct {
 	dir    string
 }
 
-// fuzzSpecs are the precisions a fuzzed fabric trains in (index 0: New(nil)).
+// fuzzSpecs are the precisions a fuzzed fabric trains in (index 0: the zero Config's, 32-true).
 var fuzzSpecs = []string{"", "bf16-mixed", "16-mixed", "fp8", "bf16-true+nf4-dq", "int8-training", "transformer-engine", "fp8-current"}
 
 func (h *apiHarness) call(op, arg byte) {
