@@ -58,9 +58,9 @@ type Config struct {
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
-	// Seed decides the initial weights of a model built from InitModule
-	// and, through Fabric.Seed, the order of the data a Dataset draws
-	// (Lightning's seed_everything).
+	// Seed is the one seed of the run (Lightning's seed_everything): it
+	// decides the initial weights of a model built from InitModule; give
+	// it to the Dataset too, to decide the order of the data.
 	Seed uint64
 
 	// Loggers receive LogDict's records: give them to rank 0's fabric
