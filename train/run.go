@@ -186,10 +186,12 @@ type rankRun struct {
 
 func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
 	closeMesh, err := r.setUp(pol, scaling, info)
+	if closeMesh != nil { // the mesh is made, even if the rest of setUp failed
+		defer closeMesh()
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer closeMesh()
 	ckpt := checkpointer{dir: filepath.Join(r.c.Out, "checkpoints"), keep: r.c.KeepLast, fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
@@ -222,7 +224,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 
 // setUp builds the rank's fabric (through NewFabric, as weft parity
 // does), its model and optimizer, and sets them up; it returns what
-// closes the rank's mesh.
+// closes the rank's mesh once that is made (nil before).
 func (r *rankRun) setUp(pol precision.Policy, scaling precision.LossScaling, info strategy.Info) (func() error, error) {
 	c, plan := r.c, r.plan
 	if r.comm.Rank() == 0 { // the fabric's IsGlobalZero, on any mesh
