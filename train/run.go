@@ -367,8 +367,11 @@ func (r *rankRun) validate(ctx context.Context, step int, m *Metrics, sum *Summa
 // if so, saves a checkpoint there (unless saved) and records why in sum.
 func (r *rankRun) stopAfter(step int, saved bool, ckpt checkpointer, sum *Summary) (bool, error) {
 	stop, err := r.stop.agree(r)
-	if err != nil || !stop {
-		return false, err
+	if err != nil {
+		return false, fmt.Errorf("after step %d: %w", step, err)
+	}
+	if !stop {
+		return false, nil
 	}
 	if !saved {
 		if sum.Checkpoint, err = ckpt.save(r.stop.work, r.c, step+1); err != nil {
