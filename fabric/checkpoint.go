@@ -2,8 +2,6 @@ package fabric
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,39 +16,6 @@ import (
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/tensor"
 )
-
-// A checkpoint is a folder holding state.safetensors (parameters
-// "model.<path>", and AdamW moments "optim.<path>.exp_avg" and
-// ".exp_avg_sq" unless they are sharded), one optim-rank-RRR.safetensors
-// per rank when the optimizer was sharded and the save was not Full (each
-// rank's chunks of the moments, as ZeRO shards them), and manifest.json
-// with every file's and tensor's SHA-256. Save writes the folder under a
-// temporary name and renames it, so a crash never leaves a half-written
-// checkpoint at its name. A sharded checkpoint loads onto any number of
-// ranks: the chunks are joined and cut anew.
-const (
-	CheckpointFormat = "weft-checkpoint/2"
-	stateFile        = "state.safetensors"
-	manifestFile     = "manifest.json"
-)
-
-// Manifest describes a checkpoint.
-type Manifest struct {
-	Format string `json:"format"`
-	Step   int    `json:"step"` // the caller's step count (weft train resumes at it)
-	// Config is the caller's description of the run, as JSON (weft
-	// train's Config); the fabric neither reads nor checks it.
-	Config         json.RawMessage            `json:"config,omitempty"`
-	OptimizerSteps map[string]int             `json:"optimizer_steps"`
-	Precision      map[string]json.RawMessage `json:"precision"` // plugin state by name
-	FabricSteps    int                        `json:"fabric_steps"`
-	// OptimizerShards is the number of optim-rank files (0: the moments
-	// are whole, in state.safetensors).
-	OptimizerShards int `json:"optimizer_shards"`
-	// Digests are the SHA-256 of every file of the checkpoint and of every
-	// tensor in it, by file name; loading checks them.
-	Digests map[string]checkpoint.Digest `json:"digests"`
-}
 
 // SaveOptions are what Save records beside the training state.
 type SaveOptions struct {
@@ -74,7 +39,7 @@ type LoadOptions struct {
 
 // Loaded is what a load did.
 type Loaded struct {
-	Manifest *Manifest // nil after LoadRaw
+	Manifest *checkpoint.Manifest // nil after LoadRaw
 	// Missing are the model's parameters (and optimizer moments) the file
 	// lacks; Unexpected the tensors of the file nothing took. Both are
 	// empty unless LoadOptions.Partial.
@@ -91,9 +56,6 @@ type adamStates interface {
 	State(path string) *optim.AdamState
 	SetState(path string, st *optim.AdamState) error
 }
-
-// shardFile names rank r's optimizer shard.
-func shardFile(r int) string { return fmt.Sprintf("optim-rank-%03d.safetensors", r) }
 
 // shardedOptimizer reports whether this rank's optimizer holds chunks.
 func (f *Fabric) shardedOptimizer() bool {
@@ -120,13 +82,16 @@ func (f *Fabric) barrier(ctx context.Context) error {
 // there; every rank calls it (its collectives run under ctx) and rank 0
 // writes all but the ranks' optimizer shards. Under fsdp each parameter
 // is gathered only when the writer reaches it, so that no rank holds more
-// than one whole parameter beyond its chunks. It tells the CheckpointHook
-// callbacks.
+// than one whole parameter beyond its chunks. It tells
+// Config.OnCheckpoint.
 func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
 	if err := f.save(ctx, dir, opts); err != nil {
 		return err
 	}
-	return notify(f.cfg.Callbacks, func(h CheckpointHook) error { return h.OnCheckpoint(opts.Step, dir) })
+	if err := f.cfg.OnCheckpoint(opts.Step, dir); err != nil {
+		return fmt.Errorf("fabric: OnCheckpoint: %w", err)
+	}
+	return nil
 }
 
 func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
@@ -151,7 +116,7 @@ func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 	if err := f.barrier(ctx); err != nil {
 		return err
 	}
-	m := Manifest{Format: CheckpointFormat, Step: opts.Step, OptimizerSteps: map[string]int{},
+	m := checkpoint.Manifest{Format: checkpoint.Format, Step: opts.Step, OptimizerSteps: map[string]int{},
 		Precision: map[string]json.RawMessage{}, FabricSteps: f.steps}
 	if opts.Config != nil {
 		b, err := json.Marshal(opts.Config)
@@ -172,7 +137,7 @@ func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 	}
 	if f.shardedOptimizer() && !opts.Full && f.tensors == nil {
 		m.OptimizerShards = f.dist.Comm().Size()
-		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, shardFile(f.dist.Comm().Rank())), moments, nil); err != nil {
+		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, checkpoint.ShardFile(f.dist.Comm().Rank())), moments, nil); err != nil {
 			return err
 		}
 	} else {
@@ -203,7 +168,7 @@ func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 // writes them, recording each moment's step in m; full gathers sharded
 // moments whole, and so does a mesh, whose split tensors it gathers whole
 // too (adding what it gathered to made).
-func (f *Fabric) stateTensors(ctx context.Context, m *Manifest, full bool, made *[]*tensor.Tensor) (params, moments []checkpoint.Tensor, err error) {
+func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full bool, made *[]*tensor.Tensor) (params, moments []checkpoint.Tensor, err error) {
 	states, _ := f.opt.(adamStates)
 	for i, p := range nn.Parameters(f.model) {
 		if f.tensors == nil {
@@ -265,7 +230,7 @@ func (f *Fabric) joinChunks(ctx context.Context, chunk *tensor.Tensor, shape []i
 
 // publish writes rank 0's files of the checkpoint into tmp, then the
 // manifest with every file's digests, and renames tmp to dir.
-func (f *Fabric) publish(tmp, dir string, m *Manifest, tensors []checkpoint.Tensor) error {
+func (f *Fabric) publish(tmp, dir string, m *checkpoint.Manifest, tensors []checkpoint.Tensor) error {
 	for name, st := range f.States() {
 		b, err := st.MarshalState()
 		if err != nil {
@@ -273,7 +238,7 @@ func (f *Fabric) publish(tmp, dir string, m *Manifest, tensors []checkpoint.Tens
 		}
 		m.Precision[name] = b
 	}
-	if err := checkpoint.WriteSafetensors(filepath.Join(tmp, stateFile), tensors, map[string]string{"format": CheckpointFormat}); err != nil {
+	if err := checkpoint.WriteSafetensors(filepath.Join(tmp, checkpoint.StateFile), tensors, map[string]string{"format": checkpoint.Format}); err != nil {
 		return err
 	}
 	m.Digests = map[string]checkpoint.Digest{}
@@ -288,7 +253,7 @@ func (f *Fabric) publish(tmp, dir string, m *Manifest, tensors []checkpoint.Tens
 	if err != nil {
 		return err
 	}
-	if err := checkpoint.WriteFileAtomic(filepath.Join(tmp, manifestFile), mb); err != nil {
+	if err := checkpoint.WriteFileAtomic(filepath.Join(tmp, checkpoint.ManifestFile), mb); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -332,73 +297,25 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	if f.model == nil {
 		return nil, errors.New("fabric: Load before Setup")
 	}
-	ck, err := OpenCheckpoint(dir)
+	ck, err := checkpoint.OpenFolder(dir)
 	if err != nil {
 		return nil, err
 	}
 	m := ck.Manifest
 	out := &Loaded{Manifest: m}
 	fit := newFitter(ck.Dir, opts, out)
-	param := func(name string, _ []int) (*tensor.Tensor, error) { return ck.Tensor(name) }
-	states, _ := f.opt.(adamStates)
-	// A strategy that shards re-cuts the values itself (Reshard, below, as
-	// at setup); elsewhere the values Setup made go once the checkpoint's
-	// replace them.
-	resharded := f.shardedOptimizer()
 	for i, p := range nn.Parameters(f.model) {
-		v, ok, err := fit.take("model."+p.Path, f.wholeLike(p, p.Var.Value), "parameters", param)
-		if err != nil {
+		if err := f.loadParam(ck, fit, p); err != nil {
 			return nil, err
 		}
-		if ok {
-			old := p.Var.Value
-			if p.Var.Value, err = f.shareOf(p, v); err != nil {
-				return nil, err
-			}
-			if !resharded && !tensor.SameStorage(old, p.Var.Value) {
-				tensor.Drop(old)
-			}
-		}
-		steps, stepped := m.OptimizerSteps[p.Path]
-		if !stepped || states == nil {
-			continue
-		}
-		like := p.Var.Value
-		if f.stateDType != dtype.Invalid {
-			like = tensor.Meta(f.stateDType, like.Shape()...)
-		}
-		like = f.wholeLike(p, like)
-		st := &optim.AdamState{Step: steps}
-		var avg, avgSq bool
-		if st.ExpAvg, avg, err = fit.take("optim."+p.Path+".exp_avg", like, "optimizer moments", ck.Moment); err != nil {
-			return nil, err
-		}
-		if st.ExpAvgSq, avgSq, err = fit.take("optim."+p.Path+".exp_avg_sq", like, "optimizer moments", ck.Moment); err != nil {
-			return nil, err
-		}
-		if !avg || !avgSq {
-			continue
-		}
-		if st.ExpAvg, err = f.shareOf(p, st.ExpAvg); err != nil {
-			return nil, err
-		}
-		if st.ExpAvgSq, err = f.shareOf(p, st.ExpAvgSq); err != nil {
-			return nil, err
-		}
-		if f.shardedOptimizer() {
-			whole := [2]*tensor.Tensor{st.ExpAvg, st.ExpAvgSq}
-			st.ExpAvg, st.ExpAvgSq = f.dist.Shard(i, st.ExpAvg), f.dist.Shard(i, st.ExpAvgSq)
-			tensor.Free(whole[0]) // Shard copied this rank's chunk
-			tensor.Free(whole[1])
-		}
-		if err := states.SetState(p.Path, st); err != nil {
+		if err := f.loadMoments(ck, fit, i, p); err != nil {
 			return nil, err
 		}
 	}
-	if err := fit.unexpected(ck.state.Names()); err != nil {
+	if err := fit.unexpected(ck.Names()); err != nil {
 		return nil, err
 	}
-	if resharded {
+	if f.shardedOptimizer() {
 		f.dist.Reshard()
 	}
 	if err := f.loadPrecision(ck.Dir, m.Precision, out); err != nil {
@@ -410,6 +327,76 @@ func (f *Fabric) Load(dir string, opts LoadOptions) (*Loaded, error) {
 	}
 	f.steps = m.FabricSteps
 	return out, nil
+}
+
+// loadParam gives parameter p the checkpoint's value, if it has one. A
+// strategy that shards the optimizer re-cuts the values itself (Reshard,
+// in Load, as at setup); elsewhere the value Setup made goes once the
+// checkpoint's replaces it.
+func (f *Fabric) loadParam(ck *checkpoint.Folder, fit *fitter, p nn.NamedParam) error {
+	read := func(name string, _ []int) (*tensor.Tensor, error) { return fromStored(ck.Tensor(name)) }
+	v, ok, err := fit.take("model."+p.Path, f.wholeLike(p, p.Var.Value), "parameters", read)
+	if err != nil || !ok {
+		return err
+	}
+	old := p.Var.Value
+	if p.Var.Value, err = f.shareOf(p, v); err != nil {
+		return err
+	}
+	if !f.shardedOptimizer() && !tensor.SameStorage(old, p.Var.Value) {
+		tensor.Drop(old)
+	}
+	return nil
+}
+
+// loadMoments gives parameter i, p, the checkpoint's AdamW moments, if it
+// has them and the optimizer keeps them: cast to the precision's
+// optimizer-state dtype and cut to this rank's share.
+func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.NamedParam) error {
+	states, _ := f.opt.(adamStates)
+	steps, stepped := ck.Manifest.OptimizerSteps[p.Path]
+	if !stepped || states == nil {
+		return nil
+	}
+	like := p.Var.Value
+	if f.stateDType != dtype.Invalid {
+		like = tensor.Meta(f.stateDType, like.Shape()...)
+	}
+	like = f.wholeLike(p, like)
+	read := func(name string, shape []int) (*tensor.Tensor, error) { return fromStored(ck.Moment(name, shape)) }
+	st := &optim.AdamState{Step: steps}
+	var avg, avgSq bool
+	var err error
+	if st.ExpAvg, avg, err = fit.take("optim."+p.Path+".exp_avg", like, "optimizer moments", read); err != nil {
+		return err
+	}
+	if st.ExpAvgSq, avgSq, err = fit.take("optim."+p.Path+".exp_avg_sq", like, "optimizer moments", read); err != nil {
+		return err
+	}
+	if !avg || !avgSq {
+		return nil
+	}
+	if st.ExpAvg, err = f.shareOf(p, st.ExpAvg); err != nil {
+		return err
+	}
+	if st.ExpAvgSq, err = f.shareOf(p, st.ExpAvgSq); err != nil {
+		return err
+	}
+	if f.shardedOptimizer() {
+		whole := [2]*tensor.Tensor{st.ExpAvg, st.ExpAvgSq}
+		st.ExpAvg, st.ExpAvgSq = f.dist.Shard(i, st.ExpAvg), f.dist.Shard(i, st.ExpAvgSq)
+		tensor.Free(whole[0]) // Shard copied this rank's chunk
+		tensor.Free(whole[1])
+	}
+	return states.SetState(p.Path, st)
+}
+
+// fromStored is a checkpoint's tensor as a tensor of its own.
+func fromStored(t checkpoint.Tensor, err error) (*tensor.Tensor, error) {
+	if err != nil {
+		return nil, err
+	}
+	return tensor.FromBytes(t.DType, t.Data, t.Shape...)
 }
 
 // loadPrecision restores every plugin's state; a plugin the checkpoint has
@@ -448,7 +435,7 @@ func (f *Fabric) loadPrecision(dir string, saved map[string]json.RawMessage, out
 
 // reshardNote says how sharded optimizer state was re-cut, "" if it was
 // not.
-func (f *Fabric) reshardNote(m *Manifest) string {
+func (f *Fabric) reshardNote(m *checkpoint.Manifest) string {
 	now := 0
 	if f.shardedOptimizer() {
 		now = f.dist.Comm().Size()
@@ -478,7 +465,13 @@ func (f *Fabric) LoadRaw(path string, m nn.Module, opts LoadOptions) (*Loaded, e
 	}
 	out := &Loaded{}
 	fit := newFitter(path, opts, out)
-	read := func(name string, _ []int) (*tensor.Tensor, error) { return fileTensor(file, path, name) }
+	read := func(name string, _ []int) (*tensor.Tensor, error) {
+		t, ok := file.Tensor(name)
+		if !ok {
+			return nil, fmt.Errorf("checkpoint %s: tensor %s is %w", path, name, checkpoint.ErrMissing)
+		}
+		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
+	}
 	for _, p := range nn.Parameters(m) {
 		v, ok, err := fit.take(p.Path, p.Var.Value, "parameters", read)
 		if err != nil {
@@ -523,7 +516,7 @@ func newFitter(src string, opts LoadOptions, out *Loaded) *fitter {
 // when the file lacks it and the load is partial.
 func (k *fitter) take(name string, like *tensor.Tensor, what string, read func(string, []int) (*tensor.Tensor, error)) (t *tensor.Tensor, ok bool, err error) {
 	t, err = read(name, like.Shape())
-	if errors.Is(err, errMissing) && k.opts.Partial {
+	if errors.Is(err, checkpoint.ErrMissing) && k.opts.Partial {
 		k.out.Missing = append(k.out.Missing, name)
 		return nil, false, nil
 	}
@@ -563,7 +556,7 @@ func (k *fitter) unexpected(names []string) error {
 		return nil
 	}
 	if !k.opts.Partial {
-		return &UnexpectedError{Src: k.src, Names: left}
+		return &checkpoint.UnexpectedError{Src: k.src, Names: left}
 	}
 	k.out.Unexpected = left
 	return nil
@@ -576,223 +569,4 @@ func (k *fitter) casts() []string {
 		lines = append(lines, fmt.Sprintf("cast %d %s %s→%s", k.cast[c], c.what, c.from, c.to))
 	}
 	return lines
-}
-
-// UnexpectedError is a strict load's refusal of a checkpoint holding
-// tensors that match nothing of the model (a partial load skips them).
-type UnexpectedError struct {
-	Src   string   // the checkpoint folder or file
-	Names []string // the tensors nothing took
-}
-
-func (e *UnexpectedError) Error() string {
-	return fmt.Sprintf("checkpoint %s: %d tensors match nothing of the model (%s); load it partially (strict off) to skip them", e.Src, len(e.Names), e.FirstNames())
-}
-
-// FirstNames lists the first few of the tensors nothing took.
-func (e *UnexpectedError) FirstNames() string { return firstFew(e.Names) }
-
-func firstFew(names []string) string {
-	if len(names) > 3 {
-		return strings.Join(names[:3], ", ") + ", ..."
-	}
-	return strings.Join(names, ", ")
-}
-
-// errMissing marks a tensor a file lacks (a partial load skips it).
-var errMissing = errors.New("missing")
-
-// Checkpoint is a checkpoint folder opened for reading, every file checked
-// against the manifest's digests.
-type Checkpoint struct {
-	Manifest *Manifest
-	Dir      string
-	state    *checkpoint.File
-	shards   []*checkpoint.File // the optimizer's, in rank order
-}
-
-// OpenCheckpoint opens the checkpoint folder dir.
-func OpenCheckpoint(dir string) (*Checkpoint, error) {
-	m, err := ReadManifest(dir)
-	if err != nil {
-		return nil, err
-	}
-	ck := &Checkpoint{Manifest: m, Dir: dir}
-	for i, name := range m.Files() {
-		f, err := OpenVerified(dir, m, name)
-		if err != nil {
-			return nil, err
-		}
-		if i == 0 {
-			ck.state = f
-		} else {
-			ck.shards = append(ck.shards, f)
-		}
-	}
-	return ck, nil
-}
-
-// Names lists the tensors of state.safetensors.
-func (c *Checkpoint) Names() []string { return c.state.Names() }
-
-// Tensor reads a tensor of state.safetensors.
-func (c *Checkpoint) Tensor(name string) (*tensor.Tensor, error) {
-	return fileTensor(c.state, c.Dir, name)
-}
-
-func fileTensor(f *checkpoint.File, src, name string) (*tensor.Tensor, error) {
-	t, ok := f.Tensor(name)
-	if !ok {
-		return nil, fmt.Errorf("checkpoint %s: tensor %s is %w", src, name, errMissing)
-	}
-	return tensor.FromBytes(t.DType, t.Data, t.Shape...)
-}
-
-// Moment reads a whole optimizer moment of the given shape: from
-// state.safetensors, or joined from every rank's chunks.
-func (c *Checkpoint) Moment(name string, shape []int) (*tensor.Tensor, error) {
-	if len(c.shards) == 0 {
-		return c.Tensor(name)
-	}
-	var whole []byte
-	dt := dtype.Invalid
-	for r, f := range c.shards {
-		t, ok := f.Tensor(name)
-		if !ok && r == 0 {
-			return nil, fmt.Errorf("checkpoint %s: tensor %s is %w", c.Dir, name, errMissing)
-		}
-		if !ok || (dt != dtype.Invalid && t.DType != dt) {
-			return nil, fmt.Errorf("checkpoint %s: %s lacks %s (or holds it in another dtype)", c.Dir, shardFile(r), name)
-		}
-		dt = t.DType
-		whole = append(whole, t.Data...)
-	}
-	size := dt.StorageBytes(tensor.Numel(shape))
-	if len(whole) < size {
-		return nil, fmt.Errorf("checkpoint %s: the chunks of %s hold %d bytes, the tensor %d", c.Dir, name, len(whole), size)
-	}
-	return tensor.FromBytes(dt, whole[:size], shape...)
-}
-
-// Consolidate writes checkpoint folder dir as one safetensors file at out:
-// parameters and whole AdamW moments, the optimizer shards joined.
-func Consolidate(dir, out string) error {
-	ck, err := OpenCheckpoint(dir)
-	if err != nil {
-		return err
-	}
-	var tensors []checkpoint.Tensor
-	for _, name := range ck.state.Names() {
-		t, _ := ck.state.Tensor(name)
-		tensors = append(tensors, t)
-		path, ok := strings.CutPrefix(name, "model.")
-		if _, stepped := ck.Manifest.OptimizerSteps[path]; !ok || !stepped || len(ck.shards) == 0 {
-			continue
-		}
-		for _, which := range []string{".exp_avg", ".exp_avg_sq"} {
-			whole, err := ck.Moment("optim."+path+which, t.Shape)
-			if err != nil {
-				return err
-			}
-			tensors = append(tensors, stored("optim."+path+which, whole))
-		}
-	}
-	return checkpoint.WriteSafetensors(out, tensors, map[string]string{"format": CheckpointFormat, "step": fmt.Sprint(ck.Manifest.Step)})
-}
-
-// Files names the checkpoint's safetensors files: state.safetensors, then
-// the optimizer shards in rank order.
-func (m *Manifest) Files() []string {
-	names := []string{stateFile}
-	for r := range m.OptimizerShards {
-		names = append(names, shardFile(r))
-	}
-	return names
-}
-
-// ReadManifest reads and checks the manifest of checkpoint folder dir.
-func ReadManifest(dir string) (*Manifest, error) {
-	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	m, err := ParseManifest(b)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	return m, nil
-}
-
-// ParseManifest reads and checks a manifest.json.
-func ParseManifest(b []byte) (*Manifest, error) {
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
-	}
-	if m.Format != CheckpointFormat {
-		return nil, fmt.Errorf("manifest: format %q, want %q", m.Format, CheckpointFormat)
-	}
-	if len(m.Digests) == 0 {
-		return nil, fmt.Errorf("manifest: no digests of the checkpoint's files")
-	}
-	if m.Step < 0 || m.FabricSteps < 0 {
-		return nil, fmt.Errorf("manifest: negative step %d", m.Step)
-	}
-	for path, n := range m.OptimizerSteps {
-		if n < 0 {
-			return nil, fmt.Errorf("manifest: optimizer step %d for %s", n, path)
-		}
-	}
-	return &m, nil
-}
-
-// OpenVerified reads the file called name of checkpoint folder dir, whose
-// manifest is m, and checks it against m's digests.
-func OpenVerified(dir string, m *Manifest, name string) (*checkpoint.File, error) {
-	path := filepath.Join(dir, name)
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("checkpoint %s: %s is missing, though the manifest lists it", dir, name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	f, err := checkpoint.ParseSafetensors(raw)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
-	}
-	return f, m.verify(dir, name, f, raw)
-}
-
-// verify checks a file of checkpoint dir against its digest in the
-// manifest, naming the first tensor that differs.
-func (m *Manifest) verify(dir, name string, f *checkpoint.File, raw []byte) error {
-	want, ok := m.Digests[name]
-	if !ok {
-		return fmt.Errorf("checkpoint %s: the manifest has no digest of %s", dir, name)
-	}
-	got := digest(f, raw)
-	for _, t := range f.Names() {
-		if got.Tensors[t] != want.Tensors[t] {
-			return fmt.Errorf("checkpoint %s: tensor %s of %s does not match its SHA-256 in the manifest (the file is corrupt, was changed, or comes from another checkpoint)", dir, t, name)
-		}
-	}
-	if got.File != want.File || len(got.Tensors) != len(want.Tensors) {
-		return fmt.Errorf("checkpoint %s: %s does not match its SHA-256 in the manifest (the file is corrupt, was changed, or comes from another checkpoint)", dir, name)
-	}
-	return nil
-}
-
-func digest(f *checkpoint.File, raw []byte) checkpoint.Digest {
-	d := checkpoint.Digest{File: sha(raw), Tensors: map[string]string{}}
-	for _, name := range f.Names() {
-		t, _ := f.Tensor(name)
-		d.Tensors[name] = sha(t.Data)
-	}
-	return d
-}
-
-func sha(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }

@@ -58,16 +58,22 @@ type Config struct {
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
-	// Seed decides the initial weights of a model built from InitModule
-	// and, through Fabric.Seed, the order of the data a Dataset draws
-	// (Lightning's seed_everything).
+	// Seed is the one seed of the run (Lightning's seed_everything): it
+	// decides the initial weights of a model built from InitModule; give
+	// it to the Dataset too, to decide the order of the data.
 	Seed uint64
 
 	// Loggers receive LogDict's records: give them to rank 0's fabric
-	// only. Callbacks hear of the loop's events whose hook interfaces they
-	// implement (see StepEndHook).
-	Loggers   []Logger
-	Callbacks []any
+	// only.
+	Loggers []Logger
+	// OnStepEnd, OnValidationEnd and OnCheckpoint, if set, hear of every
+	// TrainStep (step counts from 0: the StepCount before it), every
+	// validation pass (EvalLoss; step is the step it follows, -1 before
+	// the first) and every checkpoint Save wrote (SaveOptions.Step, and
+	// its path). An error they return is the call's.
+	OnStepEnd       func(step int, res StepResult) error
+	OnValidationEnd func(step int, loss float64) error
+	OnCheckpoint    func(step int, path string) error
 }
 
 // New returns a Fabric with the settings of cfg, or the first of them that
@@ -89,6 +95,7 @@ func New(cfg Config) (*Fabric, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	cfg.hearNothingUnset()
 	f := &Fabric{cfg: cfg, plugin: cfg.Precision, policy: pol, scaler: precision.ScalerOf(nil)}
 	f.tape.Recycle = true
 	if err := f.place(); err != nil {
@@ -117,12 +124,21 @@ func (c Config) check() error {
 			return fmt.Errorf("fabric: logger %d is nil", i)
 		}
 	}
-	for i, cb := range c.Callbacks {
-		if isNil(cb) {
-			return fmt.Errorf("fabric: callback %d is nil", i)
-		}
-	}
 	return nil
+}
+
+// hearNothingUnset makes each unset hook one that hears nothing, so that
+// the loop calls every hook alike.
+func (c *Config) hearNothingUnset() {
+	if c.OnStepEnd == nil {
+		c.OnStepEnd = func(int, StepResult) error { return nil }
+	}
+	if c.OnValidationEnd == nil {
+		c.OnValidationEnd = func(int, float64) error { return nil }
+	}
+	if c.OnCheckpoint == nil {
+		c.OnCheckpoint = func(int, string) error { return nil }
+	}
 }
 
 // place makes f one rank of its strategy over its communicator (the mesh's

@@ -12,7 +12,10 @@ import (
 // (and of the seed it was made with), so that every rank draws the same
 // batch and a resumed run the batches an uninterrupted one would have,
 // and each call returns tensors of its own, which the Loader and its
-// caller free.
+// caller free. A Dataset that also has Share(i uint64, r, n int)
+// (data.Batch, error), rank r of n's rows of global batch i drawn without
+// the others' (a distributed sampler's share), is asked for those: the
+// Loader then never draws a whole batch.
 type Dataset interface {
 	Batch(i uint64) (data.Batch, error)
 }
@@ -23,11 +26,8 @@ type DatasetFunc func(i uint64) (data.Batch, error)
 // Batch returns fn(i).
 func (fn DatasetFunc) Batch(i uint64) (data.Batch, error) { return fn(i) }
 
-// RankDataset is a Dataset that can draw rank r of n's rows of a global
-// batch without the others' (a distributed sampler's share). A Loader
-// uses it when the dataset has it, and else cuts the rows from Batch.
-type RankDataset interface {
-	Dataset
+// rankDataset is a Dataset that draws a rank's rows alone.
+type rankDataset interface {
 	Share(i uint64, r, n int) (data.Batch, error)
 }
 
@@ -60,7 +60,7 @@ func (l *Loader) Next() (data.Batch, error) {
 
 // Share returns this rank's share of global batch i.
 func (l *Loader) Share(i uint64) (data.Batch, error) {
-	if rd, ok := l.ds.(RankDataset); ok {
+	if rd, ok := l.ds.(rankDataset); ok {
 		return rd.Share(i, l.r, l.n)
 	}
 	b, err := l.ds.Batch(i)

@@ -206,3 +206,48 @@ func ExampleFabric_AllReduce() {
 	fmt.Println(means)
 	// Output: [15 15]
 }
+
+// Two ranks, goroutines of this process, train one gpt with fsdp in
+// bf16-mixed: each fabric's Config names the strategy and its rank's
+// communicator, each rank draws only its chunks of the weights, and its
+// Loader hands it its half of every global batch.
+func ExampleConfig_fsdp() {
+	losses := make([]float64, 2)
+	err := comm.Each(local.NewGroup(2, local.Options{}), func(r int, c comm.Communicator) error {
+		p, err := precision.Parse("bf16-mixed", precision.Options{}) // each rank its own plugin
+		if err != nil {
+			return err
+		}
+		f, err := fabric.New(fabric.Config{Precision: p, Strategy: "fsdp", Comm: c, Seed: 1})
+		if err != nil {
+			return err
+		}
+		model := models.NewGPT(f.InitModule(true), tinyGPT) // shapes only: Setup draws this rank's chunks
+		opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+		if err != nil {
+			return err
+		}
+		if err := f.Setup(model, opt); err != nil {
+			return err
+		}
+		sampler := data.NewTokenSampler(sentence, 8, 16, 1)
+		batches := f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { sampler.Seek(i); return sampler.Next(), nil }))
+		for range 20 {
+			b, err := batches.Next()
+			if err != nil {
+				return err
+			}
+			res, err := f.TrainStep(context.Background(), model, b)
+			if err != nil {
+				return err
+			}
+			losses[r] = res.Loss
+		}
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("both ranks report the global batch's loss:", losses[0] == losses[1])
+	// Output: both ranks report the global batch's loss: true
+}

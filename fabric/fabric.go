@@ -41,7 +41,7 @@ type Fabric struct {
 	// stateDType is the optimizer-state dtype the precision set (Invalid:
 	// each parameter's own).
 	stateDType dtype.DType
-	steps      int // optimizer steps taken
+	steps      int // steps taken, skipped ones too
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
 	// misuse is a failed Setup: the precision's plugins are bound to the
@@ -50,6 +50,8 @@ type Fabric struct {
 	cfg    Config // New's
 }
 
+// distConfig is the strategy a fabric runs and the communicator it runs
+// over (New's place decides them; Setup makes the rank).
 type distConfig struct {
 	info strategy.Info
 	comm comm.Communicator
@@ -428,7 +430,8 @@ func (f *Fabric) States() map[string]precision.Stateful {
 	return out
 }
 
-// StepCount returns the number of optimizer steps taken (skipped ones too).
+// StepCount returns the number of steps taken (Step's and TrainStep's,
+// skipped ones too).
 func (f *Fabric) StepCount() int { return f.steps }
 
 // LossScale is the current loss scale (1 without a scaler).

@@ -8,9 +8,6 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// Seed is Config.Seed: the one seed of the run.
-func (f *Fabric) Seed() uint64 { return f.cfg.Seed }
-
 // InitModule returns the Init to build the model with, from Config.Seed
 // (Lightning's init_module). With emptyInit the model is
 // built on shapes alone (nn.Meta): SetupModule then draws each parameter

@@ -54,7 +54,7 @@ type StepResult struct {
 // computes the cross-entropy of the logits outside it, runs backward
 // through the loss scaler (syncing gradients across ranks), clips the
 // gradients to Config.ClipValue, if set, steps the optimizer and tells the
-// StepEndHook callbacks; with Config.Accumulation, it does all before the
+// Config.OnStepEnd; with Config.Accumulation, it does all before the
 // clipping once per micro-batch of the share. Every rank must call it,
 // each with its share of the same global batch.
 func (f *Fabric) TrainStep(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
@@ -66,7 +66,10 @@ func (f *Fabric) TrainStep(ctx context.Context, m Model, share data.Batch) (Step
 	if err != nil {
 		return StepResult{}, err
 	}
-	return res, notify(f.cfg.Callbacks, func(h StepEndHook) error { return h.OnStepEnd(step, res) })
+	if err := f.cfg.OnStepEnd(step, res); err != nil {
+		return res, fmt.Errorf("fabric: OnStepEnd: %w", err)
+	}
+	return res, nil
 }
 
 func (f *Fabric) trainStep(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
@@ -149,7 +152,7 @@ func (f *Fabric) dropGrads(ctx context.Context) error {
 
 // EvalLoss is a validation pass: the mean over batches of the
 // cross-entropy of the model on each, as TrainStep computes it, recording
-// nothing for backward; it tells the ValidationEndHook callbacks. Each
+// nothing for backward; it tells Config.OnValidationEnd. Each
 // batch is this rank's share of a global batch (a Loader's), and every
 // rank must call it with its shares of the same global batches.
 func (f *Fabric) EvalLoss(ctx context.Context, m Model, batches ...data.Batch) (float64, error) {
@@ -165,7 +168,10 @@ func (f *Fabric) EvalLoss(ctx context.Context, m Model, batches ...data.Batch) (
 		total += l
 	}
 	loss := total / float64(len(batches))
-	return loss, notify(f.cfg.Callbacks, func(h ValidationEndHook) error { return h.OnValidationEnd(f.steps-1, loss) })
+	if err := f.cfg.OnValidationEnd(f.steps-1, loss); err != nil {
+		return loss, fmt.Errorf("fabric: OnValidationEnd: %w", err)
+	}
+	return loss, nil
 }
 
 func (f *Fabric) evalLoss(ctx context.Context, m Model, share data.Batch) (float64, error) {

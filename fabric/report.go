@@ -25,25 +25,26 @@ type Logger interface {
 // LogDict sends one record of the step to every logger (Lightning's
 // log_dict); give loggers to rank 0's fabric only, as weft train does.
 func (f *Fabric) LogDict(step int, fields ...Field) error {
-	for _, l := range f.cfg.Loggers {
+	for i, l := range f.cfg.Loggers {
 		if err := l.Log(step, fields); err != nil {
-			return fmt.Errorf("fabric: logger %T: %w", l, err)
+			return fmt.Errorf("fabric: logger %d: %w", i, err)
 		}
 	}
 	return nil
 }
 
-// JSONL writes each record as one JSON object, "step" first, then the
-// fields in order; a non-finite float64 is null (metrics.jsonl's format).
-type JSONL struct {
+// jsonl writes each record as one JSON object.
+type jsonl struct {
 	w   io.Writer
 	buf bytes.Buffer
 }
 
-// NewJSONL returns a JSONL logger writing to w.
-func NewJSONL(w io.Writer) *JSONL { return &JSONL{w: w} }
+// NewJSONL returns a logger that writes each record to w as one JSON
+// object, "step" first, then the fields in order; a non-finite float64 is
+// null (metrics.jsonl's format).
+func NewJSONL(w io.Writer) Logger { return &jsonl{w: w} }
 
-func (l *JSONL) Log(step int, fields []Field) error {
+func (l *jsonl) Log(step int, fields []Field) error {
 	l.buf.Reset()
 	l.buf.WriteString(`{"step":` + strconv.Itoa(step))
 	for _, f := range fields {
@@ -67,21 +68,21 @@ func (l *JSONL) Log(step int, fields []Field) error {
 	return err
 }
 
-// CSV writes a header row, "step" and the columns, then one row per
-// record, a column the record lacks left empty.
-type CSV struct {
+// csvLog writes a header row, then one row per record.
+type csvLog struct {
 	w       *csv.Writer
 	columns []string
 	started bool
 }
 
-// NewCSV returns a CSV logger writing to w; with no columns, the first
-// record's field names are the columns.
-func NewCSV(w io.Writer, columns ...string) *CSV {
-	return &CSV{w: csv.NewWriter(w), columns: columns}
+// NewCSV returns a logger that writes to w a header row, "step" and the
+// columns, then one row per record, a column the record lacks left empty;
+// with no columns, the first record's field names are the columns.
+func NewCSV(w io.Writer, columns ...string) Logger {
+	return &csvLog{w: csv.NewWriter(w), columns: columns}
 }
 
-func (l *CSV) Log(step int, fields []Field) error {
+func (l *csvLog) Log(step int, fields []Field) error {
 	if !l.started {
 		if l.columns == nil {
 			for _, f := range fields {
@@ -117,37 +118,4 @@ func csvValue(v any) string {
 		return strconv.FormatBool(x)
 	}
 	return fmt.Sprint(v)
-}
-
-// Callbacks are values of any type in Config.Callbacks; each hears of the
-// events whose hook it implements, as a precision plugin takes on roles.
-
-// StepEndHook hears of every finished TrainStep; step counts from 0 (the
-// fabric's StepCount before it).
-type StepEndHook interface {
-	OnStepEnd(step int, res StepResult) error
-}
-
-// ValidationEndHook hears of every finished validation pass (EvalLoss),
-// with its loss; step is the step it follows (-1 before the first).
-type ValidationEndHook interface {
-	OnValidationEnd(step int, loss float64) error
-}
-
-// CheckpointHook hears of every checkpoint Save wrote, with
-// SaveOptions.Step and its path.
-type CheckpointHook interface {
-	OnCheckpoint(step int, path string) error
-}
-
-// notify calls call on every callback that implements hook H.
-func notify[H any](callbacks []any, call func(H) error) error {
-	for _, c := range callbacks {
-		if h, ok := c.(H); ok {
-			if err := call(h); err != nil {
-				return fmt.Errorf("fabric: callback %T: %w", c, err)
-			}
-		}
-	}
-	return nil
 }

@@ -38,38 +38,19 @@ func TestCSVLogger(t *testing.T) {
 	}
 }
 
-// onlyValidation implements one hook: the fabric calls it for that event
-// alone.
-type onlyValidation struct {
-	steps  []int
-	losses []float64
-}
-
-func (o *onlyValidation) OnValidationEnd(step int, loss float64) error {
-	o.steps, o.losses = append(o.steps, step), append(o.losses, loss)
-	return nil
-}
-
-var _ fabric.ValidationEndHook = (*onlyValidation)(nil)
-
-// stepEnds records the steps it hears of.
-type stepEnds []int
-
-func (s *stepEnds) OnStepEnd(step int, _ fabric.StepResult) error {
-	*s = append(*s, step)
-	return nil
-}
-
-// failing fails every checkpoint hook.
-type failing struct{}
-
-func (failing) OnCheckpoint(int, string) error { return errors.New("disk on fire") }
-
-// TestCallbackHooks: TrainStep, EvalLoss and Save tell the callbacks that
-// implement their hooks, and no other; a hook's error is Save's.
-func TestCallbackHooks(t *testing.T) {
-	v, ends := &onlyValidation{}, &stepEnds{}
-	f := newFabric(t, fabric.Config{Callbacks: []any{v, "not a callback", failing{}, ends}})
+// TestHooks: TrainStep, EvalLoss and Save tell the hooks set, each of its
+// event; a hook's error is the call's.
+func TestHooks(t *testing.T) {
+	var ends, validated []int
+	var losses []float64
+	f := newFabric(t, fabric.Config{
+		OnStepEnd: func(step int, _ fabric.StepResult) error { ends = append(ends, step); return nil },
+		OnValidationEnd: func(step int, loss float64) error {
+			validated, losses = append(validated, step), append(losses, loss)
+			return nil
+		},
+		OnCheckpoint: func(int, string) error { return errors.New("disk on fire") },
+	})
 	m := models.NewMLP(nn.NewInit(1))
 	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 	if err != nil {
@@ -87,11 +68,11 @@ func TestCallbackHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(*ends, []int{0, 1}) || !slices.Equal(v.steps, []int{1}) || !slices.Equal(v.losses, []float64{loss}) {
-		t.Errorf("step ends heard %v, validations %v %v; want [0 1], step 1 with loss %v", *ends, v.steps, v.losses, loss)
+	if !slices.Equal(ends, []int{0, 1}) || !slices.Equal(validated, []int{1}) || !slices.Equal(losses, []float64{loss}) {
+		t.Errorf("step ends heard %v, validations %v %v; want [0 1], step 1 with loss %v", ends, validated, losses, loss)
 	}
 	err = f.Save(context.Background(), filepath.Join(t.TempDir(), "ckpt"), fabric.SaveOptions{Step: 2})
-	if err == nil || err.Error() != "fabric: callback fabric_test.failing: disk on fire" {
+	if err == nil || err.Error() != "fabric: OnCheckpoint: disk on fire" {
 		t.Errorf("a failing hook: %v", err)
 	}
 }

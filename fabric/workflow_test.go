@@ -177,14 +177,14 @@ func TestPrintOnRankZero(t *testing.T) {
 type rowsOnly struct{}
 
 func (rowsOnly) Batch(uint64) (data.Batch, error) {
-	return data.Batch{}, errors.New("a RankDataset's whole batch was drawn")
+	return data.Batch{}, errors.New("a whole batch of a dataset with Share was drawn")
 }
 
 func (rowsOnly) Share(i uint64, r, n int) (data.Batch, error) { return mlpBatch(i).Share(r, n) }
 
-// TestLoaderUsesRankDataset: a Loader over a RankDataset asks it for this
-// rank's rows only.
-func TestLoaderUsesRankDataset(t *testing.T) {
+// TestLoaderUsesShare: a Loader over a Dataset that has Share asks it for
+// this rank's rows only.
+func TestLoaderUsesShare(t *testing.T) {
 	onRanks(t, 2, func(r int, c comm.Communicator) error {
 		f, _ := mlpFabric(t, 1, "32-true", "ddp", c)
 		b, err := f.SetupDataLoader(rowsOnly{}).Next()

@@ -29,10 +29,10 @@ import (
 // half-written checkpoint. Config.KeepLast of them are kept.
 const latestFile = "latest"
 
-// Manifest describes a checkpoint of a run: the fabric's manifest and the
-// run's Config.
+// Manifest describes a checkpoint of a run: its folder's manifest and the
+// run's Config, read from the manifest's config.
 type Manifest struct {
-	fabric.Manifest
+	checkpoint.Manifest
 	Config Config
 }
 
@@ -114,13 +114,13 @@ func (k *checkpointer) load(c Config) (resumed, error) {
 		return resumed{}, fmt.Errorf("resume: checkpoint %s trained another model or data than this run: %s; resume with the checkpoint's model and data, or train into another --out", dir, strings.Join(refused, ", "))
 	}
 	loaded, err := k.fabric.Load(dir, fabric.LoadOptions{})
-	if u := (*fabric.UnexpectedError)(nil); errors.As(err, &u) {
+	if u := (*checkpoint.UnexpectedError)(nil); errors.As(err, &u) {
 		// A precision that freezes weights (nf4, int8) holds them as codes,
 		// not parameters: --init-from quantizes a run's weights instead.
 		return resumed{}, fmt.Errorf("resume: checkpoint %s holds %d tensors this run's model has no parameter for (%s): under --precision %s start from its weights with --init-from %s and another --out", dir, len(u.Names), u.FirstNames(), c.Precision, filepath.Dir(k.dir))
 	}
 	if err != nil {
-		if _, corrupt := fabric.OpenCheckpoint(dir); corrupt != nil {
+		if _, corrupt := checkpoint.OpenFolder(dir); corrupt != nil {
 			return resumed{}, withIntact(k.dir, dir, err)
 		}
 		return resumed{}, err
@@ -167,7 +167,7 @@ func withIntact(dir, bad string, err error) error {
 		if bad != "" && ckpt == filepath.Clean(bad) {
 			continue
 		}
-		if _, unreadable := fabric.OpenCheckpoint(ckpt); unreadable == nil {
+		if _, unreadable := checkpoint.OpenFolder(ckpt); unreadable == nil {
 			return fmt.Errorf("%w; the newest intact checkpoint is %s: resume from it with --resume-from %d", err, ckpt, steps[i])
 		}
 	}
@@ -282,9 +282,9 @@ func strategyOf(c Config) string {
 	return fmt.Sprintf("%s on %d devices", c.Strategy, c.Devices)
 }
 
-// ReadManifest reads the manifest of the latest checkpoint under dir (a
-// run's checkpoints folder) and returns it with the checkpoint's folder.
-func ReadManifest(dir string) (*Manifest, string, error) {
+// LatestCheckpoint finds the latest checkpoint under dir (a run's
+// checkpoints folder) and returns its manifest and folder.
+func LatestCheckpoint(dir string) (*Manifest, string, error) {
 	ckpt, err := latestCheckpoint(dir)
 	if err != nil {
 		return nil, "", err
@@ -312,28 +312,16 @@ func latestCheckpoint(dir string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// readManifestAt reads the manifest of checkpoint folder ckpt.
+// readManifestAt reads the manifest of checkpoint folder ckpt
+// (checkpoint.ReadManifest) and the run's Config in it.
 func readManifestAt(ckpt string) (*Manifest, error) {
-	mb, err := os.ReadFile(filepath.Join(ckpt, "manifest.json"))
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
-	}
-	m, err := ParseManifest(mb)
-	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", ckpt, err)
-	}
-	return m, nil
-}
-
-// ParseManifest reads and checks a manifest.json of a run's checkpoint.
-func ParseManifest(b []byte) (*Manifest, error) {
-	fm, err := fabric.ParseManifest(b)
+	fm, err := checkpoint.ReadManifest(ckpt)
 	if err != nil {
 		return nil, err
 	}
 	c, err := runConfig(fm.Config)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("checkpoint %s: %w", ckpt, err)
 	}
 	return &Manifest{Manifest: *fm, Config: c}, nil
 }
@@ -357,11 +345,11 @@ func Consolidate(run, out string) error {
 	if st, err := os.Stat(out); err == nil && st.IsDir() {
 		return fmt.Errorf("consolidate: %s is a folder; give the file to write, such as %s", out, filepath.Join(out, "model.safetensors"))
 	}
-	_, dir, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	_, dir, err := LatestCheckpoint(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		return err
 	}
-	return fabric.Consolidate(dir, out)
+	return checkpoint.Consolidate(dir, out)
 }
 
 // loadWeights copies into m (a fine-tuning start) the weights of from: an
@@ -380,24 +368,30 @@ func loadWeights(f *fabric.Fabric, from string, m models.Model) error {
 		_, err := f.LoadRaw(from, m, fabric.LoadOptions{})
 		return err
 	}
-	man, dir, err := ReadManifest(filepath.Join(from, "checkpoints"))
+	man, dir, err := LatestCheckpoint(filepath.Join(from, "checkpoints"))
 	if err != nil {
 		return err
 	}
-	ck, err := fabric.OpenCheckpoint(dir)
+	ck, err := checkpoint.OpenFolder(dir)
 	if err != nil {
 		return err
 	}
 	if err := sameVocabulary(ck, man, m); err != nil {
 		return fmt.Errorf("init from %s: %w", from, err)
 	}
-	return nn.Load(m, func(path string) (*tensor.Tensor, error) { return ck.Tensor("model." + path) })
+	return nn.Load(m, func(path string) (*tensor.Tensor, error) {
+		t, err := ck.Tensor("model." + path)
+		if err != nil {
+			return nil, err
+		}
+		return tensor.FromBytes(t.DType, t.Data, t.Shape...)
+	})
 }
 
 // sameVocabulary reports a run whose token ids are not m's: another
 // tokenizer's weights would load into no model of this run's shape, or
 // (of one size) mean other tokens.
-func sameVocabulary(ck *fabric.Checkpoint, man *Manifest, m models.Model) error {
+func sameVocabulary(ck *checkpoint.Folder, man *Manifest, m models.Model) error {
 	var vocab int
 	switch lm := m.(type) {
 	case *models.GPT:
@@ -408,11 +402,10 @@ func sameVocabulary(ck *fabric.Checkpoint, man *Manifest, m models.Model) error 
 		return nil
 	}
 	tok, err := ck.Tensor("model.tok.weight")
-	if err != nil {
+	if err != nil || len(tok.Shape) == 0 {
 		return nil // no embedding of that name: nn.Load says what is missing
 	}
-	defer tensor.Free(tok)
-	if got := tok.Dim(0); got != vocab {
+	if got := tok.Shape[0]; got != vocab {
 		return fmt.Errorf("it was trained on %s, a vocabulary of %d token ids; this run's has %d: fine-tune with the tokenizer it used", man.Config.textSource(), got, vocab)
 	}
 	return nil

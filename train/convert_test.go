@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/checkpoint"
-	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/nn"
 )
 
@@ -101,11 +100,11 @@ func TestInitFromRawWeights(t *testing.T) {
 	if _, err := Run(context.Background(), base, false, quiet{}); err != nil {
 		t.Fatal(err)
 	}
-	_, dir, err := ReadManifest(filepath.Join(base.Out, "checkpoints"))
+	_, dir, err := LatestCheckpoint(filepath.Join(base.Out, "checkpoints"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ck, err := fabric.OpenCheckpoint(dir)
+	ck, err := checkpoint.OpenFolder(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +115,8 @@ func TestInitFromRawWeights(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			weights = append(weights, checkpoint.Tensor{Name: path, DType: v.DType(), Shape: v.Shape(), Data: v.Data()})
+			v.Name = path
+			weights = append(weights, v)
 		}
 	}
 	raw := filepath.Join(t.TempDir(), "weights.safetensors")

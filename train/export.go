@@ -25,7 +25,7 @@ var ExportFormats = append(slices.Clone(hf.Formats), "peft")
 // weights: they are drawn from the run's seed, or read from its
 // --init-from again, and quantized as training did.
 func restore(run string) (*Manifest, models.Model, *fabric.Fabric, error) {
-	m, ckpt, err := ReadManifest(filepath.Join(run, "checkpoints"))
+	m, ckpt, err := LatestCheckpoint(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/weftml/weft/fabric"
 )
 
 // FuzzParseConfig: any bytes as a config file give a Config or an error,
@@ -46,19 +44,4 @@ func namesGoType(err error, config []byte) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// FuzzParseManifest: a manifest from an untrusted checkpoint is checked,
-// never trusted into a panic.
-func FuzzParseManifest(f *testing.F) {
-	f.Add([]byte(`{"format":"weft-checkpoint/1","step":10,"config":{"model":"gpt"},"optimizer_steps":{"tok.weight":10},"precision":{"16-mixed":{"scale":65536}}}`))
-	f.Add([]byte(`{"format":"weft-checkpoint/1","step":-3}`))
-	f.Add([]byte(`{"format":"other"}`))
-	f.Add([]byte(`[1,2,3]`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseManifest(b)
-		if err == nil && (m.Step < 0 || m.Format != fabric.CheckpointFormat) {
-			t.Fatalf("accepted %+v", m)
-		}
-	})
 }

@@ -115,7 +115,7 @@ func TestJSONLKeepsMetricsFormat(t *testing.T) {
 	}
 }
 
-// hooks is an observer that also implements the fabric's callback hooks.
+// hooks is an observer that also has the fabric's hooks.
 type hooks struct {
 	quiet
 	steps       int
@@ -132,12 +132,6 @@ func (h *hooks) OnCheckpoint(_ int, path string) error {
 	h.checkpoints = append(h.checkpoints, path)
 	return nil
 }
-
-var (
-	_ fabric.StepEndHook       = (*hooks)(nil)
-	_ fabric.ValidationEndHook = (*hooks)(nil)
-	_ fabric.CheckpointHook    = (*hooks)(nil)
-)
 
 // TestCallbacksAndCSV: an observer with hooks hears of every step, of each
 // validation with the loss metrics.jsonl logs and of each checkpoint

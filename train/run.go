@@ -65,8 +65,8 @@ func (f *Float) UnmarshalJSON(b []byte) error {
 // job goes through it, and only rank 0's is called. Warn comes first (the
 // precision's notices), Plan once before the first step, Step after every
 // step, Done when the run ends well or stops early (Summary.Stopped). An
-// Observer that implements fabric's callback hooks (fabric.StepEndHook,
-// ValidationEndHook, CheckpointHook) hears those events too.
+// Observer that has methods of fabric.Config's hooks (OnStepEnd,
+// OnValidationEnd, OnCheckpoint) hears those events too.
 type Observer interface {
 	Warn(msg string)
 	Plan(p *fabric.Plan, startStep int)
@@ -186,10 +186,12 @@ type rankRun struct {
 
 func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
 	closeMesh, err := r.setUp(pol, scaling, info)
+	if closeMesh != nil { // the mesh is made, even if the rest of setUp failed
+		defer closeMesh()
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer closeMesh()
 	ckpt := checkpointer{dir: filepath.Join(r.c.Out, "checkpoints"), keep: r.c.KeepLast, fabric: r.f, comm: r.comm}
 	start := 0
 	if resume {
@@ -222,7 +224,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 
 // setUp builds the rank's fabric (through NewFabric, as weft parity
 // does), its model and optimizer, and sets them up; it returns what
-// closes the rank's mesh.
+// closes the rank's mesh once that is made (nil before).
 func (r *rankRun) setUp(pol precision.Policy, scaling precision.LossScaling, info strategy.Info) (func() error, error) {
 	c, plan := r.c, r.plan
 	if r.comm.Rank() == 0 { // the fabric's IsGlobalZero, on any mesh
@@ -365,8 +367,11 @@ func (r *rankRun) validate(ctx context.Context, step int, m *Metrics, sum *Summa
 // if so, saves a checkpoint there (unless saved) and records why in sum.
 func (r *rankRun) stopAfter(step int, saved bool, ckpt checkpointer, sum *Summary) (bool, error) {
 	stop, err := r.stop.agree(r)
-	if err != nil || !stop {
-		return false, err
+	if err != nil {
+		return false, fmt.Errorf("after step %d: %w", step, err)
+	}
+	if !stop {
+		return false, nil
 	}
 	if !saved {
 		if sum.Checkpoint, err = ckpt.save(r.stop.work, r.c, step+1); err != nil {
@@ -560,8 +565,8 @@ func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScali
 		Accumulation:            fabric.Accumulation{MicroBatches: c.GradAccum, Sync: sync},
 		ClipValue:               c.ClipValue,
 		Seed:                    c.Seed,
-		Callbacks:               []any{r.obs}, // the observer's hooks, if it has any
 	}
+	hearHooks(&cfg, r.obs)
 	if c.OnNaN == "skip" {
 		cfg.OnNonFinite = fabric.SkipNonFinite
 	}
@@ -569,6 +574,26 @@ func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScali
 		cfg.Loggers = []fabric.Logger{&r.loggers}
 	}
 	return cfg, nil
+}
+
+// hearHooks gives cfg the hooks obs has: those of OnStepEnd,
+// OnValidationEnd and OnCheckpoint (fabric.Config's) that it implements.
+func hearHooks(cfg *fabric.Config, obs Observer) {
+	if h, ok := obs.(interface {
+		OnStepEnd(step int, res fabric.StepResult) error
+	}); ok {
+		cfg.OnStepEnd = h.OnStepEnd
+	}
+	if h, ok := obs.(interface {
+		OnValidationEnd(step int, loss float64) error
+	}); ok {
+		cfg.OnValidationEnd = h.OnValidationEnd
+	}
+	if h, ok := obs.(interface {
+		OnCheckpoint(step int, path string) error
+	}); ok {
+		cfg.OnCheckpoint = h.OnCheckpoint
+	}
 }
 
 // loggers forwards a record to the loggers open (rank 0's, opened once

@@ -50,7 +50,7 @@ func TestStopAtStepBoundary(t *testing.T) {
 			if !errors.As(err, &stopped) || stopped.Step != 7 || sum == nil || sum.Stopped != stopped {
 				t.Fatalf("got %v (summary %+v), want a stop after step 7", err, sum)
 			}
-			if m, _, err := ReadManifest(filepath.Join(split.Out, "checkpoints")); err != nil || m.Step != 7 {
+			if m, _, err := LatestCheckpoint(filepath.Join(split.Out, "checkpoints")); err != nil || m.Step != 7 {
 				t.Fatalf("latest checkpoint %+v, %v; want step 7", m, err)
 			}
 			if _, err := Run(context.Background(), split, true, quiet{}); err != nil {

@@ -8,6 +8,12 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/checkpoint"
+	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/comm/local"
+	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -214,5 +220,42 @@ func TestSequenceParallelTrain(t *testing.T) {
 		if _, err := Run(context.Background(), sp, false, quiet{}); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("tp %d, context %d: error %v, want %q", bad.tp, bad.context, err, bad.want)
 		}
+	}
+}
+
+// TestNewFabricPlacement: NewFabric arranges world's ranks as a mesh when
+// tp is above 1 (Setup splits the model over a row, the strategy runs
+// over a column), and refuses a placement that cannot run.
+func TestNewFabricPlacement(t *testing.T) {
+	world := local.NewGroup(4, local.Options{})
+	cfg := func() fabric.Config { return fabric.Config{Strategy: "fsdp"} }
+	for _, c := range []struct {
+		p    Placement
+		want string
+	}{
+		{Placement{Model: "gpt", TP: 1, SequenceParallel: true}, "sequence parallel: needs tp above 1"},
+		{Placement{Model: "cnn", TP: 2}, "cnn"},
+	} {
+		if _, _, err := NewFabric(context.Background(), world[0], c.p, cfg()); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an error naming %q", c.p, err, c.want)
+		}
+	}
+	err := comm.Each(world, func(_ int, w comm.Communicator) error {
+		f, closeMesh, err := NewFabric(context.Background(), w, Placement{Model: "gpt", TP: 2}, cfg())
+		if err != nil {
+			return err
+		}
+		defer closeMesh()
+		m := models.NewGPT(nn.NewInit(1), models.GPTConfig{Vocab: 32, Context: 8, Width: 16, Heads: 2, Layers: 1})
+		if err := f.Setup(m, optim.NewSGD(nn.Parameters(m), 0.1)); err != nil {
+			return err
+		}
+		if f.Layout() == nil || f.Layout().Group.Size() != 2 || f.Rank() == nil || f.Rank().Comm().Size() != 2 {
+			return fmt.Errorf("rank %d: a row of %v and a column of %v; want 2 and 2", w.Rank(), f.Layout(), f.Rank())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

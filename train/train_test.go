@@ -115,7 +115,7 @@ func TestInterruptedCheckpointLeavesLatest(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(half, "state.safetensors"), []byte("\x10\x00\x00"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m, _, err := ReadManifest(dir)
+	m, _, err := LatestCheckpoint(dir)
 	if err != nil || m.Step != 10 {
 		t.Fatalf("latest after an interrupted write: %+v, %v", m, err)
 	}
@@ -235,7 +235,7 @@ func TestNonFiniteLossStops(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
 	}
-	if m, _, err := ReadManifest(filepath.Join(c.Out, "checkpoints")); err == nil {
+	if m, _, err := LatestCheckpoint(filepath.Join(c.Out, "checkpoints")); err == nil {
 		t.Fatalf("a checkpoint of NaN weights became the latest: step %d", m.Step)
 	}
 	for _, onNaN := range []string{"stop", "skip"} {

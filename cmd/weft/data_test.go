@@ -85,7 +85,7 @@ func TestTrainOnOwnText(t *testing.T) {
 			if gotMetrics != wantMetrics || gotState != wantState {
 				t.Fatalf("resumed run differs from the straight one:\n%s\nstraight:\n%s", gotMetrics, wantMetrics)
 			}
-			m, _, err := train.ReadManifest(filepath.Join(split, "checkpoints"))
+			m, _, err := train.LatestCheckpoint(filepath.Join(split, "checkpoints"))
 			if err != nil {
 				t.Fatal(err)
 			}

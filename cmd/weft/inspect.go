@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/weftml/weft/checkpoint"
-	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/train"
 )
 
@@ -39,7 +38,7 @@ the precision state saved with it (loss scale, amax histories ...).`,
 			}
 			dir := filepath.Dir(tensors)
 			for i, name := range manifest.Files() {
-				f, err := fabric.OpenVerified(dir, &manifest.Manifest, name)
+				f, err := checkpoint.OpenVerified(dir, &manifest.Manifest, name)
 				if err != nil {
 					return err
 				}
@@ -87,7 +86,7 @@ func locate(path string) (string, *train.Manifest, error) {
 		return path, nil, nil
 	}
 	for _, dir := range []string{filepath.Join(path, "checkpoints"), path, filepath.Dir(path)} {
-		if m, ckpt, err := train.ReadManifest(dir); err == nil && (dir != filepath.Dir(path) || ckpt == filepath.Clean(path)) {
+		if m, ckpt, err := train.LatestCheckpoint(dir); err == nil && (dir != filepath.Dir(path) || ckpt == filepath.Clean(path)) {
 			return filepath.Join(ckpt, "state.safetensors"), m, nil
 		}
 	}

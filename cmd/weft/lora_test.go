@@ -76,11 +76,11 @@ func losses(t *testing.T, run string) []string {
 // hold the same safetensors files, byte for byte.
 func sameCheckpointFiles(t *testing.T, a, b string) {
 	t.Helper()
-	ma, da, err := train.ReadManifest(filepath.Join(a, "checkpoints"))
+	ma, da, err := train.LatestCheckpoint(filepath.Join(a, "checkpoints"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, db, err := train.ReadManifest(filepath.Join(b, "checkpoints"))
+	_, db, err := train.LatestCheckpoint(filepath.Join(b, "checkpoints"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func sameCheckpointFiles(t *testing.T, a, b string) {
 // digests cover them and their moments, whose names it returns.
 func adaptersAndMoments(t *testing.T, run string) []string {
 	t.Helper()
-	m, _, err := train.ReadManifest(filepath.Join(run, "checkpoints"))
+	m, _, err := train.LatestCheckpoint(filepath.Join(run, "checkpoints"))
 	if err != nil {
 		t.Fatal(err)
 	}

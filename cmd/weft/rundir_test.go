@@ -1,8 +1,8 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/train"
 )
 
@@ -78,13 +79,13 @@ func seedsAre(t *testing.T, out string, seed uint64) {
 		t.Fatalf("no checkpoint in %s", out)
 	}
 	for _, dir := range dirs {
-		b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+		m, err := checkpoint.ReadManifest(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := train.ParseManifest(b)
-		if err != nil || m.Config.Seed != seed {
-			t.Errorf("%s: %v, seed %d; want the first run's %d", dir, err, m.Config.Seed, seed)
+		var c train.Config
+		if err := json.Unmarshal(m.Config, &c); err != nil || c.Seed != seed {
+			t.Errorf("%s: %v, seed %d; want the first run's %d", dir, err, c.Seed, seed)
 		}
 	}
 }

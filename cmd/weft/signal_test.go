@@ -142,7 +142,7 @@ func TestSignalResumeIsExact(t *testing.T) {
 					if n := strings.Count(log.String(), "stopped after step "); n != 1 && target != cmd.Process.Pid {
 						t.Fatalf("cycle %d: %d reports of the stop, want 1:\n%s", cycle, n, log.String())
 					}
-					m, _, err := train.ReadManifest(filepath.Join(out, "checkpoints"))
+					m, _, err := train.LatestCheckpoint(filepath.Join(out, "checkpoints"))
 					if err != nil || m.Step < at || m.Step == steps {
 						t.Fatalf("cycle %d, %v after step %d: latest checkpoint %v (%v), want the stop's:\n%s", cycle, sig, at, m, err, log.String())
 					}
@@ -271,7 +271,7 @@ func TestKilledFSDPRankKeepsCheckpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 			endsWithin(t, done, 15*time.Second, &log)
-			m, _, err := train.ReadManifest(filepath.Join(out, "checkpoints"))
+			m, _, err := train.LatestCheckpoint(filepath.Join(out, "checkpoints"))
 			if err != nil {
 				t.Fatalf("no checkpoint left: %v\n%s", err, log.String())
 			}
