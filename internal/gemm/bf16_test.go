@@ -2,10 +2,12 @@ package gemm
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weftml/weft/dtype"
@@ -299,4 +301,24 @@ func TestBF16Path(t *testing.T) {
 			t.Errorf("SetBF16Path(%s): BF16Path() = %s", p, got)
 		}
 	}
+}
+
+// TestBF16Env checks that BF16Env sets the path as the package starts,
+// and that a path it does not have stops the program, naming the variable.
+func TestBF16Env(t *testing.T) {
+	defer SetBF16Path(PathAuto)
+	for _, p := range BF16Paths() {
+		t.Setenv(BF16Env, p)
+		setBF16FromEnv()
+		if got := BF16Path(); got != p {
+			t.Errorf("%s=%s: BF16Path() = %s", BF16Env, p, got)
+		}
+	}
+	t.Setenv(BF16Env, "fast")
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), BF16Env) {
+			t.Errorf("%s=fast: panic %v, want one naming %s", BF16Env, r, BF16Env)
+		}
+	}()
+	setBF16FromEnv()
 }

@@ -17,6 +17,19 @@
 // epilogue (bias, rounding to a low-precision output, GELU) runs on each
 // panel of C as its last k step finishes, while it is in cache.
 //
+// Two unscaled BF16 operands are summed as VDPBF16PS defines, on every CPU
+// and in every build: each k step of 2·kcMax elements sums from zero, pair
+// of elements by pair, the odd element's product and then the even one's,
+// each as one fused multiply-add that reads denormal inputs as zeros and
+// flushes a result below the smallest normal (after rounding) to a zero of
+// its sign (DAZ and FTZ); an odd k ends with a pair padded with zero. This
+// differs from float32 arithmetic on the same values only where a value, a
+// product or a partial sum is denormal. The "dot" path runs VDPBF16PS; the
+// "widen" path widens both operands to float32 while packing, high element
+// of each pair first, and runs the float32 kernel under MXCSR's DAZ and FTZ
+// (or fmaDAZ in Go), which is faster on CPUs where VDPBF16PS has no more
+// throughput than two float32 FMAs; SetBF16Path chooses between them.
+//
 // The micro-kernels and packing routines are assembly where the CPU has
 // AVX-512 (with VDPBF16PS for bfloat16 pairs where it has AVX512_BF16) or
 // AVX2 and FMA, and Go elsewhere or when built with the noasm tag
