@@ -37,7 +37,8 @@ var (
 type workspace[T float] struct {
 	a, b  []T // packed blocks of op(A) and op(B)
 	dec   []T // decoded stored rows, for encoded operands
-	pairs []T // one panel of pairs of bfloat16, for the widen path
+	pairs []T    // one panel of pairs of bfloat16, for the widen path
+	enc   []byte // a block rounded to bfloat16, for operands that round
 }
 
 // workspace returns a workspace with buffers large enough for g.
@@ -55,6 +56,11 @@ func (ar *arith[T]) workspace(g *gemm[T]) *workspace[T] {
 	}
 	if g.pairs == widenPairs {
 		ws.pairs = grow(ws.pairs, max(mr, nr)*kc/2)
+	}
+	if g.pairs != noPairs && (g.a.rnd || g.bt.rnd) {
+		if n := 2 * max(mc, nc) * min(g.k, g.kstep()); cap(ws.enc) < n {
+			ws.enc = make([]byte, n)
+		}
 	}
 	return ws
 }
@@ -202,6 +208,10 @@ func (g *gemm[T]) serial(ar *arith[T]) {
 
 // pack packs x as the kernel in use reads it.
 func (g *gemm[T]) pack(x *operand[T], dst []T, r0, rows, p0, kc, w int, ws *workspace[T]) {
+	if x.rnd && g.pairs != noPairs {
+		v := x.asBF16(r0, rows, p0, kc, ws.enc)
+		x, r0, p0 = &v, 0, 0
+	}
 	switch g.pairs {
 	case dotPairs:
 		x.packBF16(dst, r0, rows, p0, kc, w, ws.dec, g.pk)

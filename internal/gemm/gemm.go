@@ -56,6 +56,12 @@ type Matrix struct {
 	Trans bool        // use the transpose of the stored matrix
 	Scale float32     // every decoded element is multiplied by Scale; 0 means 1 (FP8 scaling)
 
+	// Round, if BF16 (with aligned F32 data and no Scale), makes each
+	// element the nearest bfloat16 before use, as a cast to bfloat16
+	// rounds it: a float32 weight multiplied in bfloat16 without a copy.
+	// Such an operand counts as BF16 (see BF16Path).
+	Round dtype.DType
+
 	// Codebook, if not nil, makes Data 4-bit codes in blocks, as
 	// bitsandbytes stores NF4 and FP4 weights: two codes a byte, the
 	// earlier element in the high nibble, and stored element e (counted as
@@ -195,7 +201,14 @@ func (x Matrix) operand(name string, rows, cols int) operand[float32] {
 		panic(fmt.Sprintf("gemm: %s has %d bytes of %v, want >= %d", name, len(x.Data), x.DType, e))
 	}
 	p := unsafe.SliceData(x.Data)
-	if x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0 {
+	aligned := x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0
+	if x.Round != dtype.Invalid {
+		if x.Round != dtype.BF16 || !aligned || o.scale != 1 {
+			panic(fmt.Sprintf("gemm: %s rounds to %v, want BF16 for aligned F32 data without a scale", name, x.Round))
+		}
+		o.rnd = true
+	}
+	if aligned {
 		o.f = unsafe.Slice((*float32)(unsafe.Pointer(p)), len(x.Data)/4)
 	} else {
 		o.enc, o.dt, o.lut = x.Data, x.DType, luts[x.DType]
