@@ -35,8 +35,8 @@ var (
 // workspace holds one goroutine's packing buffers. It is grown on demand and
 // recycled through arith.workspaces, so steady-state calls allocate nothing.
 type workspace[T float] struct {
-	a, b  []T // packed blocks of op(A) and op(B)
-	dec   []T // decoded stored rows, for encoded operands
+	a, b  []T    // packed blocks of op(A) and op(B)
+	dec   []T    // decoded stored rows, for encoded operands
 	pairs []T    // one panel of pairs of bfloat16, for the widen path
 	enc   []byte // a block rounded to bfloat16, for operands that round
 }

@@ -56,7 +56,9 @@ func (x *operand[T]) inPlace() bool { return x.enc == nil && x.scale == 1 && !x.
 
 // bf16 reports whether op(X) is bfloat16 whose values pack unchanged, or
 // float32 rounded to bfloat16.
-func (x *operand[T]) bf16() bool { return (x.enc != nil && x.dt == dtype.BF16 || x.rnd) && x.scale == 1 }
+func (x *operand[T]) bf16() bool {
+	return (x.enc != nil && x.dt == dtype.BF16 || x.rnd) && x.scale == 1
+}
 
 // asBF16 returns the rows×kc block of op(X) at (r0, p0) of an operand that
 // rounds to bfloat16, rounded into enc (2·rows·kc bytes), as the bfloat16
