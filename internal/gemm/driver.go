@@ -7,10 +7,10 @@ import (
 )
 
 // Block sizes: k steps of kcMax elements, or kcMax pairs of bfloat16 for
-// two bfloat16 operands, mcMax rows of A and ncMax columns of B. The kernel keeps an
-// mr×kc panel of A in L1 while it pairs it with every panel of the kc×nc
-// block of B, which streams from L2 and L3, and the mc×kc block of A stays
-// in L2. kcMax is fixed, not derived from the machine or the split between
+// two bfloat16 operands, mcMax rows of A and ncMax columns of B. The kernel
+// keeps an mr×kc panel of A in L1 while it pairs it with every panel of the
+// kc×nc block of B, which streams from L2 and L3, and the mc×kc block of A
+// stays in L2. kcMax is fixed, not derived from the machine or the split between
 // goroutines, because the k steps decide the order of accumulation; mcMax is
 // a multiple of every mr and ncMax of every nr.
 const (
