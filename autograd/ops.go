@@ -21,9 +21,9 @@ func (tp *Tape) Linear(x, w, b *Var) *Var {
 // linearIn is a linear's inputs as autocast made them (x, w, b), the Vars
 // x and w were cast from by casts made for this linear alone (nil where no
 // cast was made), and the dtype the GEMMs read w as: autocast's, which
-// for a float32 w and bfloat16 is the GEMMs' to make while packing
-// (tensor.LinearAs), so that no bfloat16 copy of the weight is held from
-// forward to backward.
+// for a float32 w and bfloat16 or float16 is the GEMMs' to make while
+// packing (tensor.LinearAs), so that no low-precision copy of the weight
+// is held from forward to backward.
 type linearIn struct {
 	x, w, b *Var
 	from    [2]*Var
@@ -33,7 +33,7 @@ type linearIn struct {
 // linearInputs autocasts a linear's inputs.
 func (tp *Tape) linearInputs(x, w, b *Var) linearIn {
 	in := linearIn{x: tp.autocast(OpLinear, x), w: w, b: tp.autocast(OpLinear, b), wdt: tp.castFor(OpLinear, w.Value.DType())}
-	if in.wdt != dtype.BF16 || w.Value.DType() != dtype.F32 {
+	if in.wdt != dtype.BF16 && in.wdt != dtype.F16 || w.Value.DType() != dtype.F32 {
 		in.w = tp.autocast(OpLinear, w)
 		in.wdt = in.w.Value.DType()
 	}

@@ -26,8 +26,8 @@ func MatMulTo(a, b *Tensor, transA, transB bool, dt dtype.DType) *Tensor {
 }
 
 // MatMulAsTo is MatMulTo with b read as if cast to bdt first, bit for bit:
-// b itself where bdt is its dtype, else a float32 b rounded to bfloat16
-// (bdt BF16) while the GEMM packs it, without the copy a cast would make.
+// b itself where bdt is its dtype, else a float32 b rounded to bdt (BF16 or
+// F16) while the GEMM packs it, without the copy a cast would make.
 func MatMulAsTo(a, b *Tensor, bdt dtype.DType, transA, transB bool, dt dtype.DType) *Tensor {
 	if prod := Promote(a.dtype, bdt); dt != prod && (dt != dtype.F32 || !roundsInEpilogue(prod)) {
 		out, _ := matmul(a, b, bdt, transA, transB, nil, false, prod)
@@ -51,7 +51,7 @@ func Linear(x, w, bias *Tensor) *Tensor {
 }
 
 // LinearAs is Linear with w read as MatMulAsTo reads b with bdt wdt: a
-// float32 weight rounded to bfloat16 while packing where wdt is BF16.
+// float32 weight rounded to wdt while packing where wdt is BF16 or F16.
 func LinearAs(x, w *Tensor, wdt dtype.DType, bias *Tensor) *Tensor {
 	h, _ := linear(x, w, wdt, bias, false)
 	return h

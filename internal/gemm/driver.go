@@ -1,6 +1,10 @@
 package gemm
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/weftml/weft/dtype"
+)
 
 // Block sizes: k steps of kcMax elements, or kcMax pairs of bfloat16 for
 // two bfloat16 operands, mcMax rows of A and ncMax columns of B. The kernel
@@ -57,7 +61,7 @@ func (ar *arith[T]) workspace(g *gemm[T]) *workspace[T] {
 	if g.pairs == widenPairs {
 		ws.pairs = grow(ws.pairs, max(mr, nr)*kc/2)
 	}
-	if g.pairs != noPairs && (g.a.rnd || g.bt.rnd) {
+	if g.pairs != noPairs && (g.a.rnd == dtype.BF16 || g.bt.rnd == dtype.BF16) {
 		if n := 2 * max(mc, nc) * min(g.k, g.kstep()); cap(ws.enc) < n {
 			ws.enc = make([]byte, n)
 		}
@@ -208,7 +212,7 @@ func (g *gemm[T]) serial(ar *arith[T]) {
 
 // pack packs x as the kernel in use reads it.
 func (g *gemm[T]) pack(x *operand[T], dst []T, r0, rows, p0, kc, w int, ws *workspace[T]) {
-	if x.rnd && g.pairs != noPairs {
+	if x.rnd == dtype.BF16 && g.pairs != noPairs {
 		v := x.asBF16(r0, rows, p0, kc, ws.enc)
 		x, r0, p0 = &v, 0, 0
 	}

@@ -56,10 +56,11 @@ type Matrix struct {
 	Trans bool        // use the transpose of the stored matrix
 	Scale float32     // every decoded element is multiplied by Scale; 0 means 1 (FP8 scaling)
 
-	// Round, if BF16 (with aligned F32 data and no Scale), makes each
-	// element the nearest bfloat16 before use, as a cast to bfloat16
-	// rounds it: a float32 weight multiplied in bfloat16 without a copy.
-	// Such an operand counts as BF16 (see BF16Path).
+	// Round, if BF16 or F16 (with aligned F32 data and no Scale), makes
+	// each element the nearest value of Round before use, as a cast to
+	// Round rounds it: a float32 weight multiplied in low precision without
+	// a low-precision copy. An operand rounded to BF16 counts as BF16 (see
+	// BF16Path).
 	Round dtype.DType
 
 	// Codebook, if not nil, makes Data 4-bit codes in blocks, as
@@ -203,10 +204,10 @@ func (x Matrix) operand(name string, rows, cols int) operand[float32] {
 	p := unsafe.SliceData(x.Data)
 	aligned := x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0
 	if x.Round != dtype.Invalid {
-		if x.Round != dtype.BF16 || !aligned || o.scale != 1 {
-			panic(fmt.Sprintf("gemm: %s rounds to %v, want BF16 for aligned F32 data without a scale", name, x.Round))
+		if x.Round != dtype.BF16 && x.Round != dtype.F16 || !aligned || o.scale != 1 {
+			panic(fmt.Sprintf("gemm: %s rounds to %v, want BF16 or F16 for aligned F32 data without a scale", name, x.Round))
 		}
-		o.rnd = true
+		o.rnd = x.Round
 	}
 	if aligned {
 		o.f = unsafe.Slice((*float32)(unsafe.Pointer(p)), len(x.Data)/4)

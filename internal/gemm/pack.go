@@ -25,8 +25,8 @@ type operand[T float] struct {
 	off   int
 	ld    int
 	trans bool
-	scale T    // multiplies every element as it is packed
-	rnd   bool // f's values are rounded to bfloat16 as they are packed
+	scale T           // multiplies every element as it is packed
+	rnd   dtype.DType // f's values are rounded to rnd as they are packed, if set
 }
 
 // transpose returns the operand for op(X)ᵀ.
@@ -52,12 +52,12 @@ func (x operand[T]) from(r int) operand[T] {
 }
 
 // inPlace reports whether the kernel can read op(X) where it is stored.
-func (x *operand[T]) inPlace() bool { return x.enc == nil && x.scale == 1 && !x.rnd }
+func (x *operand[T]) inPlace() bool { return x.enc == nil && x.scale == 1 && x.rnd == dtype.Invalid }
 
 // bf16 reports whether op(X) is bfloat16 whose values pack unchanged, or
 // float32 rounded to bfloat16.
 func (x *operand[T]) bf16() bool {
-	return (x.enc != nil && x.dt == dtype.BF16 || x.rnd) && x.scale == 1
+	return (x.enc != nil && x.dt == dtype.BF16 || x.rnd == dtype.BF16) && x.scale == 1
 }
 
 // asBF16 returns the rows×kc block of op(X) at (r0, p0) of an operand that
@@ -111,8 +111,8 @@ func (x *operand[T]) decode(e, n int, dec []T, pk *packer) []T {
 		for i, v := range x.f[e : e+n] {
 			d[i] = v * x.scale
 		}
-		if x.rnd {
-			dtype.RoundFloat32s(dtype.BF16, any(d).([]float32))
+		if x.rnd != dtype.Invalid {
+			dtype.RoundFloat32s(x.rnd, any(d).([]float32))
 		}
 		return d
 	case x.lut != nil:
