@@ -107,12 +107,13 @@ func (x *operand[T]) row(i, j, n int, dec []T, pk *packer) []T {
 func (x *operand[T]) decode(e, n int, dec []T, pk *packer) []T {
 	d := dec[1 : n+1]
 	switch {
+	case x.rnd != dtype.Invalid: // and scale 1
+		copy(d, x.f[e:e+n])
+		dtype.RoundFloat32s(x.rnd, any(d).([]float32))
+		return d
 	case x.enc == nil:
 		for i, v := range x.f[e : e+n] {
 			d[i] = v * x.scale
-		}
-		if x.rnd != dtype.Invalid {
-			dtype.RoundFloat32s(x.rnd, any(d).([]float32))
 		}
 		return d
 	case x.lut != nil:
