@@ -202,6 +202,8 @@ type node struct {
 	// castFrom[i], if not nil, is the Var that in[i] was autocast from by
 	// a cast made for this op alone (see linearInputs).
 	castFrom [2]*Var
+	// wdt is the dtype a linear reads its weight in[1] as (see linearIn).
+	wdt dtype.DType
 }
 
 // gradTarget returns the Var input i's gradient goes to: the source of the

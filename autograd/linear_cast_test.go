@@ -70,3 +70,30 @@ func TestLinearAutocastGradients(t *testing.T) {
 		}
 	}
 }
+
+// TestLinearAutocastKeepsNoWeightCopy checks that a linear under bf16 or
+// f16 autocast holds no low-precision copy of its float32 weight from
+// forward to backward: the GEMMs round the weight while packing.
+func TestLinearAutocastKeepsNoWeightCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.F16} {
+		x, w := autograd.Param(randn(rng, 4, 256).To(dtype.F32)), autograd.Param(randn(rng, 256, 256).To(dtype.F32))
+		tp := &autograd.Tape{Caster: casts{autograd.OpLinear: dt}}
+		before := tensor.Memory().Live
+		y := tp.Linear(x, w, nil)
+		const copyBytes = 256 * 256 * 2
+		if grew := tensor.Memory().Live - before; grew >= copyBytes {
+			t.Errorf("%v: the forward left %d bytes live, at least a copy of the weight (%d)", dt, grew, copyBytes)
+		}
+		loss, err := tp.CrossEntropy(tp.Cast(y, dtype.F32), []int{1, 2, 3, 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Backward(loss); err != nil {
+			t.Fatal(err)
+		}
+		if w.Grad == nil || w.Grad.DType() != dtype.F32 {
+			t.Fatalf("%v: w's gradient is %v, want float32", dt, w.Grad)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package autograd
 import (
 	"math"
 
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -14,20 +15,28 @@ import (
 // Linear returns x·wᵀ + b (b may be nil) for x [..., in], w [out, in].
 func (tp *Tape) Linear(x, w, b *Var) *Var {
 	in := tp.linearInputs(x, w, b)
-	return in.record(tp, tensor.Linear(in.x.Value, in.w.Value, in.bias()))
+	return in.record(tp, tensor.LinearAs(in.x.Value, in.w.Value, in.wdt, in.bias()))
 }
 
-// linearIn is a linear's inputs as autocast made them (x, w, b) and the
-// Vars x and w were cast from by casts made for this linear alone (nil
-// where no cast was made).
+// linearIn is a linear's inputs as autocast made them (x, w, b), the Vars
+// x and w were cast from by casts made for this linear alone (nil where no
+// cast was made), and the dtype the GEMMs read w as: autocast's, which
+// for a float32 w and bfloat16 or float16 is the GEMMs' to make while
+// packing (tensor.LinearAs), so that no low-precision copy of the weight
+// is held from forward to backward.
 type linearIn struct {
 	x, w, b *Var
 	from    [2]*Var
+	wdt     dtype.DType
 }
 
 // linearInputs autocasts a linear's inputs.
 func (tp *Tape) linearInputs(x, w, b *Var) linearIn {
-	in := linearIn{x: tp.autocast(OpLinear, x), w: tp.autocast(OpLinear, w), b: tp.autocast(OpLinear, b)}
+	in := linearIn{x: tp.autocast(OpLinear, x), w: w, b: tp.autocast(OpLinear, b), wdt: tp.castFor(OpLinear, w.Value.DType())}
+	if in.wdt != dtype.BF16 && in.wdt != dtype.F16 || w.Value.DType() != dtype.F32 {
+		in.w = tp.autocast(OpLinear, w)
+		in.wdt = in.w.Value.DType()
+	}
 	// Backward may hand x's gradient straight to its source only if no
 	// other gradient reaches that source between the linear's backward
 	// and the cast's, which only w's and b's casts could give it.
@@ -51,7 +60,7 @@ func (in *linearIn) bias() *tensor.Tensor {
 // record records h, the linear's result.
 func (in *linearIn) record(tp *Tape, h *tensor.Tensor) *Var {
 	n := tp.record(h, linearBackward, readsIn0|readsIn1, in.x, in.w, in.b)
-	n.castFrom = in.from
+	n.castFrom, n.wdt = in.from, in.wdt
 	return &n.out
 }
 
@@ -62,7 +71,7 @@ func (in *linearIn) record(tp *Tape, h *tensor.Tensor) *Var {
 // at the scope's edge) or GELU's autocast would, the GELU runs on its own.
 func (tp *Tape) LinearGELU(x, w, b *Var, exit func(*Var) *Var) *Var {
 	in := tp.linearInputs(x, w, b)
-	h, y := tensor.LinearGELU(in.x.Value, in.w.Value, in.bias())
+	h, y := tensor.LinearGELUAs(in.x.Value, in.w.Value, in.wdt, in.bias())
 	hv := in.record(tp, h)
 	if out := exit(hv); out != hv || tp.castFor(OpGELU, h.DType()) != h.DType() {
 		tensor.Free(y)
@@ -81,7 +90,7 @@ func linearBackward(tp *Tape, n *node, dy *tensor.Tensor) {
 	defer tensor.Free(dy2)
 	if x.requiresGrad {
 		to := n.gradTarget(0)
-		tp.accumulate(to, tensor.MatMulTo(dy2, w.Value, false, false, to.Value.DType()).Reshape(x.Value.Shape()...))
+		tp.accumulate(to, tensor.MatMulAsTo(dy2, w.Value, n.wdt, false, false, to.Value.DType()).Reshape(x.Value.Shape()...))
 	}
 	if w.requiresGrad {
 		to := n.gradTarget(1)

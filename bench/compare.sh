@@ -3,6 +3,10 @@
 # weft's speed-up per model and precision (>1: weft is faster).
 #   bench/compare.sh                       # the reference models, then the gpt sizes
 #   REFERENCE=0 SIZES="6,384,6,256:8" GPT_STEPS=10 bench/compare.sh
+#   REFERENCE=0 SIZES= GEMM_N=1024 bench/compare.sh   # the GEMMs alone
+# GEMM_N (default 1024; empty skips it) first times the n×n×n GEMMs of
+# `weft bench gemm` beside PyTorch's float32 and bfloat16 matmul, REPEATS
+# processes of each, interleaved, each impl's fastest kept.
 # SIZES lists gpt sizes as layers,width,heads,context:batch (default the
 # three of issue 17); each size and precision runs in fresh processes, weft
 # then PyTorch on 1 and on every core (OPENBLAS_NUM_THREADS and
@@ -28,6 +32,28 @@ grep -m1 '^model name' /proc/cpuinfo || true
 # OpenBLAS (libopenblas0) or the far slower reference BLAS (libblas3).
 echo "PyTorch's BLAS: $(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)"
 echo "CPU flags: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16|amx_tile)$' | tr '\n' ' ')"
+gemm_n=${GEMM_N-1024}
+if [ -n "$gemm_n" ]; then
+	gs=()
+	for _ in $(seq "$repeats"); do
+		gs+=("$("$work/weft" bench gemm --sizes "$gemm_n" --min-time 2s --json 2>/dev/null)")
+		gs+=("$("$py" bench/torch_gemm.py "$gemm_n" 2)")
+	done
+	"$py" - "${gs[@]}" <<'PY'
+import json, sys
+best = {}
+for run in sys.argv[1:]:
+    for g in json.loads(run)["gemm"]:
+        best[g["impl"]] = max(best.get(g["impl"], 0), g["gflops"])
+f32 = best["weft-f32"]
+print(f"GEMM n={json.loads(sys.argv[1])['gemm'][0]['n']}, GFLOP/s (fastest of each), and of weft-f32")
+for impl, gf in best.items():
+    print(f"{impl:16} {gf:8.1f} {gf / f32:6.2f}")
+if "torch-bf16" in best:
+    print(f"weft-bf16 / torch-bf16: {best['weft-bf16'] / best['torch-bf16']:.2f}")
+PY
+	echo
+fi
 if [ "${REFERENCE:-1}" != 0 ]; then
 	torch=$("$py" bench/torch_step.py "$steps")
 	weft=$("$work/weft" bench step --steps "$steps" --json)

@@ -12,7 +12,7 @@ import (
 // Inputs are read in their storage dtype, accumulated in float32 (float64
 // when the result is F64), and the result is rounded once to the promoted dtype.
 func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
-	out, _ := matmul(a, b, transA, transB, nil, false, promoteAll(a, b))
+	out, _ := matmul(a, b, b.dtype, transA, transB, nil, false, promoteAll(a, b))
 	return out
 }
 
@@ -22,12 +22,19 @@ func MatMul(a, b *Tensor, transA, transB bool) *Tensor {
 // writing a low-precision result and widening it in a second pass: an
 // autocast op's gradient headed back to float32.
 func MatMulTo(a, b *Tensor, transA, transB bool, dt dtype.DType) *Tensor {
-	if prod := promoteAll(a, b); dt != prod && (dt != dtype.F32 || !roundsInEpilogue(prod)) {
-		out := MatMul(a, b, transA, transB)
+	return MatMulAsTo(a, b, b.dtype, transA, transB, dt)
+}
+
+// MatMulAsTo is MatMulTo with b read as if cast to bdt first, bit for bit:
+// b itself where bdt is its dtype, else a float32 b rounded to bdt (BF16 or
+// F16) while the GEMM packs it, without the copy a cast would make.
+func MatMulAsTo(a, b *Tensor, bdt dtype.DType, transA, transB bool, dt dtype.DType) *Tensor {
+	if prod := Promote(a.dtype, bdt); dt != prod && (dt != dtype.F32 || !roundsInEpilogue(prod)) {
+		out, _ := matmul(a, b, bdt, transA, transB, nil, false, prod)
 		defer Free(out)
 		return out.To(dt)
 	}
-	out, _ := matmul(a, b, transA, transB, nil, false, dt)
+	out, _ := matmul(a, b, bdt, transA, transB, nil, false, dt)
 	return out
 }
 
@@ -40,7 +47,13 @@ func roundsInEpilogue(dt dtype.DType) bool {
 // Linear returns x·wᵀ + bias for x [..., in], w [out, in], bias [out] or nil,
 // adding the bias before the single rounding as cuBLAS's addmm does.
 func Linear(x, w, bias *Tensor) *Tensor {
-	h, _ := linear(x, w, bias, false)
+	return LinearAs(x, w, w.dtype, bias)
+}
+
+// LinearAs is Linear with w read as MatMulAsTo reads b with bdt wdt: a
+// float32 weight rounded to wdt while packing where wdt is BF16 or F16.
+func LinearAs(x, w *Tensor, wdt dtype.DType, bias *Tensor) *Tensor {
+	h, _ := linear(x, w, wdt, bias, false)
 	return h
 }
 
@@ -48,24 +61,29 @@ func Linear(x, w, bias *Tensor) *Tensor {
 // the GEMM's epilogue computes the GELU from h as rounded, while it is in
 // cache, instead of a pass reading h back.
 func LinearGELU(x, w, bias *Tensor) (h, y *Tensor) {
-	if dt := promoteAll(x, w); anyMeta(x, w, bias) || dt == dtype.F64 || dt.Bits()%8 != 0 {
-		h = Linear(x, w, bias) // float64 and packed codes take two passes
+	return LinearGELUAs(x, w, w.dtype, bias)
+}
+
+// LinearGELUAs is LinearGELU with w read as LinearAs reads it.
+func LinearGELUAs(x, w *Tensor, wdt dtype.DType, bias *Tensor) (h, y *Tensor) {
+	if dt := Promote(x.dtype, wdt); anyMeta(x, w, bias) || dt == dtype.F64 || dt.Bits()%8 != 0 {
+		h = LinearAs(x, w, wdt, bias) // float64 and packed codes take two passes
 		return h, GELU(h)
 	}
-	return linear(x, w, bias, true)
+	return linear(x, w, wdt, bias, true)
 }
 
 // linear is Linear, and with gelu LinearGELU for a byte-addressable
 // float32-computed result.
-func linear(x, w, bias *Tensor, gelu bool) (h, y *Tensor) {
+func linear(x, w *Tensor, wdt dtype.DType, bias *Tensor, gelu bool) (h, y *Tensor) {
 	in := x.Dim(-1)
 	var dims [8]int // same elements as the product's [M, N] rows, no view needed
 	shape := append(append(dims[:0], x.shape[:len(x.shape)-1]...), w.Dim(0))
 	if anyMeta(x, w, bias) {
-		return Meta(promoteAll(x, w), shape...), nil
+		return Meta(Promote(x.dtype, wdt), shape...), nil
 	}
 	x2 := x.Reshape(-1, in)
-	h, y = matmul(x2, w, false, true, bias, gelu, promoteAll(x, w))
+	h, y = matmul(x2, w, wdt, false, true, bias, gelu, Promote(x.dtype, wdt))
 	Free(x2)
 	for _, t := range []*Tensor{h, y} {
 		if t != nil {
@@ -75,13 +93,13 @@ func linear(x, w, bias *Tensor, gelu bool) (h, y *Tensor) {
 	return h, y
 }
 
-// matmul returns op(a)·op(b), plus bias [N] (nil for none) before the
-// rounding, in dtype dt: the operands' promoted dtype, or float32 holding
+// matmul returns op(a)·op(b), b read as bdt (see MatMulAsTo), plus bias
+// [N] (nil for none) before the rounding, in dtype dt: the operands' promoted dtype, or float32 holding
 // that dtype's values (see MatMulTo). The GEMM's epilogue adds the bias and
 // rounds the float32 sums into a low-precision result while they are in
 // cache; with gelu (for a float32-computed, byte-addressable result only)
 // it also returns GELU of the rounded result.
-func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool, dt dtype.DType) (out, y *Tensor) {
+func matmul(a, b *Tensor, bdt dtype.DType, transA, transB bool, bias *Tensor, gelu bool, dt dtype.DType) (out, y *Tensor) {
 	ra, rb := len(a.shape), len(b.shape)
 	if ra < 2 || rb < 2 {
 		panic(fmt.Sprintf("tensor: matmul needs matrices, got %v and %v", a, b))
@@ -120,7 +138,7 @@ func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool, dt dtype
 	}
 	ep := gemm.Epilogue[float32]{Bias: getOrNil[float32](bias)}
 	defer dropOrNil(bias, ep.Bias)
-	if prod := promoteAll(a, b); prod != dt {
+	if prod := Promote(a.dtype, bdt); prod != dt {
 		ep.Round = prod
 	}
 	if gelu {
@@ -146,7 +164,11 @@ func matmul(a, b *Tensor, transA, transB bool, bias *Tensor, gelu bool, dt dtype
 		if gelu {
 			ep.GELU = y.data[y.dtype.StorageBytes(at):]
 		}
-		gemm.F32Epilogue(m, n, k, operand(a, i*strideA, transA), operand(b, i*strideB, transB), c[cAt:], n, ep)
+		bm := operand(b, i*strideB, transB)
+		if bdt != b.dtype {
+			bm.Round = bdt
+		}
+		gemm.F32Epilogue(m, n, k, operand(a, i*strideA, transA), bm, c[cAt:], n, ep)
 	}
 	if ep.OutDType != dtype.Invalid {
 		release(c)

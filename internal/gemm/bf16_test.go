@@ -2,10 +2,12 @@ package gemm
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weftml/weft/dtype"
@@ -299,4 +301,68 @@ func TestBF16Path(t *testing.T) {
 			t.Errorf("SetBF16Path(%s): BF16Path() = %s", p, got)
 		}
 	}
+}
+
+// TestBF16Env checks that BF16Env sets the path as the package starts,
+// and that a path it does not have stops the program, naming the variable.
+func TestBF16Env(t *testing.T) {
+	defer SetBF16Path(PathAuto)
+	for _, p := range BF16Paths() {
+		t.Setenv(BF16Env, p)
+		setBF16FromEnv()
+		if got := BF16Path(); got != p {
+			t.Errorf("%s=%s: BF16Path() = %s", BF16Env, p, got)
+		}
+	}
+	t.Setenv(BF16Env, "fast")
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), BF16Env) {
+			t.Errorf("%s=fast: panic %v, want one naming %s", BF16Env, r, BF16Env)
+		}
+	}()
+	setBF16FromEnv()
+}
+
+// TestRound checks that float32 operands that round to bfloat16 or
+// float16 (Matrix.Round) give the bits of their casts on every path,
+// beside an operand of that dtype, each other, or a float32 one.
+func TestRound(t *testing.T) {
+	forEachBF16Path(t, func(t *testing.T) {
+		for _, d := range []dtype.DType{dtype.BF16, dtype.F16} {
+			testRound(t, d)
+		}
+	})
+}
+
+func testRound(t *testing.T, d dtype.DType) {
+	forCases(t, dtypeShapes, func(t *testing.T, name string, rng *rand.Rand, s shape, ta, tb bool, beta float64) {
+		name = fmt.Sprintf("%v/%s", d, name)
+		f32 := func(rows, cols int, trans bool) (Matrix, Matrix) {
+			x := newMat(rng, rows, cols, trans, 2)
+			v := to32(x.v)
+			cast := make([]byte, 2*len(v))
+			dtype.Encode(d, cast, v, false)
+			return Matrix{DType: dtype.F32, Data: bytesOf(v), LD: x.ld, Trans: trans, Round: d},
+				Matrix{DType: d, Data: cast, LD: x.ld, Trans: trans}
+		}
+		ar, ac := f32(s.m, s.k, ta)
+		br, bc := f32(s.k, s.n, tb)
+		_, bf := f32(s.k, s.n, tb)
+		pm := newMat(rng, s.k, s.n, tb, 1)
+		bplain := Matrix{DType: dtype.F32, Data: bytesOf(to32(pm.v)), LD: pm.ld, Trans: tb}
+		c64, ldc := newC(rng, s.m, s.n, beta)
+		for _, op := range []struct {
+			name               string
+			a, b, wantA, wantB Matrix
+		}{{"round×cast", ar, bf, ac, bf}, {"round×round", ar, br, ac, bc}, {"round×f32", ar, bplain, ac, bplain}} {
+			got, want := to32(c64), to32(c64)
+			F32(s.m, s.n, s.k, op.a, op.b, float32(beta), got, ldc)
+			F32(s.m, s.n, s.k, op.wantA, op.wantB, float32(beta), want, ldc)
+			for i := range got {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("%s/%s: C[%d][%d] = %g, want %g", op.name, name, i/ldc, i%ldc, got[i], want[i])
+				}
+			}
+		}
+	})
 }

@@ -92,7 +92,7 @@ func measureBF16() string {
 	const m, n, k = 192, 192, 1024
 	data := make([]byte, 2*m*k)
 	for i := 0; i < len(data); i += 2 {
-		data[i], data[i+1] = byte(i), 0x3f // values in [1, 2)
+		data[i], data[i+1] = byte(i), 0x3f // values in [0.5, 2)
 	}
 	a := Matrix{DType: dtype.BF16, Data: data, LD: k}.operand("A", m, k)
 	bt := Matrix{DType: dtype.BF16, Data: data, LD: k}.operand("Bᵀ", n, k)

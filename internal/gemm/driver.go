@@ -1,12 +1,16 @@
 package gemm
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/weftml/weft/dtype"
+)
 
 // Block sizes: k steps of kcMax elements, or kcMax pairs of bfloat16 for
-// two bfloat16 operands, mcMax rows of A and ncMax columns of B. The kernel keeps an
-// mr×kc panel of A in L1 while it pairs it with every panel of the kc×nc
-// block of B, which streams from L2 and L3, and the mc×kc block of A stays
-// in L2. kcMax is fixed, not derived from the machine or the split between
+// two bfloat16 operands, mcMax rows of A and ncMax columns of B. The kernel
+// keeps an mr×kc panel of A in L1 while it pairs it with every panel of the
+// kc×nc block of B, which streams from L2 and L3, and the mc×kc block of A
+// stays in L2. kcMax is fixed, not derived from the machine or the split between
 // goroutines, because the k steps decide the order of accumulation; mcMax is
 // a multiple of every mr and ncMax of every nr.
 const (
@@ -35,9 +39,10 @@ var (
 // workspace holds one goroutine's packing buffers. It is grown on demand and
 // recycled through arith.workspaces, so steady-state calls allocate nothing.
 type workspace[T float] struct {
-	a, b  []T // packed blocks of op(A) and op(B)
-	dec   []T // decoded stored rows, for encoded operands
-	pairs []T // one panel of pairs of bfloat16, for the widen path
+	a, b  []T    // packed blocks of op(A) and op(B)
+	dec   []T    // decoded stored rows, for encoded operands
+	pairs []T    // one panel of pairs of bfloat16, for the widen path
+	enc   []byte // a block rounded to bfloat16, for operands that round
 }
 
 // workspace returns a workspace with buffers large enough for g.
@@ -55,6 +60,11 @@ func (ar *arith[T]) workspace(g *gemm[T]) *workspace[T] {
 	}
 	if g.pairs == widenPairs {
 		ws.pairs = grow(ws.pairs, max(mr, nr)*kc/2)
+	}
+	if g.pairs != noPairs && (g.a.rnd == dtype.BF16 || g.bt.rnd == dtype.BF16) {
+		if n := 2 * max(mc, nc) * min(g.k, g.kstep()); cap(ws.enc) < n {
+			ws.enc = make([]byte, n)
+		}
 	}
 	return ws
 }
@@ -202,6 +212,10 @@ func (g *gemm[T]) serial(ar *arith[T]) {
 
 // pack packs x as the kernel in use reads it.
 func (g *gemm[T]) pack(x *operand[T], dst []T, r0, rows, p0, kc, w int, ws *workspace[T]) {
+	if x.rnd == dtype.BF16 && g.pairs != noPairs {
+		v := x.asBF16(r0, rows, p0, kc, ws.enc)
+		x, r0, p0 = &v, 0, 0
+	}
 	switch g.pairs {
 	case dotPairs:
 		x.packBF16(dst, r0, rows, p0, kc, w, ws.dec, g.pk)

@@ -17,6 +17,19 @@
 // epilogue (bias, rounding to a low-precision output, GELU) runs on each
 // panel of C as its last k step finishes, while it is in cache.
 //
+// Two unscaled BF16 operands are summed as VDPBF16PS defines, on every CPU
+// and in every build: each k step of 2·kcMax elements sums from zero, pair
+// of elements by pair, the odd element's product and then the even one's,
+// each as one fused multiply-add that reads denormal inputs as zeros and
+// flushes a result below the smallest normal (after rounding) to a zero of
+// its sign (DAZ and FTZ); an odd k ends with a pair padded with zero. This
+// differs from float32 arithmetic on the same values only where a value, a
+// product or a partial sum is denormal. The "dot" path runs VDPBF16PS; the
+// "widen" path widens both operands to float32 while packing, high element
+// of each pair first, and runs the float32 kernel under MXCSR's DAZ and FTZ
+// (or fmaDAZ in Go), which is faster on CPUs where VDPBF16PS has no more
+// throughput than two float32 FMAs; SetBF16Path chooses between them.
+//
 // The micro-kernels and packing routines are assembly where the CPU has
 // AVX-512 (with VDPBF16PS for bfloat16 pairs where it has AVX512_BF16) or
 // AVX2 and FMA, and Go elsewhere or when built with the noasm tag
@@ -42,6 +55,13 @@ type Matrix struct {
 	LD    int         // elements between consecutive stored rows
 	Trans bool        // use the transpose of the stored matrix
 	Scale float32     // every decoded element is multiplied by Scale; 0 means 1 (FP8 scaling)
+
+	// Round, if BF16 or F16 (with aligned F32 data and no Scale), makes
+	// each element the nearest value of Round before use, as a cast to
+	// Round rounds it: a float32 weight multiplied in low precision without
+	// a low-precision copy. An operand rounded to BF16 counts as BF16 (see
+	// BF16Path).
+	Round dtype.DType
 
 	// Codebook, if not nil, makes Data 4-bit codes in blocks, as
 	// bitsandbytes stores NF4 and FP4 weights: two codes a byte, the
@@ -182,7 +202,14 @@ func (x Matrix) operand(name string, rows, cols int) operand[float32] {
 		panic(fmt.Sprintf("gemm: %s has %d bytes of %v, want >= %d", name, len(x.Data), x.DType, e))
 	}
 	p := unsafe.SliceData(x.Data)
-	if x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0 {
+	aligned := x.DType == dtype.F32 && uintptr(unsafe.Pointer(p))%unsafe.Alignof(float32(0)) == 0
+	if x.Round != dtype.Invalid {
+		if x.Round != dtype.BF16 && x.Round != dtype.F16 || !aligned || o.scale != 1 {
+			panic(fmt.Sprintf("gemm: %s rounds to %v, want BF16 or F16 for aligned F32 data without a scale", name, x.Round))
+		}
+		o.rnd = x.Round
+	}
+	if aligned {
 		o.f = unsafe.Slice((*float32)(unsafe.Pointer(p)), len(x.Data)/4)
 	} else {
 		o.enc, o.dt, o.lut = x.Data, x.DType, luts[x.DType]

@@ -521,7 +521,7 @@ func BenchmarkDgemm(b *testing.B) {
 
 // BenchmarkF32Weights multiplies float32 activations by the transpose of
 // weights stored [out, in] in each format, as a Linear layer does, and
-// both operands in BF16 (bf16-both).
+// both operands in BF16 (bf16-both), on each path too.
 func BenchmarkF32Weights(b *testing.B) {
 	const n = 512
 	x, c := make([]float32, n*n), make([]float32, n*n)
@@ -544,6 +544,16 @@ func BenchmarkF32Weights(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/%d", bc.name, n), func(b *testing.B) {
 			for b.Loop() {
 				F32(n, n, n, bc.a, bc.w, 0, c, n)
+			}
+			reportGFLOPS(b, n, n, n)
+		})
+	}
+	defer SetBF16Path(PathAuto)
+	for _, p := range BF16Paths() {
+		SetBF16Path(p)
+		b.Run(fmt.Sprintf("bf16-both-%s/%d", p, n), func(b *testing.B) {
+			for b.Loop() {
+				F32(n, n, n, bf, bf, 0, c, n)
 			}
 			reportGFLOPS(b, n, n, n)
 		})

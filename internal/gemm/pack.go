@@ -25,7 +25,8 @@ type operand[T float] struct {
 	off   int
 	ld    int
 	trans bool
-	scale T // multiplies every element as it is packed
+	scale T           // multiplies every element as it is packed
+	rnd   dtype.DType // f's values are rounded to rnd as they are packed, if set
 }
 
 // transpose returns the operand for op(X)ᵀ.
@@ -51,10 +52,29 @@ func (x operand[T]) from(r int) operand[T] {
 }
 
 // inPlace reports whether the kernel can read op(X) where it is stored.
-func (x *operand[T]) inPlace() bool { return x.enc == nil && x.scale == 1 }
+func (x *operand[T]) inPlace() bool { return x.enc == nil && x.scale == 1 && x.rnd == dtype.Invalid }
 
-// bf16 reports whether op(X) is bfloat16 whose values pack unchanged.
-func (x *operand[T]) bf16() bool { return x.enc != nil && x.dt == dtype.BF16 && x.scale == 1 }
+// bf16 reports whether op(X) is bfloat16 whose values pack unchanged, or
+// float32 rounded to bfloat16.
+func (x *operand[T]) bf16() bool {
+	return (x.enc != nil && x.dt == dtype.BF16 || x.rnd == dtype.BF16) && x.scale == 1
+}
+
+// asBF16 returns the rows×kc block of op(X) at (r0, p0) of an operand that
+// rounds to bfloat16, rounded into enc (2·rows·kc bytes), as the bfloat16
+// operand packBF16 reads, with the block at (0, 0).
+func (x *operand[T]) asBF16(r0, rows, p0, kc int, enc []byte) operand[T] {
+	sr, sc, i0, j0 := rows, kc, r0, p0 // the block as stored
+	if x.trans {
+		sr, sc, i0, j0 = kc, rows, p0, r0
+	}
+	f := any(x.f).([]float32)
+	for i := range sr {
+		e := x.off + (i0+i)*x.ld + j0
+		dtype.Encode(dtype.BF16, enc[2*i*sc:2*(i+1)*sc], f[e:e+sc], false)
+	}
+	return operand[T]{enc: enc[:2*sr*sc], dt: dtype.BF16, ld: sc, trans: x.trans, scale: 1}
+}
 
 // rows returns h stored rows from row i on, n elements of each from column
 // j on, as bytes with the first at 0 and the others lds bytes apart: where
@@ -87,6 +107,10 @@ func (x *operand[T]) row(i, j, n int, dec []T, pk *packer) []T {
 func (x *operand[T]) decode(e, n int, dec []T, pk *packer) []T {
 	d := dec[1 : n+1]
 	switch {
+	case x.rnd != dtype.Invalid: // and scale 1
+		copy(d, x.f[e:e+n])
+		dtype.RoundFloat32s(x.rnd, any(d).([]float32))
+		return d
 	case x.enc == nil:
 		for i, v := range x.f[e : e+n] {
 			d[i] = v * x.scale
