@@ -150,3 +150,40 @@ func TestMeshRefusesSizesThatDoNotDivide(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHybridGroups checks that 6 ranks with shard size 3 form shard
+// groups {0,1,2} {3,4,5} and replica groups {0,3} {1,4} {2,5}, each
+// ranked by position, and that a size that does not divide is refused.
+func TestHybridGroups(t *testing.T) {
+	err := comm.Each(local.NewGroup(6, local.Options{}), func(r int, c comm.Communicator) error {
+		ctx := context.Background()
+		if _, err := comm.NewHybrid(ctx, c, 4); err == nil || err.Error() != "comm: hybrid: shard size 4 does not divide 6 ranks (accepted: 1, 2, 3, 6)" {
+			return fmt.Errorf("shard size 4 of 6: got %v", err)
+		}
+		h, err := comm.NewHybrid(ctx, c, 3)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		if h.Shard.Size() != 3 || h.Shard.Rank() != r%3 || h.Replica.Size() != 2 || h.Replica.Rank() != r/3 {
+			return fmt.Errorf("rank %d: shard %d of %d, replica %d of %d", r, h.Shard.Rank(), h.Shard.Size(), h.Replica.Rank(), h.Replica.Size())
+		}
+		// Sums of the world ranks: over the shard group, then the replica group.
+		shard := f32(float32(r))
+		if err := h.Shard.AllReduce(ctx, shard, dtype.F32, comm.Sum); err != nil {
+			return err
+		}
+		replica := f32(float32(r))
+		if err := h.Replica.AllReduce(ctx, replica, dtype.F32, comm.Sum); err != nil {
+			return err
+		}
+		wantShard, wantReplica := f32(float32(r/3*9+3)), f32(float32(2*(r%3)+3))
+		if !bytes.Equal(shard, wantShard) || !bytes.Equal(replica, wantReplica) {
+			return fmt.Errorf("rank %d: shard sum %x (want %x), replica sum %x (want %x)", r, shard, wantShard, replica, wantReplica)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -107,6 +107,11 @@ func pureF64(m fabric.Model, st string, c comm.Communicator) (*fabric.Fabric, er
 			return nil, err
 		}
 		f.Distribute(info, c)
+		if info.Hybrid { // 2 replicas of 1 rank each on 2 ranks, to cross the groups
+			if f.Sharding.Hybrid, err = comm.NewHybrid(context.Background(), c, c.Size()/2); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return f, f.Setup(m, opt)
 }

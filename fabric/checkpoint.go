@@ -163,9 +163,12 @@ func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
 		return err
 	}
 	if f.shardedOptimizer() && !opts.Full && f.tensors == nil {
-		m.OptimizerShards = f.dist.Comm().Size()
-		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, shardFile(f.dist.Comm().Rank())), moments, nil); err != nil {
-			return err
+		chunk, chunks := f.dist.Chunks()
+		m.OptimizerShards = chunks
+		if f.dist.Replica() == 0 { // hsdp's other replicas hold the same chunks
+			if err := checkpoint.WriteSafetensors(filepath.Join(tmp, shardFile(chunk)), moments, nil); err != nil {
+				return err
+			}
 		}
 	} else {
 		tensors = append(tensors, moments...)
@@ -245,7 +248,7 @@ func (f *Fabric) stateTensors(ctx context.Context, m *Manifest, full bool, made 
 // joinChunks gathers every rank's chunk of a sharded moment into the whole
 // tensor of the given shape.
 func (f *Fabric) joinChunks(ctx context.Context, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
-	stacked, err := f.AllGather(ctx, chunk) // [ranks, chunk]: the padded whole
+	stacked, err := f.dist.JoinChunks(ctx, chunk) // the padded whole
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: gathering optimizer chunks: %w", err)
 	}
@@ -443,7 +446,7 @@ func (f *Fabric) loadPrecision(dir string, saved map[string]json.RawMessage, out
 func (f *Fabric) reshardNote(m *Manifest) string {
 	now := 0
 	if f.shardedOptimizer() {
-		now = f.dist.Comm().Size()
+		_, now = f.dist.Chunks()
 	}
 	switch was := m.OptimizerShards; {
 	case len(m.OptimizerSteps) == 0 || was == now:

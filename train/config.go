@@ -38,6 +38,7 @@ type Config struct {
 	Strategy  string      `yaml:"strategy"`   // single
 	Devices   int         `yaml:"devices"`    // 1
 	TP        int         `yaml:"tp"`         // 1: tensor-parallel ranks per mesh row (see train/tp.go)
+	ShardSize int         `yaml:"shard_size"` // hsdp: data-parallel ranks that split the state, e.g. 8 (0: a host's, from mpirun)
 	// SequenceParallel keeps the activations between a mesh row's split
 	// Linears as each rank's share of the sequence (Megatron's sequence
 	// parallelism; needs TP above 1).
@@ -410,6 +411,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
 	}
 	if err := c.validateTP(); err != nil {
+		return err
+	}
+	if err := c.validateShardSize(); err != nil {
 		return err
 	}
 	if err := c.validateLoop(); err != nil {

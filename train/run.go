@@ -218,6 +218,7 @@ func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info 
 	}
 	r.f.ActivationCheckpointing = c.ActivationCheckpointing
 	r.f.Sharding.KeepAfterForward = !c.ReshardAfterForward
+	r.f.Sharding.Hybrid = mesh.hybrid
 	if r.f.Sharding.Units, err = shardUnits(r.model, c.ShardUnits); err != nil {
 		return nil, err
 	}

@@ -48,22 +48,35 @@ func (c Config) validateTP() error {
 }
 
 // rankMesh is one rank's place in a run's mesh: the communicator its
-// strategy runs over and the mesh (nil without tensor parallelism).
+// strategy runs over, the mesh (nil without tensor parallelism) and
+// hsdp's groups of the strategy's ranks (nil for other strategies).
 type rankMesh struct {
-	data comm.Communicator
-	mesh *comm.Mesh // nil without tensor parallelism
+	data   comm.Communicator
+	mesh   *comm.Mesh
+	hybrid *comm.Hybrid
 }
 
 // newRankMesh places world's rank on c's mesh.
 func newRankMesh(ctx context.Context, c Config, world comm.Communicator) (*rankMesh, error) {
-	if c.TP <= 1 {
-		return &rankMesh{data: world}, nil
+	r := &rankMesh{data: world}
+	if c.TP > 1 {
+		mesh, err := comm.NewMesh(ctx, world, c.TP)
+		if err != nil {
+			return nil, err
+		}
+		r.data, r.mesh = mesh.Data, mesh
 	}
-	mesh, err := comm.NewMesh(ctx, world, c.TP)
+	if c.Strategy != "hsdp" {
+		return r, nil
+	}
+	shard, err := shardSize(ctx, c, world)
+	if err == nil {
+		r.hybrid, err = comm.NewHybrid(ctx, r.data, shard)
+	}
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, r.close())
 	}
-	return &rankMesh{data: mesh.Data, mesh: mesh}, nil
+	return r, nil
 }
 
 // split splits m across the mesh row and returns its layout (nil without
@@ -80,10 +93,14 @@ func (r *rankMesh) split(c Config, m nn.Module) (*parallel.Layout, error) {
 }
 
 func (r *rankMesh) close() error {
-	if r.mesh == nil {
-		return nil
+	var err error
+	if r.hybrid != nil {
+		err = r.hybrid.Close()
 	}
-	return r.mesh.Close()
+	if r.mesh != nil {
+		err = errors.Join(err, r.mesh.Close())
+	}
+	return err
 }
 
 // sum is the sum of v over every rank of the run: through the strategy
