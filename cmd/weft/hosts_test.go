@@ -46,13 +46,28 @@ func acrossHosts(ranks, perHost int, bin string, args ...string) *exec.Cmd {
 // ranks for every data-parallel strategy, and requires what 4 ranks on one
 // host give (in-process ranks, which TestTrainUnderMpirun holds to
 // one-host mpirun): the same metrics and final checkpoint, bit for bit.
+// hsdp across hosts takes its shard size from them (a host's data-parallel
+// ranks: 2, or 1 under --tp 2, whose rows are the hosts); on one host it is
+// given.
 func TestHostsTrainMatchesOneHost(t *testing.T) {
 	upHosts(t, 2)
 	bin := buildWeft(t)
 	config := tinyConfig(t)
-	for _, strategy := range []string{"ddp", "zero1", "zero2", "fsdp"} {
-		t.Run(strategy, func(t *testing.T) {
-			args := []string{"train", "--config", config, "--devices", "4", "--strategy", strategy}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		local []string // what one host needs besides
+	}{
+		{"ddp", []string{"--strategy", "ddp"}, nil},
+		{"zero1", []string{"--strategy", "zero1"}, nil},
+		{"zero2", []string{"--strategy", "zero2"}, nil},
+		{"fsdp", []string{"--strategy", "fsdp"}, nil},
+		{"hsdp", []string{"--strategy", "hsdp", "--precision", "bf16-mixed"}, []string{"--shard-size", "2"}},
+		{"hsdp/fp8", []string{"--strategy", "hsdp", "--precision", "bf16-mixed+fp8"}, []string{"--shard-size", "2"}},
+		{"hsdp/tp2", []string{"--strategy", "hsdp", "--tp", "2"}, []string{"--shard-size", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"train", "--config", config, "--devices", "4"}, tc.args...)
 			hosts := filepath.Join(t.TempDir(), "hosts")
 			out, err := mpirunjob.Retry(func() ([]byte, error) {
 				os.RemoveAll(hosts) // a retried job starts afresh
@@ -62,7 +77,7 @@ func TestHostsTrainMatchesOneHost(t *testing.T) {
 				t.Fatalf("2 hosts × 2 ranks: %v\n%s", err, out)
 			}
 			one := filepath.Join(t.TempDir(), "one")
-			if out, code := run(append(args, "--comm", "local", "--out", one)...); code != 0 {
+			if out, code := run(append(append(args, tc.local...), "--comm", "local", "--out", one)...); code != 0 {
 				t.Fatalf("one host: exit %d\n%s", code, out)
 			}
 			hostsMetrics, hostsState := outcome(t, hosts, 3)
@@ -131,4 +146,31 @@ func startLogged(t *testing.T, cmd *exec.Cmd) (log *bytes.Buffer, done <-chan er
 	ended := make(chan error, 1)
 	go func() { ended <- cmd.Wait() }()
 	return log, ended
+}
+
+// TestHostsHSDPRefusals: hsdp without --shard-size takes a host's ranks
+// as its shard group, and refuses, in one line, hosts that hold unequal
+// numbers of ranks (3 ranks, 2 and 1) and ranks placed round-robin, whose
+// hosts' ranks are not consecutive.
+func TestHostsHSDPRefusals(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	train := []string{bin, "train", "--config", tinyConfig(t), "--strategy", "hsdp", "--comm", "mpi", "--batch-size", "12"}
+	for _, tc := range []struct {
+		name string
+		job  []string
+		want string
+	}{
+		{"unequal", []string{"-np", "3", "--map-by", "ppr:2:node"}, "weft: strategy hsdp: the hosts hold unequal numbers of ranks (1 to 2), so no shard group is one host's; give --shard-size\n"},
+		{"round-robin", []string{"-np", "4", "--map-by", "node"}, "weft: strategy hsdp: the ranks of a host are not consecutive (mpirun --map-by ppr:2:node places them so), so no shard group is one host's; give --shard-size\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devices := tc.job[1]
+			args := append(append(append([]string{"mpirun"}, tc.job...), train...), "--devices", devices, "--out", t.TempDir())
+			out, err := exec.Command(hostsScript, args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("mpirun %s: %v, want the line %q in:\n%s", strings.Join(tc.job, " "), err, tc.want, out)
+			}
+		})
+	}
 }

@@ -258,6 +258,9 @@ func (c *conn) on(ranks []int) string {
 	return "hosts " + strings.Join(hosts, ", ")
 }
 
+// Hosts is the host each rank runs on (comm.Placer).
+func (c *conn) Hosts() []string { return c.hosts }
+
 func (c *conn) Rank() int { return c.rank }
 func (c *conn) Size() int { return c.size }
 
