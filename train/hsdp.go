@@ -69,3 +69,27 @@ func shardSize(ctx context.Context, c Config, world comm.Communicator) (int, err
 	}
 	return perHost / tp, nil
 }
+
+// plannedShardSize is the shard size a plan of hsdp takes: c.ShardSize,
+// else a host's data-parallel ranks as this rank's launcher counts them
+// (shardSize checks that every host agrees when the run starts).
+func (c Config) plannedShardSize() int {
+	if c.ShardSize > 0 {
+		return c.ShardSize
+	}
+	_, perHost, _ := comm.LauncherLocal()
+	return max(1, perHost/max(c.TP, 1))
+}
+
+// ranksPerHost is the ranks of the run on each host a plan takes: the
+// launcher's count, else hsdp's shard groups' (its groups are hosts),
+// else all of them on one.
+func (c Config) ranksPerHost() int {
+	if _, perHost, ok := comm.LauncherLocal(); ok {
+		return perHost
+	}
+	if c.Strategy == "hsdp" && c.ShardSize > 0 {
+		return c.ShardSize * max(c.TP, 1)
+	}
+	return c.Devices
+}
