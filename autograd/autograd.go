@@ -123,6 +123,14 @@ type Tape struct {
 	// Recompute, if set, selects the layers whose forward Checkpoint
 	// recomputes in backward instead of keeping their activations.
 	Recompute func(layer Layer) bool
+	// Observe, if set, sees each op as the tape records it: the class its
+	// inputs were autocast for ("" for an op that autocasts none: a cast,
+	// a shape op, a Record op), its result and its inputs. A plan measures
+	// a pass on meta tensors with it.
+	Observe func(op Op, out *Var, in []*Var)
+	// casting is the class of the op whose inputs autocast has cast, until
+	// the op records its result.
+	casting Op
 	// recomputing marks the tape a checkpointed forward is recomputed on
 	// (see Recomputing), whose input is in; replay is that tape, which
 	// every recompute reuses.
@@ -229,6 +237,11 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor
 	}
 	n := tp.next()
 	n.out.Value = value
+	op := tp.casting
+	tp.casting = ""
+	if tp.Observe != nil {
+		tp.Observe(op, &n.out, inputs)
+	}
 	if tp.NoGrad {
 		return n
 	}
@@ -499,7 +512,10 @@ func (tp *Tape) autocast(op Op, x *Var) *Var {
 	if x == nil {
 		return x
 	}
-	return tp.Cast(x, tp.castFor(op, x.Value.DType()))
+	tp.casting = ""
+	x = tp.Cast(x, tp.castFor(op, x.Value.DType()))
+	tp.casting = op
+	return x
 }
 
 // castFor is the dtype the Caster gives op's input of dtype in.

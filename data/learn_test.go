@@ -23,7 +23,10 @@ func TestCNNLearnsGlyphs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fabric.New(precision.True{DType: dtype.F32})
+	f, err := fabric.New(fabric.Config{Precision: precision.True{DType: dtype.F32}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}

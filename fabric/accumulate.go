@@ -46,16 +46,22 @@ const (
 
 var gradSyncNames = []string{"auto", "every", "last"}
 
-func (s GradSync) String() string { return gradSyncNames[s] }
+func (s GradSync) String() string {
+	if s < SyncAuto || s > SyncLast {
+		return fmt.Sprintf("sync(%d)", int(s))
+	}
+	return gradSyncNames[s]
+}
 
-// ParseGradSync reads a GradSync's name: auto, every or last.
-func ParseGradSync(name string) (GradSync, error) {
+// UnmarshalText reads a GradSync's name: auto, every or last.
+func (s *GradSync) UnmarshalText(name []byte) error {
 	for i, n := range gradSyncNames {
-		if n == name {
-			return GradSync(i), nil
+		if n == string(name) {
+			*s = GradSync(i)
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("grad sync %q: accepted are %s", name, strings.Join(gradSyncNames, ", "))
+	return fmt.Errorf("grad sync %q: accepted are %s", name, strings.Join(gradSyncNames, ", "))
 }
 
 // NoBackwardSync runs fn, a micro-batch's backward, with the reduction of
@@ -64,8 +70,8 @@ func ParseGradSync(name string) (GradSync, error) {
 // unreduced, and the next backward outside NoBackwardSync reduces their
 // sum. On one device it only runs fn. Its memory cost under zero2 and
 // fsdp is strategy.Rank.SetGradientSync's: unsharded gradients of the
-// whole model on every rank. Weight each micro-batch's loss (tp.Scale by
-// 1/K) before Backward so that the sum is the batch's mean.
+// whole model on every rank. Backward sums what it is given: weight each
+// micro-batch's loss by 1/K (tp.Scale) so that the sum is the batch's mean.
 func (f *Fabric) NoBackwardSync(skip bool, fn func() error) error {
 	if fn == nil {
 		return errors.New("fabric: NoBackwardSync: the backward function is nil")
@@ -84,7 +90,7 @@ func (f *Fabric) skipsSync(k, n int) bool {
 	if k == n-1 || f.dist == nil {
 		return false
 	}
-	switch f.Accumulation.Sync {
+	switch f.cfg.Accumulation.Sync {
 	case SyncEvery:
 		return false
 	case SyncLast:

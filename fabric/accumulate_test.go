@@ -55,13 +55,12 @@ func trainAccumulating(t *testing.T, st string, n int, acc fabric.Accumulation, 
 	out := accumulated{losses: make([][]float64, n), stats: make([]comm.Stats, n)}
 	rank := func(i int, c comm.Communicator) error {
 		m := models.NewMLP(nn.NewInit(1))
-		f, err := pureF64(m, st, c)
+		f, err := pureF64(m, st, c, fabric.Config{Accumulation: acc})
 		if err != nil {
 			return err
 		}
-		f.Accumulation = acc
 		for _, b := range bs {
-			res, err := f.TrainStep(context.Background(), m, b)
+			res, err := f.TrainStep(context.Background(), m, rankShare(t, f, b))
 			if err != nil {
 				return err
 			}
@@ -94,24 +93,24 @@ func trainAccumulating(t *testing.T, st string, n int, acc fabric.Accumulation, 
 }
 
 // pureF64 sets up m in float64 throughout, its loss too, on rank c of
-// strategy st (c nil: on one device).
-func pureF64(m fabric.Model, st string, c comm.Communicator) (*fabric.Fabric, error) {
+// strategy st (c nil: on one device), with cfg's other settings.
+func pureF64(m fabric.Model, st string, c comm.Communicator, cfg fabric.Config) (*fabric.Fabric, error) {
 	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 	if err != nil {
 		return nil, err
 	}
-	f := fabric.New(precision.Pure{DType: dtype.F64})
+	cfg.Precision, cfg.Comm = precision.Pure{DType: dtype.F64}, c
 	if c != nil {
-		info, err := strategy.Lookup(st)
-		if err != nil {
-			return nil, err
-		}
-		f.Distribute(info, c)
-		if info.Hybrid { // 2 replicas of 1 rank each on 2 ranks, to cross the groups
-			if f.Sharding.Hybrid, err = comm.NewHybrid(context.Background(), c, c.Size()/2); err != nil {
+		cfg.Strategy = st
+		if info, _ := strategy.Lookup(st); info.Hybrid && cfg.Sharding.Hybrid == nil { // 2 replicas of 1 rank each on 2 ranks, to cross the groups
+			if cfg.Sharding.Hybrid, err = comm.NewHybrid(context.Background(), c, c.Size()/2); err != nil {
 				return nil, err
 			}
 		}
+	}
+	f, err := fabric.New(cfg)
+	if err != nil {
+		return nil, err
 	}
 	return f, f.Setup(m, opt)
 }
@@ -172,8 +171,7 @@ func TestGradAccumulationScaled(t *testing.T) {
 	bs := f64Batches(2, 8)
 	m, ref := models.NewMLP(nn.NewInit(1)), models.NewMLP(nn.NewInit(1))
 	train := func(m *models.MLP, p precision.Plugin, k int) *fabric.Fabric {
-		f := fabric.New(p)
-		f.Accumulation.MicroBatches = k
+		f := newFabric(t, fabric.Config{Precision: p, Accumulation: fabric.Accumulation{MicroBatches: k}})
 		opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +244,7 @@ func TestNoBackwardSyncKeepsFSDPGradientsWhole(t *testing.T) {
 	got := make([][3]int64, 2)
 	err := comm.Each(local.NewGroup(2, local.Options{}), func(i int, c comm.Communicator) error {
 		m := models.NewMLP(nn.NewInit(1))
-		f, err := pureF64(m, "fsdp", c)
+		f, err := pureF64(m, "fsdp", c, fabric.Config{})
 		if err != nil {
 			return err
 		}
@@ -258,7 +256,7 @@ func TestNoBackwardSyncKeepsFSDPGradientsWhole(t *testing.T) {
 			if err := f.NoBackwardSync(skip, func() error { fabricLoss(t, f, m, share); return nil }); err != nil {
 				return err
 			}
-			_, got[i][k] = f.RankBytes()
+			_, got[i][k] = fabric.RankBytes(f)
 		}
 		return nil
 	})
@@ -279,7 +277,7 @@ func TestNoBackwardSyncKeepsFSDPGradientsWhole(t *testing.T) {
 // inside unchanged, as clip_grad_value_ leaves them, after unscaling once.
 func TestClipGradValue(t *testing.T) {
 	m := models.NewMLP(nn.NewInit(1))
-	f := fabric.New(newScaleOnly(512))
+	f := newFabric(t, fabric.Config{Precision: newScaleOnly(512)})
 	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 	if err != nil {
 		t.Fatal(err)
@@ -335,15 +333,14 @@ func TestSkipMidAccumulation(t *testing.T) {
 		params := make([]map[string][]float64, n)
 		rank := func(i int, c comm.Communicator) error {
 			m := models.NewMLP(nn.NewInit(1))
-			f, err := pureF64(m, st, c)
+			f, err := pureF64(m, st, c, fabric.Config{Accumulation: fabric.Accumulation{MicroBatches: 2}, OnNonFinite: fabric.SkipNonFinite})
 			if err != nil {
 				return err
 			}
-			f.Accumulation.MicroBatches, f.OnNonFinite = 2, fabric.SkipNonFinite
-			if res, err := f.TrainStep(context.Background(), m, bad); err != nil || !res.Skipped {
+			if res, err := f.TrainStep(context.Background(), m, rankShare(t, f, bad)); err != nil || !res.Skipped {
 				return fmt.Errorf("the NaN batch: %+v, %v; want it skipped", res, err)
 			}
-			if _, err := f.TrainStep(context.Background(), m, good); err != nil {
+			if _, err := f.TrainStep(context.Background(), m, rankShare(t, f, good)); err != nil {
 				return err
 			}
 			if err := f.Gather(); err != nil {
@@ -387,7 +384,7 @@ func TestGradAccumulationFP8(t *testing.T) {
 		for range depth {
 			s.Layers = append(s.Layers, &probed{FC: nn.NewLinear(nn.NewInit(4), width, width, true), s: s})
 		}
-		f := fabric.New(mustParse(t, "transformer-engine"))
+		f := newFabric(t, fabric.Config{Precision: mustParse(t, "transformer-engine"), Accumulation: fabric.Accumulation{MicroBatches: k}})
 		opt, err := optim.NewAdamW(nn.Parameters(s), adamW)
 		if err != nil {
 			t.Fatal(err)
@@ -395,7 +392,6 @@ func TestGradAccumulationFP8(t *testing.T) {
 		if err := f.Setup(s, opt); err != nil {
 			t.Fatal(err)
 		}
-		f.Accumulation.MicroBatches = k
 		for range steps {
 			if _, err := f.TrainStep(context.Background(), s, b); err != nil {
 				t.Fatal(err)
@@ -440,7 +436,7 @@ func TestManualAccumulation(t *testing.T) {
 		var got map[string][]float64
 		err := comm.Each(local.NewGroup(2, local.Options{}), func(i int, c comm.Communicator) error {
 			m := models.NewMLP(nn.NewInit(1))
-			f, err := pureF64(m, st, c)
+			f, err := pureF64(m, st, c, fabric.Config{})
 			if err != nil {
 				return err
 			}

@@ -120,8 +120,16 @@ func (f *Fabric) barrier(ctx context.Context) error {
 // there; every rank calls it (its collectives run under ctx) and rank 0
 // writes all but the ranks' optimizer shards. Under fsdp each parameter
 // is gathered only when the writer reaches it, so that no rank holds more
-// than one whole parameter beyond its chunks.
+// than one whole parameter beyond its chunks. It tells the CheckpointHook
+// callbacks.
 func (f *Fabric) Save(ctx context.Context, dir string, opts SaveOptions) error {
+	if err := f.save(ctx, dir, opts); err != nil {
+		return err
+	}
+	return notify(f.cfg.Callbacks, func(h CheckpointHook) error { return h.OnCheckpoint(opts.Step, dir) })
+}
+
+func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 	if err := f.ready("Save"); err != nil {
 		return err
 	}

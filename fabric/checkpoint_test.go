@@ -23,7 +23,6 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
-	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -50,14 +49,7 @@ func mlpFabric(t testing.TB, seed uint64, spec, st string, c comm.Communicator) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fabric.NewPolicy(pol, scaling)
-	if c != nil {
-		info, err := strategy.Lookup(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Distribute(info, c)
-	}
+	f := newFabric(t, fabric.Config{Policy: pol, LossScaling: scaling, Strategy: st, Comm: c})
 	m := models.NewMLP(nn.NewInit(seed))
 	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
 	if err != nil {
@@ -74,7 +66,7 @@ func trainSteps(t testing.TB, f *fabric.Fabric, m *models.MLP, from, to uint64) 
 	t.Helper()
 	var losses []float64
 	for i := from; i < to; i++ {
-		res, err := f.TrainStep(context.Background(), m, mlpBatch(i))
+		res, err := f.TrainStep(context.Background(), m, rankShare(t, f, mlpBatch(i)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // The collectives of Lightning Fabric (all_gather, all_reduce, broadcast,
-// barrier) on tensors, over the ranks Distribute named: every rank must
+// barrier) on tensors, over the ranks of Config.Comm: every rank must
 // make the same calls in the same order, with tensors of one dtype and
 // shape. They work before and after Setup, and after Setup run in turn
 // with the strategy's own collectives. A fabric that was never distributed

@@ -22,7 +22,6 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
-	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -43,7 +42,7 @@ func TestCollectives(t *testing.T) {
 		collectivesOn(t, comms)
 		return
 	}
-	if err := checkCollectives(fabric.New(precision.Pure{DType: dtype.F64}), 0, 1); err != nil {
+	if err := checkCollectives(newFabric(t, fabric.Config{Precision: precision.Pure{DType: dtype.F64}}), 0, 1); err != nil {
 		t.Errorf("undistributed: %v", err)
 	}
 	for _, n := range []int{1, 3} {
@@ -54,9 +53,7 @@ func TestCollectives(t *testing.T) {
 func collectivesOn(t *testing.T, comms []comm.Communicator) {
 	err := comm.Each(comms, func(_ int, c comm.Communicator) error {
 		for _, setup := range []bool{false, true} {
-			f := fabric.New(precision.Pure{DType: dtype.F64})
-			info, _ := strategy.Lookup("fsdp")
-			f.Distribute(info, c)
+			f := newFabric(t, fabric.Config{Precision: precision.Pure{DType: dtype.F64}, Strategy: "fsdp", Comm: c})
 			if setup {
 				if err := fsdpStep(f, c); err != nil {
 					return err

@@ -40,8 +40,8 @@ type Loader struct {
 	next uint64
 }
 
-// SetupDataLoader returns a Loader of ds for this fabric's rank (all of
-// every batch on one device); call it after Distribute.
+// SetupDataLoader returns a Loader of ds for this fabric's rank of its
+// strategy (all of every batch on one device).
 func (f *Fabric) SetupDataLoader(ds Dataset) *Loader {
 	n, r := f.ranks()
 	return &Loader{ds: ds, n: n, r: r}

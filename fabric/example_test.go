@@ -18,7 +18,6 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
-	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -34,8 +33,10 @@ func newGPTFabric(spec string) (*fabric.Fabric, *models.GPT, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f := fabric.New(p)
-	f.SeedEverything(1)
+	f, err := fabric.New(fabric.Config{Precision: p, Seed: 1})
+	if err != nil {
+		return nil, nil, err
+	}
 	model := models.NewGPT(f.InitModule(false), tinyGPT)
 	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
 	if err != nil {
@@ -68,7 +69,10 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	f := fabric.New(p)
+	f, err := fabric.New(fabric.Config{Precision: p})
+	if err != nil {
+		log.Fatal(err)
+	}
 	model := models.NewGPT(f.InitModule(false), tinyGPT)
 	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
 	if err != nil {
@@ -150,12 +154,15 @@ func ExampleFabric_Save() {
 // encoder computes in 16-mixed, its transformer in bf16-true, and one
 // loss scaler serves the whole model because some of it computes in
 // float16.
-func ExampleNewPolicy() {
+func ExampleConfig_policy() {
 	pol, scaling, err := precision.ParsePolicy("bf16-true", []string{"vision.**=16-mixed"}, "auto", precision.Options{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	f := fabric.NewPolicy(pol, scaling)
+	f, err := fabric.New(fabric.Config{Policy: pol, LossScaling: scaling})
+	if err != nil {
+		log.Fatal(err)
+	}
 	model := models.NewHybrid(nn.NewInit(1), models.DefaultHybrid)
 	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 	if err != nil {
@@ -164,12 +171,12 @@ func ExampleNewPolicy() {
 	if err := f.Setup(model, opt); err != nil {
 		log.Fatal(err)
 	}
-	for _, s := range f.Plan().Scopes {
+	for _, s := range f.Resolution().Scopes {
 		if s.Path == "vision.conv1" || s.Path == "decoder.blocks.0.qkv" {
 			fmt.Println(s.Path, s.Plugin.Name())
 		}
 	}
-	fmt.Println("scales the loss:", f.Plan().ScalesLoss())
+	fmt.Println("scales the loss:", f.Resolution().ScalesLoss())
 	// Output:
 	// vision.conv1 16-mixed
 	// decoder.blocks.0.qkv bf16-true
@@ -179,14 +186,12 @@ func ExampleNewPolicy() {
 // Two ranks, here goroutines of one process, average a value with
 // Lightning Fabric's all_reduce.
 func ExampleFabric_AllReduce() {
-	ddp, err := strategy.Lookup("ddp")
-	if err != nil {
-		log.Fatal(err)
-	}
 	means := make([]float64, 2)
-	err = comm.Each(local.NewGroup(2, local.Options{}), func(r int, c comm.Communicator) error {
-		f := fabric.New(nil)
-		f.Distribute(ddp, c)
+	err := comm.Each(local.NewGroup(2, local.Options{}), func(r int, c comm.Communicator) error {
+		f, err := fabric.New(fabric.Config{Strategy: "ddp", Comm: c})
+		if err != nil {
+			return err
+		}
 		mine := tensor.Scalar(dtype.F32, float64(10*(r+1))) // 10 on rank 0, 20 on rank 1
 		mean, err := f.AllReduce(context.Background(), mine, fabric.Mean)
 		if err != nil {

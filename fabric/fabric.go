@@ -24,15 +24,14 @@ import (
 
 // Fabric drives one model and its optimizer.
 type Fabric struct {
-	plugin  precision.Plugin // the root scope's: New's, or built by Setup
+	plugin  precision.Plugin // the root scope's: Config.Precision, or built by Setup
 	policy  precision.Policy
-	scaling precision.LossScaling
 	plan    *precision.Resolution // set by Setup
 	scopes  *precision.Scopes
 	scaler  precision.Scaler
 	dist    *strategy.Rank   // nil on one device
-	tensors *parallel.Layout // nil unless SplitTensors
-	mesh    meshAgreement    // SplitTensors'
+	tensors *parallel.Layout // Config.TensorPlan's, set by Setup
+	mesh    meshAgreement    // over Config.Comm, on a Mesh
 	spy     *nanSpy          // set while FirstNonFinite looks for a blow-up
 	distCfg *distConfig
 	meter   *meter // a plan's pass on meta tensors: cuts it at units
@@ -42,75 +41,18 @@ type Fabric struct {
 	// stateDType is the optimizer-state dtype the precision set (Invalid:
 	// each parameter's own).
 	stateDType dtype.DType
-	steps      int    // optimizer steps taken
-	seed       uint64 // SeedEverything's
+	steps      int // optimizer steps taken
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
-	// misuse is a call made out of order that returns nothing (Distribute
-	// after Setup): the next step reports it.
+	// misuse is a failed Setup: the precision's plugins are bound to the
+	// model it was given, so every later call reports it.
 	misuse error
-	// OnNonFinite is what TrainStep does with a non-finite loss that no
-	// loss scaler absorbs (StopOnNonFinite unless set).
-	OnNonFinite OnNonFinite
-	// Sharding picks the strategy's sharding units and whether FSDP
-	// regathers parameters for the backward; set it before Setup.
-	Sharding strategy.Options
-	// ActivationCheckpointing names, in precision rules' syntax
-	// ("blocks.*"), the modules whose forward is recomputed in backward
-	// instead of keeping their activations (see autograd.Tape.Checkpoint);
-	// set it before Setup.
-	ActivationCheckpointing []string
-	// Accumulation splits TrainStep's batch into micro-batches.
-	Accumulation Accumulation
-	// ClipValue, if positive, is the bound TrainStep clamps every
-	// gradient element to before the step (see ClipGradValue).
-	ClipValue float64
-	// Loggers receive LogDict's records; Callbacks hear of the loop's
-	// events whose hook interfaces they implement (see StepEndHook).
-	Loggers   []Logger
-	Callbacks []any
-}
-
-// New returns a Fabric that trains the whole model with the precision
-// plugin p, which then belongs to it (p's state, a loss scale or amax
-// histories, serves this fabric's model alone); nil is 32-true. Its tape recycles
-// activations during Backward: read what you need of the forward pass (the
-// logits) before calling Backward.
-func New(p precision.Plugin) *Fabric {
-	if p == nil { // Lightning's default, "32-true"
-		p = precision.True{DType: dtype.F32}
-	}
-	f := NewPolicy(precision.Policy{Default: precision.Once(p)}, precision.LossScalingAuto)
-	f.plugin = p // Input and Forward work before Setup, as Lightning's autocast does
-	return f
-}
-
-// NewPolicy returns a Fabric that gives each module the plugin pol
-// assigns it, built afresh for its model by Setup; scaling NoLossScaling
-// refuses float16 compute.
-func NewPolicy(pol precision.Policy, scaling precision.LossScaling) *Fabric {
-	f := &Fabric{policy: pol, scaling: scaling, scaler: precision.ScalerOf(nil)}
-	f.tape.Recycle = true
-	return f
+	cfg    Config // New's
 }
 
 type distConfig struct {
 	info strategy.Info
 	comm comm.Communicator
-}
-
-// Distribute makes the fabric one rank of strategy info over c; call it
-// before Setup. Each rank trains its own replica on its share of the batch.
-func (f *Fabric) Distribute(info strategy.Info, c comm.Communicator) {
-	switch {
-	case f.model != nil:
-		f.misuse = errors.New("fabric: Distribute after Setup: the model is set up for one device; call Distribute before Setup")
-		return
-	case isNil(c):
-		f.misuse = errors.New("fabric: Distribute was given no communicator (nil)")
-		return
-	}
-	f.distCfg = &distConfig{info: info, comm: c}
 }
 
 // gathers asks each parameter's plugin how FSDP gathers it: its wire
@@ -131,8 +73,8 @@ func gathers(plan *precision.Resolution) strategy.Gathers {
 	}
 }
 
-// RankBytes is what this rank holds now for parameters and gradients.
-func (f *Fabric) RankBytes() (params, grads int64) {
+// rankBytes is what this rank holds now for parameters and gradients.
+func (f *Fabric) rankBytes() (params, grads int64) {
 	if f.dist != nil {
 		return f.dist.Bytes()
 	}
@@ -160,11 +102,15 @@ func (f *Fabric) Gather() error {
 // Rank returns the strategy's rank, nil on one device.
 func (f *Fabric) Rank() *strategy.Rank { return f.dist }
 
-// Plan returns the resolved per-module precision (nil before Setup).
-func (f *Fabric) Plan() *precision.Resolution { return f.plan }
+// Resolution returns the resolved per-module precision (nil before Setup).
+func (f *Fabric) Resolution() *precision.Resolution { return f.plan }
 
-// Precision returns the root scope's plugin (nil before a NewPolicy
-// fabric's Setup).
+// Layout is how Config.TensorPlan split the model across the mesh's row
+// (nil without a Mesh, and before Setup).
+func (f *Fabric) Layout() *parallel.Layout { return f.tensors }
+
+// Precision returns the root scope's plugin (before Setup: Config.Precision,
+// nil for a Policy).
 func (f *Fabric) Precision() precision.Plugin { return f.plugin }
 
 // Setup is SetupModule then SetupOptimizers; it checks that opt can hold
@@ -180,11 +126,11 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 }
 
 // SetupModule converts the model for the precision (cast, layer
-// replacement) and, after Distribute, hands it to the strategy, which
-// keeps this rank's share (under fsdp its chunks, drawn from the
-// initialisers for a model built by InitModule). Its precision errors are
-// MakePlan's, word for word; what the conversion left undone is in
-// Plan().Warnings.
+// replacement), splits it across the mesh's row by Config.TensorPlan and
+// hands it to the strategy, which keeps this rank's share (under fsdp its
+// chunks, drawn from the initialisers for a model built by InitModule).
+// Its precision errors are MakePlan's, word for word; what the conversion
+// left undone is in Resolution().Warnings.
 func (f *Fabric) SetupModule(m nn.Module) error { return f.setupModule(m, nil) }
 
 func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) error) error {
@@ -195,6 +141,13 @@ func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) erro
 		return errors.New("fabric: Setup: the model is nil")
 	case f.model != nil:
 		return errors.New("fabric: Setup called twice: a Fabric sets up one model; make a new Fabric for another")
+	}
+	if f.cfg.Mesh != nil {
+		l, err := parallel.Parallelize(m, f.cfg.Mesh.Tensor, f.cfg.TensorPlan)
+		if err != nil { // m is as it was
+			return fmt.Errorf("fabric: setup: %w", err)
+		}
+		f.tensors = l
 	}
 	if err := f.convert(m, check); err != nil {
 		// The precision's plugins are bound to m now: a retry would
@@ -208,19 +161,19 @@ func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) erro
 // convert is setupModule past its checks: the precision's conversion of
 // m, its materialisation and its hand-over to the strategy.
 func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) error {
-	plan, err := prepare(m, f.policy, f.scaling, check)
+	plan, err := prepare(m, f.policy, f.cfg.LossScaling, check)
 	if err != nil {
 		return err
 	}
 	if err := materialize(m, f.distCfg == nil || !f.distCfg.info.Sharding.Parameters); err != nil {
 		return err
 	}
-	if f.tape.Recompute, err = recomputed(m, f.ActivationCheckpointing); err != nil {
+	if f.tape.Recompute, err = recomputed(m, f.cfg.ActivationCheckpointing); err != nil {
 		return err
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
 	if f.distCfg != nil {
-		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.Sharding); err != nil {
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.cfg.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		plan.AgreeOver(f.dist)
@@ -477,9 +430,6 @@ func (f *Fabric) States() map[string]precision.Stateful {
 
 // StepCount returns the number of optimizer steps taken (skipped ones too).
 func (f *Fabric) StepCount() int { return f.steps }
-
-// SetStepCount sets the step counter when resuming from a checkpoint.
-func (f *Fabric) SetStepCount(n int) { f.steps = n }
 
 // LossScale is the current loss scale (1 without a scaler).
 func (f *Fabric) LossScale() float64 { return f.scaler.Scale() }

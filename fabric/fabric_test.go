@@ -21,7 +21,6 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
-	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -159,7 +158,7 @@ func TestNoRolesTrainsUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fabric.New(&noRoles{})
+	f := newFabric(t, fabric.Config{Precision: &noRoles{}})
 	if err := f.Setup(fab, fabOpt); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +218,7 @@ func TestScaleOnly(t *testing.T) {
 	refOpt := optim.NewSGD(nn.Parameters(ref), 0.1)
 	opt := &recordingOpt{Optimizer: optim.NewSGD(nn.Parameters(fab), 0.1)}
 	p := newScaleOnly(scale)
-	f := fabric.New(p)
+	f := newFabric(t, fabric.Config{Precision: p})
 	if err := f.Setup(fab, opt); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +279,7 @@ func TestOptimizerStateDType(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fabric.New(&stateDTypeOnly{})
+	f := newFabric(t, fabric.Config{Precision: &stateDTypeOnly{}})
 	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +303,7 @@ func TestOptimizerStateDType(t *testing.T) {
 
 func TestOptimizerStateDTypeNeedsSupport(t *testing.T) {
 	m := newMLP()
-	err := fabric.New(&stateDTypeOnly{}).Setup(m, optim.NewSGD(nn.Parameters(m), 0.1))
+	err := newFabric(t, fabric.Config{Precision: &stateDTypeOnly{}}).Setup(m, optim.NewSGD(nn.Parameters(m), 0.1))
 	if err == nil {
 		t.Fatal("Setup gave SGD an optimizer-state dtype it cannot hold, without error")
 	}
@@ -319,7 +318,7 @@ func TestInput(t *testing.T) {
 	ids := tensor.New(dtype.I64, 4)
 	x := tensor.FromFloat32([]float32{1, 1.00390625, -3.14159, 65504}, 4)
 
-	f := fabric.New(mustParse(t, "bf16-mixed"))
+	f := newFabric(t, fabric.Config{Precision: mustParse(t, "bf16-mixed")})
 	if got := f.Input(ids); got != ids {
 		t.Errorf("bf16-mixed: Input cast an int64 tensor to %s", got)
 	}
@@ -337,10 +336,10 @@ func TestInput(t *testing.T) {
 		t.Errorf("Input(nil) is not nil")
 	}
 
-	if got := fabric.New(mustParse(t, "16-true")).Input(x); got.DType() != dtype.F16 {
+	if got := newFabric(t, fabric.Config{Precision: mustParse(t, "16-true")}).Input(x); got.DType() != dtype.F16 {
 		t.Errorf("16-true: Input gave %s, want float16", got)
 	}
-	if got := fabric.New(&noRoles{}).Input(x); got != x {
+	if got := newFabric(t, fabric.Config{Precision: &noRoles{}}).Input(x); got != x {
 		t.Errorf("without an InputCaster, Input returned %s, want its argument", got)
 	}
 }
@@ -351,7 +350,7 @@ type sentinel struct{}
 func (*sentinel) CastInput(_ autograd.Op, in dtype.DType) dtype.DType { return in }
 
 func TestForward(t *testing.T) {
-	f := fabric.New(mustParse(t, "bf16-mixed"))
+	f := newFabric(t, fabric.Config{Precision: mustParse(t, "bf16-mixed")})
 	outer := &sentinel{}
 	tp := f.Tape()
 	tp.Caster = outer
@@ -404,7 +403,7 @@ func TestForward(t *testing.T) {
 	restored("the function panicked")
 
 	// Without an OutputCaster the output keeps its dtype.
-	g := fabric.New(&noRoles{})
+	g := newFabric(t, fabric.Config{Precision: &noRoles{}})
 	out, err = g.Forward(func(in *autograd.Tape) (*autograd.Var, error) {
 		if in.Caster != nil {
 			t.Errorf("a plugin without autocast left Caster %#v on the tape", in.Caster)
@@ -446,7 +445,7 @@ func near(got, want float64) bool { return math.Abs(got-want) <= 1e-6*math.Max(1
 
 func TestClipGradNorm(t *testing.T) {
 	m := newPair(1)
-	f := fabric.New(&noRoles{})
+	f := newFabric(t, fabric.Config{Precision: &noRoles{}})
 	if err := f.Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +480,7 @@ func TestClipGradNorm(t *testing.T) {
 func TestClipGradNormScaled(t *testing.T) {
 	const scale = 1024
 	m := newPair(scale)
-	f := fabric.New(newScaleOnly(scale))
+	f := newFabric(t, fabric.Config{Precision: newScaleOnly(scale)})
 	if err := f.Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -535,7 +534,7 @@ func TestSetupConverts(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := newMLP()
-	if err := fabric.New(pathRecorder{&viaSetup}).Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
+	if err := newFabric(t, fabric.Config{Precision: pathRecorder{&viaSetup}}).Setup(m, optim.NewSGD(nn.Parameters(m), 1)); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(viaHelper, want) || !slices.Equal(viaSetup, want) {
@@ -567,10 +566,13 @@ func TestClipGradNormAcrossRanks(t *testing.T) {
 	newRank := func(c comm.Communicator) (*fabric.Fabric, models.Model, error) {
 		m := models.NewMLP(nn.NewInit(1))
 		opt, _ := optim.NewAdamW(nn.Parameters(m), optim.AdamWConfig{LR: 1e-3, Beta1: 0.9, Beta2: 0.95})
-		f := fabric.New(precision.Pure{DType: dtype.F64})
+		cfg := fabric.Config{Precision: precision.Pure{DType: dtype.F64}, Comm: c}
 		if c != nil {
-			info, _ := strategy.Lookup("zero2")
-			f.Distribute(info, c)
+			cfg.Strategy = "zero2"
+		}
+		f, err := fabric.New(cfg)
+		if err != nil {
+			return nil, nil, err
 		}
 		return f, m, f.Setup(m, opt)
 	}
@@ -623,7 +625,7 @@ func TestNewNilIs32True(t *testing.T) {
 		}
 		return m
 	}
-	sameParams(t, train(fabric.New(mustParse(t, "32-true"))), train(fabric.New(nil)))
+	sameParams(t, train(newFabric(t, fabric.Config{Precision: mustParse(t, "32-true")})), train(newFabric(t, fabric.Config{})))
 }
 
 // TestGlobalLossGathersOneNumberARow: on 2 ddp ranks the reported loss of
@@ -641,7 +643,7 @@ func TestGlobalLossGathersOneNumberARow(t *testing.T) {
 		onRanks(t, 2, func(r int, c comm.Communicator) error {
 			f, m := mlpFabric(t, 1, spec, "ddp", c)
 			before := c.Stats().Bytes[comm.Key{Collective: comm.AllGather}]
-			got, err := f.EvalLoss(context.Background(), m, global)
+			got, err := f.EvalLoss(context.Background(), m, rankShare(t, f, global))
 			if err != nil {
 				return err
 			}
@@ -655,4 +657,28 @@ func TestGlobalLossGathersOneNumberARow(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// newFabric is fabric.New(cfg), failing the test on an error.
+func newFabric(t testing.TB, cfg fabric.Config) *fabric.Fabric {
+	t.Helper()
+	f, err := fabric.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// rankShare is f's rank's share of the global batch, as a Loader cuts it
+// (global itself on one device).
+func rankShare(t testing.TB, f *fabric.Fabric, global data.Batch) data.Batch {
+	t.Helper()
+	if f.Rank() == nil {
+		return global
+	}
+	b, err := global.Share(f.Rank().Comm().Rank(), f.Rank().Comm().Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -96,7 +96,7 @@ func TestFSDPUnitLifetimes(t *testing.T) {
 				return err
 			}
 			for range 2 {
-				if _, err := f.TrainStep(context.Background(), s, b); err != nil {
+				if _, err := f.TrainStep(context.Background(), s, rankShare(t, f, b)); err != nil {
 					return err
 				}
 			}
@@ -138,7 +138,7 @@ func TestFSDPShardsFrozenWeights(t *testing.T) {
 								return fmt.Errorf("rank %d before step %d holds %d bytes of codes; 1/%d is %d", i, step, got, n, want)
 							}
 						}
-						res, err := f.TrainStep(context.Background(), m, batch)
+						res, err := f.TrainStep(context.Background(), m, rankShare(t, f, batch))
 						if err != nil {
 							return err
 						}
@@ -183,13 +183,10 @@ func distributed(m fabric.Model, spec, st string, opts strategy.Options, c comm.
 	if err != nil {
 		return nil, err
 	}
-	info, err := strategy.Lookup(st)
+	f, err := fabric.New(fabric.Config{Policy: pol, Strategy: st, Comm: c, Sharding: opts})
 	if err != nil {
 		return nil, err
 	}
-	f := fabric.NewPolicy(pol, precision.LossScalingAuto)
-	f.Distribute(info, c)
-	f.Sharding = opts
 	return f, f.Setup(m, opt)
 }
 
@@ -220,7 +217,7 @@ func TestFSDPComputesWithFP8Codes(t *testing.T) {
 				return err
 			}
 			for range 3 {
-				res, err := f.TrainStep(context.Background(), s, b)
+				res, err := f.TrainStep(context.Background(), s, rankShare(t, f, b))
 				if err != nil {
 					return err
 				}
@@ -265,14 +262,13 @@ func TestFSDPTiedHead(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		f := fabric.NewPolicy(pol, precision.LossScalingAuto)
-		f.SeedEverything(3)
-		if st != "single" {
-			info, err := strategy.Lookup(st)
-			if err != nil {
-				return nil, err
-			}
-			f.Distribute(info, c)
+		fc := fabric.Config{Policy: pol, Seed: 3, Strategy: st, Comm: c}
+		if st == "single" {
+			fc.Comm = nil
+		}
+		f, err := fabric.New(fc)
+		if err != nil {
+			return nil, err
 		}
 		m := models.NewGPT(f.InitModule(empty), cfg)
 		opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
@@ -284,7 +280,7 @@ func TestFSDPTiedHead(t *testing.T) {
 		}
 		var losses []float64
 		for range 3 {
-			res, err := f.TrainStep(context.Background(), m, b)
+			res, err := f.TrainStep(context.Background(), m, rankShare(t, f, b))
 			if err != nil {
 				return nil, err
 			}

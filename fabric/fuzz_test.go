@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/weftml/weft/autograd"
+	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/comm/local"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
@@ -18,7 +19,6 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
-	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -42,7 +42,7 @@ func FuzzFabricAPI(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		h := &apiHarness{t: t, f: fabric.New(nil)}
+		h := &apiHarness{t: t, f: newFabric(t, fabric.Config{})}
 		for i := 0; i+1 < len(ops) && i < 32; i += 2 {
 			h.call(ops[i], ops[i+1])
 		}
@@ -53,6 +53,7 @@ func FuzzFabricAPI(f *testing.F) {
 type apiHarness struct {
 	t      *testing.T
 	f      *fabric.Fabric
+	cfg    fabric.Config   // f's
 	models [4]models.Model // nil, mlp, cnn, gpt: built on first use
 	last   *autograd.Var   // the last Forward's output
 	dir    string
@@ -66,7 +67,7 @@ func (h *apiHarness) call(op, arg byte) {
 	var err error
 	switch op % 16 {
 	case 0:
-		h.f = h.newFabric(arg)
+		err = h.renew(h.precision(arg))
 	case 1:
 		err = h.f.Setup(h.model(arg), h.optimizer(arg>>4))
 	case 2:
@@ -92,7 +93,7 @@ func (h *apiHarness) call(op, arg byte) {
 	case 12:
 		err = h.checkpoint(ctx, arg)
 	case 13:
-		h.configure(arg)
+		err = h.renew(h.configure(arg))
 	case 14:
 		_, err = h.f.FirstNonFinite(h.forward(arg))
 	case 15:
@@ -106,19 +107,32 @@ func (h *apiHarness) call(op, arg byte) {
 // goType matches a Go type name in an error ("*optim.SGD", "models.CNN").
 var goType = regexp.MustCompile(`\b[a-z][a-z0-9]*\.[A-Z]\w*`)
 
-func (h *apiHarness) newFabric(arg byte) *fabric.Fabric {
-	spec := fuzzSpecs[int(arg)%len(fuzzSpecs)]
-	if spec == "" {
-		if arg&0x80 != 0 {
-			return fabric.NewPolicy(precision.Policy{}, precision.LossScalingAuto) // the zero Policy
-		}
-		return fabric.New(nil)
-	}
-	p, err := precision.Parse(spec, precision.Options{})
+// renew replaces the fabric by one made from cfg, if New accepts it.
+func (h *apiHarness) renew(cfg fabric.Config) error {
+	f, err := fabric.New(cfg)
 	if err != nil {
-		h.t.Fatal(err)
+		return err
 	}
-	return fabric.New(p)
+	h.f, h.cfg = f, cfg
+	return nil
+}
+
+// precision is the fabric's settings with a precision of fuzzSpecs.
+func (h *apiHarness) precision(arg byte) fabric.Config {
+	cfg := h.cfg
+	cfg.Precision, cfg.Policy = nil, precision.Policy{}
+	spec := fuzzSpecs[int(arg)%len(fuzzSpecs)]
+	switch {
+	case spec == "" && arg&0x80 != 0:
+		cfg.Policy.Rules = []precision.Rule{} // a zero Policy, set
+	case spec != "":
+		p, err := precision.Parse(spec, precision.Options{})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		cfg.Precision = p
+	}
+	return cfg
 }
 
 // model is nil, an mlp, a cnn or a tiny gpt (each built once).
@@ -255,9 +269,9 @@ func (h *apiHarness) forward(arg byte) func(*autograd.Tape) (*autograd.Var, erro
 func (h *apiHarness) inspect() error {
 	h.f.States()
 	h.f.NonFiniteParams()
-	h.f.RankBytes()
 	h.f.LossScale()
-	h.f.Plan()
+	h.f.Resolution()
+	h.f.Layout()
 	h.f.Precision()
 	h.f.NonFinite()
 	h.f.Input(nil)
@@ -278,25 +292,31 @@ func (h *apiHarness) checkpoint(ctx context.Context, arg byte) error {
 	return err
 }
 
-// configure sets the fields a user sets, to values in and out of range,
-// and distributes the fabric over one rank (or over no communicator).
-func (h *apiHarness) configure(arg byte) {
-	switch arg % 6 {
+// configure is the fabric's settings with one a user sets changed, to a
+// value in or out of range: a strategy over one rank, or over no
+// communicator, among them.
+func (h *apiHarness) configure(arg byte) fabric.Config {
+	cfg := h.cfg
+	switch arg % 8 {
 	case 0:
-		h.f.Accumulation.MicroBatches = int(arg>>3) - 8
+		cfg.Accumulation.MicroBatches = int(arg>>3) - 8
 	case 1:
-		h.f.ClipValue = float64(arg>>3) - 8
+		cfg.ClipValue = float64(arg>>3) - 8
 	case 2:
-		h.f.OnNonFinite = fabric.OnNonFinite(arg >> 3)
+		cfg.OnNonFinite = fabric.OnNonFinite(arg >> 3)
 	case 3:
-		h.f.ActivationCheckpointing = []string{"blocks.*", "[", ""}[int(arg>>3)%3:]
+		cfg.ActivationCheckpointing = []string{"blocks.*", "[", ""}[int(arg>>3)%3:]
 	case 4:
-		info, _ := strategy.Lookup([]string{"ddp", "fsdp", "zero1", "single"}[int(arg>>3)%4])
-		h.f.Distribute(info, local.NewGroup(1, local.Options{})[0])
+		cfg.Strategy = []string{"ddp", "fsdp", "zero1", "single", "zero9"}[int(arg>>3)%5]
+		cfg.Comm = local.NewGroup(1, local.Options{})[0]
 	case 5:
-		info, _ := strategy.Lookup("ddp")
-		h.f.Distribute(info, nil)
+		cfg.Strategy, cfg.Comm = "ddp", nil
+	case 6:
+		cfg.Accumulation.Sync = fabric.GradSync(arg>>3) - 8
+	case 7:
+		cfg.Loggers, cfg.Callbacks = []fabric.Logger{nil}[:int(arg>>3)%2], []any{nil}[:int(arg>>4)%2]
 	}
+	return cfg
 }
 
 // collective runs one of the fabric's collectives on nil or a tensor.
@@ -330,7 +350,7 @@ func TestMisuseIsAnError(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fabric.New(nil), m, opt
+		return newFabric(t, fabric.Config{}), m, opt
 	}
 	for _, tt := range []struct {
 		name string
@@ -347,7 +367,7 @@ func TestMisuseIsAnError(t *testing.T) {
 			_, err := f.TrainStep(ctx, m, data.Batch{})
 			return err
 		}, "fabric: TrainStep: the batch is empty"},
-		{"Setup(nil, nil)", func(*testing.T) error { return fabric.New(nil).Setup(nil, nil) }, "the optimizer is nil"},
+		{"Setup(nil, nil)", func(*testing.T) error { return newFabric(t, fabric.Config{}).Setup(nil, nil) }, "the optimizer is nil"},
 		{"Setup(nil, opt)", func(*testing.T) error {
 			f, _, opt := fresh()
 			return f.Setup(nil, opt)
@@ -368,21 +388,39 @@ func TestMisuseIsAnError(t *testing.T) {
 			return f.Backward(nil)
 		}, "the loss is nil"},
 		{"Backward before Setup", func(*testing.T) error {
-			return fabric.New(nil).Backward(&autograd.Var{Value: full(1, 1)})
+			return newFabric(t, fabric.Config{}).Backward(&autograd.Var{Value: full(1, 1)})
 		}, "Backward before Setup"},
-		{"Step before Setup", func(*testing.T) error { _, err := fabric.New(nil).Step(); return err }, "Step before Setup"},
+		{"Step before Setup", func(*testing.T) error { _, err := newFabric(t, fabric.Config{}).Step(); return err }, "Step before Setup"},
 		{"another model", func(t *testing.T) error {
 			f, _ := setUp(t)
 			_, err := f.TrainStep(ctx, models.NewMLP(nn.NewInit(2)), mlpBatch(0))
 			return err
 		}, "a model other than the one given to Setup"},
-		{"Distribute after Setup", func(t *testing.T) error {
-			f, m := setUp(t)
-			info, _ := strategy.Lookup("ddp")
-			f.Distribute(info, local.NewGroup(1, local.Options{})[0])
-			_, err := f.TrainStep(ctx, m, mlpBatch(0))
+		{"a strategy for one device on two", func(t *testing.T) error {
+			_, err := fabric.New(fabric.Config{Strategy: "single", Comm: local.NewGroup(2, local.Options{})[0]})
 			return err
-		}, "Distribute after Setup"},
+		}, "strategy single runs on one device, not 2"},
+		{"a strategy that is not", func(t *testing.T) error {
+			_, err := fabric.New(fabric.Config{Strategy: "zero9"})
+			return err
+		}, `fabric: unknown strategy "zero9"`},
+		{"a mesh without its plan", func(t *testing.T) error {
+			c := local.NewGroup(1, local.Options{})[0]
+			_, err := fabric.New(fabric.Config{Comm: c, Mesh: &comm.Mesh{DP: 1, TP: 1, Data: c, Tensor: c}})
+			return err
+		}, "a Mesh needs a TensorPlan"},
+		{"Precision and Policy", func(t *testing.T) error {
+			pol, _, err := precision.ParsePolicy("bf16-mixed", nil, "auto", precision.Options{})
+			if err != nil {
+				return err
+			}
+			_, err = fabric.New(fabric.Config{Precision: &noRoles{}, Policy: pol})
+			return err
+		}, "both Precision and Policy are set"},
+		{"micro-batches below 0", func(t *testing.T) error {
+			_, err := fabric.New(fabric.Config{Accumulation: fabric.Accumulation{MicroBatches: -1}})
+			return err
+		}, "fabric: -1 micro-batches"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call(t)

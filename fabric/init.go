@@ -8,16 +8,11 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
-// SeedEverything makes seed the one seed of the run: it decides the
-// initial weights of a model built from InitModule and, through Seed, the
-// order of the data a Dataset draws (Lightning's seed_everything).
-func (f *Fabric) SeedEverything(seed uint64) { f.seed = seed }
+// Seed is Config.Seed: the one seed of the run.
+func (f *Fabric) Seed() uint64 { return f.cfg.Seed }
 
-// Seed is the seed SeedEverything set (0 until then).
-func (f *Fabric) Seed() uint64 { return f.seed }
-
-// InitModule returns the Init to build the model with, from the seed of
-// SeedEverything (Lightning's init_module). With emptyInit the model is
+// InitModule returns the Init to build the model with, from Config.Seed
+// (Lightning's init_module). With emptyInit the model is
 // built on shapes alone (nn.Meta): SetupModule then draws each parameter
 // from its initialiser, the whole of it on a strategy that keeps whole
 // parameters and only this rank's chunks under fsdp, so that no rank ever
@@ -25,9 +20,9 @@ func (f *Fabric) Seed() uint64 { return f.seed }
 // gives them, bit for bit.
 func (f *Fabric) InitModule(emptyInit bool) *nn.Init {
 	if emptyInit {
-		return nn.Meta(f.seed)
+		return nn.Meta(f.cfg.Seed)
 	}
-	return nn.NewInit(f.seed)
+	return nn.NewInit(f.cfg.Seed)
 }
 
 // materialize gives values to a model built on shapes alone (nn.Meta),

@@ -48,37 +48,32 @@ type StepResult struct {
 	ParamBytes, GradBytes int64
 }
 
-// TrainStep is the training step every weft command runs: this rank takes
-// its share of the global batch and trains on it as TrainShare does. Every
-// rank must call it with the same global batch.
-func (f *Fabric) TrainStep(ctx context.Context, m Model, global data.Batch) (StepResult, error) {
-	if err := f.checkCall("TrainStep", m, global); err != nil {
+// TrainStep is the training step every weft command runs, on this rank's
+// share of a global batch (a Loader's; on one device the whole batch): it
+// casts the input, runs the forward pass in the precision's scope,
+// computes the cross-entropy of the logits outside it, runs backward
+// through the loss scaler (syncing gradients across ranks), clips the
+// gradients to Config.ClipValue, if set, steps the optimizer and tells the
+// StepEndHook callbacks; with Config.Accumulation, it does all before the
+// clipping once per micro-batch of the share. Every rank must call it,
+// each with its share of the same global batch.
+func (f *Fabric) TrainStep(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
+	if err := f.checkCall("TrainStep", m, share); err != nil {
 		return StepResult{}, err
 	}
-	b, made, err := f.share(global)
+	step := f.steps
+	res, err := f.trainStep(ctx, m, share)
 	if err != nil {
 		return StepResult{}, err
 	}
-	defer tensor.Free(made)
-	return f.TrainShare(ctx, m, b)
+	return res, notify(f.cfg.Callbacks, func(h StepEndHook) error { return h.OnStepEnd(step, res) })
 }
 
-// TrainShare is the training step on this rank's share of a global batch
-// (a Loader's): it casts the input, runs the forward pass in the
-// precision's scope, computes the cross-entropy of the logits outside it,
-// runs backward through the loss scaler (syncing gradients across ranks),
-// clips the gradients to ClipValue, if set, and steps the optimizer; with
-// Accumulation, it does all before the clipping once per micro-batch of
-// the share. Every rank must call it, each with its share of the same
-// global batch.
-func (f *Fabric) TrainShare(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
-	if err := f.checkCall("TrainShare", m, share); err != nil {
-		return StepResult{}, err
-	}
-	n := max(f.Accumulation.MicroBatches, 1)
+func (f *Fabric) trainStep(ctx context.Context, m Model, share data.Batch) (StepResult, error) {
+	n := max(f.cfg.Accumulation.MicroBatches, 1)
 	res := StepResult{}
 	for k := range n {
-		b, err := f.Accumulation.microBatch(share, k)
+		b, err := f.cfg.Accumulation.microBatch(share, k)
 		if err != nil {
 			return StepResult{}, err
 		}
@@ -92,18 +87,19 @@ func (f *Fabric) TrainShare(ctx context.Context, m Model, share data.Batch) (Ste
 		res.Loss += loss / float64(n)
 		if skip {
 			res.Loss, res.Skipped = loss, true
+			f.steps++  // a skipped step is a step, as the loss scaler's are
 			if k > 0 { // the earlier micro-batches' gradients
 				return res, f.dropGrads(ctx)
 			}
 			return res, nil
 		}
 	}
-	if f.ClipValue > 0 {
-		if err := f.ClipGradValue(f.ClipValue); err != nil {
+	if f.cfg.ClipValue > 0 {
+		if err := f.ClipGradValue(f.cfg.ClipValue); err != nil {
 			return StepResult{}, err
 		}
 	}
-	res.ParamBytes, res.GradBytes = f.RankBytes()
+	res.ParamBytes, res.GradBytes = f.rankBytes()
 	skipped, err := f.step(ctx)
 	if err != nil {
 		return StepResult{}, err
@@ -131,7 +127,7 @@ func (f *Fabric) microStep(ctx context.Context, m Model, micro data.Batch, k, n 
 	if loss, err = f.globalLoss(ctx, logits.Value, local.Value, b.Targets); err != nil {
 		return 0, false, err
 	}
-	if !isFinite(loss) && !f.plan.ScalesLoss() && f.OnNonFinite != TrainOnNonFinite {
+	if !isFinite(loss) && !f.plan.ScalesLoss() && f.cfg.OnNonFinite != TrainOnNonFinite {
 		f.tape.Reset()
 		return loss, true, f.nonFiniteLoss(ctx, forward, loss)
 	}
@@ -151,23 +147,29 @@ func (f *Fabric) dropGrads(ctx context.Context) error {
 	return f.dist.AfterStep(ctx)
 }
 
-// EvalLoss is the cross-entropy of the model over the global batch, as
-// TrainStep computes it, recording nothing for backward.
-func (f *Fabric) EvalLoss(ctx context.Context, m Model, global data.Batch) (float64, error) {
-	if err := f.checkCall("EvalLoss", m, global); err != nil {
-		return 0, err
+// EvalLoss is a validation pass: the mean over batches of the
+// cross-entropy of the model on each, as TrainStep computes it, recording
+// nothing for backward; it tells the ValidationEndHook callbacks. Each
+// batch is this rank's share of a global batch (a Loader's), and every
+// rank must call it with its shares of the same global batches.
+func (f *Fabric) EvalLoss(ctx context.Context, m Model, batches ...data.Batch) (float64, error) {
+	if len(batches) == 0 {
+		return 0, errors.New("fabric: EvalLoss: no batches to evaluate on")
 	}
-	b, made, err := f.share(global)
-	if err != nil {
-		return 0, err
+	var total float64
+	for _, b := range batches {
+		l, err := f.evalLoss(ctx, m, b)
+		if err != nil {
+			return 0, err
+		}
+		total += l
 	}
-	defer tensor.Free(made)
-	return f.EvalShare(ctx, m, b)
+	loss := total / float64(len(batches))
+	return loss, notify(f.cfg.Callbacks, func(h ValidationEndHook) error { return h.OnValidationEnd(f.steps-1, loss) })
 }
 
-// EvalShare is EvalLoss on this rank's share of the global batch.
-func (f *Fabric) EvalShare(ctx context.Context, m Model, share data.Batch) (float64, error) {
-	if err := f.checkCall("EvalShare", m, share); err != nil {
+func (f *Fabric) evalLoss(ctx context.Context, m Model, share data.Batch) (float64, error) {
+	if err := f.checkCall("EvalLoss", m, share); err != nil {
 		return 0, err
 	}
 	b, made := f.cast(share)
@@ -233,20 +235,6 @@ func checkBatch(b data.Batch) error {
 	return nil
 }
 
-// share is this rank's part of the global batch and the tensor made for
-// it (nil on one rank), for the caller to free.
-func (f *Fabric) share(global data.Batch) (data.Batch, *tensor.Tensor, error) {
-	n, r := f.ranks()
-	if n == 1 {
-		return global, nil, nil
-	}
-	b, err := global.Share(r, n)
-	if err != nil {
-		return data.Batch{}, nil, fmt.Errorf("fabric: %w", err)
-	}
-	return b, b.X, nil
-}
-
 // ranks is the number of ranks and this one's (1 and 0 on one device).
 func (f *Fabric) ranks() (n, r int) {
 	switch {
@@ -297,7 +285,7 @@ func (f *Fabric) globalLoss(ctx context.Context, logits, local *tensor.Tensor, t
 // SkipNonFinite's when the parameters themselves are inf/NaN (no batch
 // can train them; skipping would only run on to a NaN checkpoint).
 func (f *Fabric) nonFiniteLoss(ctx context.Context, forward func(*autograd.Tape) (*autograd.Var, error), loss float64) error {
-	if f.OnNonFinite == SkipNonFinite {
+	if f.cfg.OnNonFinite == SkipNonFinite {
 		if _, bad, err := f.paramsNonFinite(ctx); err != nil || !bad {
 			return err
 		}

@@ -18,12 +18,14 @@ import (
 )
 
 // Peak is the allocator's predicted high-water mark (tensor.Memory's
-// Peak) over one rank's training step, in bytes as the pool counts them
-// (each buffer rounded up to its size class), and what is live at it.
+// Peak) over one rank's training step and an evaluation after it, in
+// bytes as the pool counts them (each buffer rounded up to its size
+// class), and what is live at it.
 type Peak struct {
 	Bytes int64 `json:"bytes"`
-	// At is the moment of the step the peak falls in: "forward",
-	// "loss", "backward of blocks.7", "optimizer step", "after step".
+	// At is the moment of the step the peak falls in: "forward of
+	// blocks.7", "loss", "recompute of blocks.7", "backward of blocks.7",
+	// "optimizer step", "after step", "evaluation of blocks.7".
 	At string `json:"at"`
 	// State is what a rank holds between steps: its parameters (whole or
 	// chunks), frozen weights and AdamW moments.
@@ -34,19 +36,35 @@ type Peak struct {
 	// Gathered are FSDP units' parameters made whole: the running unit's
 	// and the prefetched next one's.
 	Gathered int64 `json:"gathered"`
-	// Activations are the forward's results and saved tensors still on
-	// the tape at the peak.
+	// Activations are the forward's results and saved tensors on the
+	// tape at the peak: in a unit's forward, all it has computed so far.
 	Activations int64 `json:"activations"`
 	// Transient is the largest short-lived buffer set at the peak: a
 	// unit's gradients before their reduction with its output's and
 	// input's gradients, gathered logits, a padded gradient.
 	Transient int64 `json:"transient"`
-	// Scratch is kernels' decode buffers (AdamW over non-float32 tensors)
-	// and the running FP8 GEMM's operands.
+	// Scratch is kernels' float32 buffers (an op over bfloat16 tensors,
+	// AdamW over non-float32 ones) and the running FP8 GEMM's operands
+	// or dequantized weight.
 	Scratch int64 `json:"scratch"`
 	// Saved is what the whole forward and loss leave on the tape for
 	// backward (autograd.Tape.RetainedPool of a pass on meta tensors).
 	Saved int64 `json:"saved_activations"`
+	// Process is the peak of one process that runs RanksInProcess ranks
+	// (all the plan's), as in-process ranks do; under mpirun a process
+	// runs one rank and peaks at Bytes. The ranks share the process's
+	// pool and meet at every collective, so they hold their state,
+	// gradients, gathered units and activations at once; their transient
+	// buffers and scratch, short-lived between collectives, are one
+	// rank's at a time (at the measured process peak, one rank's alone
+	// were live).
+	Process        int64 `json:"process_bytes"`
+	RanksInProcess int   `json:"ranks_in_process"`
+}
+
+// inProcess is what ranks in one process hold when each holds p.
+func (p Peak) inProcess(ranks int) int64 {
+	return int64(ranks)*(p.State+p.Grads+p.Gathered+p.Activations) + p.Transient + p.Scratch
 }
 
 // Unit is a sharding unit as strategy.DefaultUnits picks them, with its
@@ -81,6 +99,12 @@ func Units(m nn.Module) []Unit {
 type segment struct {
 	unit int
 	act  int64
+	// high is the most the segment's forward holds at once beyond what
+	// the tape held before it: its results, which live until its unit's
+	// scope closes and releases those backward does not read, and the
+	// running op's scratch, which scratch is (kernelScratch, FP8
+	// operands, a dequantized weight).
+	high, scratch int64
 	// io is the unit's output and input bytes: their gradients are live
 	// through its backward; out is the output's alone, all that a
 	// checkpointed unit keeps of its forward.
@@ -118,14 +142,20 @@ func (sg segment) kept() int64 {
 // meter is the Scoper of a plan's pass on meta tensors: it cuts the pass
 // into segments at unit boundaries, outside the precision's scopes as the
 // strategy's Scoper sits.
+// peakAt is what a pass holds at a moment: on its tape and in the
+// running kernel's scratch.
+type peakAt struct{ tape, scratch int64 }
+
 type meter struct {
 	inner  autograd.Scoper
 	unitOf map[any]int
 	fp8    map[any]bool // Linears whose GEMMs are FP8
 	segs   []segment
-	last   int64 // RetainedPool at the end of the last segment
-	held   int64 // the running segment's largest fp8 operands
-	work   int64 // the running segment's largest workingSet
+	tape   *autograd.Tape
+	last   int64  // RetainedPool at the end of the last segment
+	high   peakAt // the running segment's most held at once (sample)
+	held   int64  // the running segment's largest fp8 operands
+	work   int64  // the running segment's largest workingSet
 }
 
 func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*autograd.Var, func(*autograd.Var) *autograd.Var) {
@@ -134,12 +164,15 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 		in, exit = mt.inner.EnterScope(tp, module, x)
 	}
 	if l, ok := module.(*nn.Linear); ok && in != nil {
+		var operands int64
 		switch w, frozen := quant.WeightOf(l); {
 		case mt.fp8[module]:
-			mt.held = max(mt.held, tensor.PoolBytes(dtype.E4M3FN, in.Value.Len())+tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len()))
+			operands = tensor.PoolBytes(dtype.E4M3FN, in.Value.Len()) + tensor.PoolBytes(dtype.E4M3FN, l.Weight.Value.Len())
 		case frozen: // dequantized for its GEMM
-			mt.held = max(mt.held, tensor.PoolBytes(in.Value.DType(), tensor.Numel(w.Shape())))
+			operands = tensor.PoolBytes(in.Value.DType(), tensor.Numel(w.Shape()))
 		}
+		mt.held = max(mt.held, operands)
+		mt.sample(operands)
 	}
 	if in != nil {
 		mt.work = max(mt.work, workingSet(in.Value))
@@ -172,15 +205,68 @@ func (mt *meter) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) (*au
 
 // cut ends the running segment as one of unit's.
 func (mt *meter) cut(tp *autograd.Tape, unit int, io, out int64) {
+	mt.sample(0)
 	now := tp.RetainedPool()
-	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, io: io, out: out, fp8: mt.held, work: mt.work})
-	mt.last, mt.held, mt.work = now, 0, 0
+	mt.segs = append(mt.segs, segment{unit: unit, act: now - mt.last, high: mt.high.tape + mt.high.scratch - mt.last, scratch: mt.high.scratch,
+		io: io, out: out, fp8: mt.held, work: mt.work})
+	mt.last, mt.high, mt.held, mt.work = now, peakAt{}, 0, 0
+}
+
+// sample notes what the pass holds now: the tape's retained results and
+// scratch.
+func (mt *meter) sample(scratch int64) {
+	if now := mt.tape.RetainedPool(); now+scratch > mt.high.tape+mt.high.scratch {
+		mt.high = peakAt{now, scratch}
+	}
+}
+
+// observe is the tape's Observe: as an op records its result, the pass
+// holds what the tape retains (the result included) and the op's kernel
+// scratch.
+func (mt *meter) observe(op autograd.Op, out *autograd.Var, in []*autograd.Var) {
+	mt.sample(kernelScratch(op, out.Value, in))
+}
+
+// kernelScratch is the float32 scratch the tensor kernel of op holds
+// while it writes out: an elementwise or normalising kernel decodes each
+// input stored narrower than float32 and computes a narrower result in
+// float32 before encoding it (masked_fill works on its result's decoded
+// copy alone); a GEMM sums a matrix of a narrower result in float32 for
+// its epilogue to round (Linear's rows as one matrix, MatMul's each of
+// the batch's). Casts, shape ops and Record ops (op "") take none.
+func kernelScratch(op autograd.Op, out *tensor.Tensor, in []*autograd.Var) int64 {
+	narrow := func(t *tensor.Tensor) bool { return t.DType() != dtype.F32 && t.DType() != dtype.F64 }
+	if !narrow(out) {
+		return 0
+	}
+	switch op {
+	case autograd.OpLinear:
+		return tensor.ScratchBytes(out.Len())
+	case autograd.OpMatMul:
+		if out.DType().Bits()%8 != 0 {
+			return tensor.ScratchBytes(out.Len())
+		}
+		return tensor.ScratchBytes(out.Dim(-2) * out.Dim(-1))
+	case autograd.OpMaskedFill:
+		return tensor.ScratchBytes(out.Len())
+	case autograd.OpAdd, autograd.OpMul, autograd.OpGELU, autograd.OpReLU, autograd.OpSoftmax,
+		autograd.OpLayerNorm, autograd.OpRMSNorm, autograd.OpSiLU, autograd.OpRotary:
+		b := tensor.ScratchBytes(out.Len())
+		for _, x := range in {
+			if x != nil && narrow(x.Value) {
+				b += tensor.ScratchBytes(x.Value.Len())
+			}
+		}
+		return b
+	}
+	return 0
 }
 
 // metaPass runs m's forward and loss on the share of global that rank 0
 // of devices takes, on meta tensors, in res's scopes and tensors' layout
-// (nil if whole), as TrainStep runs them, and returns the pass cut at units' boundaries and the logits.
-func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, units []Unit) ([]segment, *tensor.Tensor, error) {
+// (nil if whole), as TrainStep runs them (with noGrad, as EvalShare does),
+// and returns the pass cut at units' boundaries and the logits.
+func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, noGrad bool, units []Unit) ([]segment, *tensor.Tensor, error) {
 	b, err := metaShare(global, devices)
 	if err != nil {
 		return nil, nil, err
@@ -195,7 +281,8 @@ func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, glob
 		}
 	}
 	f := &Fabric{plugin: res.Root, plan: res, scaler: res.Scaler, scopes: res.Scoper(), meter: mt, tensors: tensors}
-	f.tape.Recycle = true
+	f.tape.Recycle, f.tape.NoGrad = true, noGrad
+	mt.tape, f.tape.Observe = &f.tape, mt.observe
 	defer f.tape.Reset()
 	b.X = f.Input(b.X)
 	logits, err := f.forward(context.Background(), func(tp *autograd.Tape) (*autograd.Var, error) { return m.Forward(tp, b) })
@@ -230,8 +317,9 @@ func metaShare(global data.Batch, devices int) (data.Batch, error) {
 }
 
 // PredictPeak predicts the allocator's peak on each rank over a training
-// step on global (its shapes; values are not read) and sets p.Peak. The
-// forward runs on p's model, on meta tensors. Units that
+// step on global (its shapes; values are not read) and an evaluation of a
+// batch like it, and sets p.Peak. The forwards run on p's model, on meta
+// tensors. Units that
 // p.ActivationCheckpointing selects keep only their output from the
 // forward and recompute the rest in their backward; a checkpointed module
 // inside a unit is predicted as if it were not checkpointed.
@@ -242,7 +330,11 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 	}
 	units := Units(m)
 	micro := max(p.MicroBatches, 1)
-	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices*micro, units)
+	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices*micro, false, units)
+	if err != nil {
+		return err
+	}
+	eval, _, err := metaPass(m, p.res, p.tensors, global, p.Devices, true, units)
 	if err != nil {
 		return err
 	}
@@ -255,9 +347,17 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 			segs[i].checkpointed = segs[i].unit >= 0 && selected[units[segs[i].unit].Module]
 		}
 	}
+	sim := p.stepSim(m, units)
+	p.Peak = sim.run(segs, eval, units, logits, p.Devices*max(p.TensorParallel, 1))
+	return nil
+}
+
+// stepSim accounts what each parameter of m, in units, costs a rank over
+// a step of the plan's strategy.
+func (p *Plan) stepSim(m Model, units []Unit) *stepSim {
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	sim := stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: micro > 1, frozen: p.BytesPerRank.Frozen}
+	sim := &stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
 	unitOf := map[*autograd.Var]int{}
 	for i, u := range units {
 		for _, q := range u.Params {
@@ -292,8 +392,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 			})
 		}
 	}
-	p.Peak = sim.run(segs, units, logits)
-	return nil
+	return sim
 }
 
 // trained is the parameters the plan's precision alone trains, if it
@@ -380,91 +479,143 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 }
 
 // run predicts the peak over the forward (segs, in order), the loss, the
-// backward (segs reversed) and the optimizer step.
-func (s *stepSim) run(segs []segment, units []Unit, logits *tensor.Tensor) *Peak {
-	fsdp := s.sh.Parameters
+// backward (segs reversed), the optimizer step and an evaluation's forward
+// (eval) after it.
+func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor, ranks int) *Peak {
 	base := Peak{State: s.all.state + s.frozen}
 	for _, sg := range segs {
 		base.Saved += sg.kept()
 	}
-	best := base
-	consider := func(at string, p Peak) {
-		p.At, p.Bytes = at, p.State+p.Grads+p.Gathered+p.Activations+p.Transient+p.Scratch
-		if p.Bytes > best.Bytes {
-			best = p
-		}
-	}
-	whole := func(i int) int64 {
-		if !fsdp || i < 0 || i >= len(s.units) {
-			return 0
-		}
-		return s.units[i].whole
-	}
-	rootWhole := int64(0)
-	if fsdp {
-		rootWhole = s.root.whole
-	}
-	// Forward: a unit runs whole with the next one's gather in flight.
+	w := &walk{stepSim: s, modules: units, best: base, ranks: ranks}
 	p := base
-	p.Gathered = rootWhole
+	p.Gathered = w.rootWhole()
 	if s.accumulates {
 		p.Grads = s.all.held
 	}
+	p = w.forward("forward", segs, p)
+	w.loss(p, logits)
+	p = w.backward(segs, p)
+	if !s.accumulates { // the root's gradients, reduced last
+		p.Grads += s.root.held
+	}
+	p.Gathered, p.Transient, p.Scratch = 0, 0, s.all.optimizer
+	w.consider("optimizer step", p)
+	if s.sh.OptimizerState && !s.sh.Parameters { // zero1/zero2 gather each updated parameter
+		q := base
+		q.Transient = s.all.padded
+		w.consider("after step", q)
+	}
+	p = base
+	p.Gathered = w.rootWhole()
+	w.forward("evaluation", eval, p)
+	w.best.Process, w.best.RanksInProcess = w.process, ranks
+	return &w.best
+}
+
+// walk is a stepSim's walk through a step: the most the pool holds, and
+// at what.
+type walk struct {
+	*stepSim
+	modules []Unit // the units' modules, for the moments' names
+	best    Peak
+	// process is the most a process of ranks holds (Peak.Process).
+	ranks   int
+	process int64
+}
+
+// consider keeps p, what the pool holds at, if it is the most yet.
+func (w *walk) consider(at string, p Peak) {
+	p.At, p.Bytes = at, p.State+p.Grads+p.Gathered+p.Activations+p.Transient+p.Scratch
+	if p.Bytes > w.best.Bytes {
+		w.best = p
+	}
+	w.process = max(w.process, p.inProcess(w.ranks))
+}
+
+// whole is unit i's parameters made whole, under FSDP.
+func (w *walk) whole(i int) int64 {
+	if !w.sh.Parameters || i < 0 || i >= len(w.units) {
+		return 0
+	}
+	return w.units[i].whole
+}
+
+// rootWhole is the parameters outside every unit made whole, under FSDP,
+// for the whole pass.
+func (w *walk) rootWhole() int64 {
+	if !w.sh.Parameters {
+		return 0
+	}
+	return w.root.whole
+}
+
+// forward walks a forward pass from p: each segment at its fullest, a
+// unit whole with the next one's gather in flight. It returns p with what
+// the pass leaves.
+func (w *walk) forward(what string, segs []segment, p Peak) Peak {
 	for _, sg := range segs {
+		q := p
+		q.Activations += sg.high - sg.scratch // its results until its scope closes
+		q.Scratch = sg.scratch
+		at := what
 		if sg.unit >= 0 {
-			q := p
-			q.Activations += sg.act // all of it until a checkpoint frees all but the output
-			q.Scratch = sg.fp8
-			q.Gathered += whole(sg.unit) + whole(sg.unit+1)
-			consider("forward of "+units[sg.unit].Path, q)
+			q.Gathered += w.whole(sg.unit) + w.whole(sg.unit+1)
+			at += " of " + w.modules[sg.unit].Path
 		}
+		w.consider(at, q)
 		p.Activations += sg.kept()
 	}
-	// The loss over the global batch: every rank's logits gathered.
-	if s.dist && s.n > 1 {
-		q := p
-		rows := logits.Len() * s.n
-		q.Transient = tensor.PoolBytes(logits.DType(), rows)
-		if logits.DType() != dtype.F32 && logits.DType() != dtype.F64 {
-			q.Transient += tensor.ScratchBytes(rows)
-		}
-		consider("loss", q)
+	return p
+}
+
+// loss is the loss over the global batch after the forward left p: every
+// rank's logits gathered.
+func (w *walk) loss(p Peak, logits *tensor.Tensor) {
+	if !w.dist || w.n <= 1 {
+		return
 	}
-	// Backward: a unit's gradients are made while its activations are
-	// still held, then reduced; FSDP holds it whole with the one before
-	// it prefetched.
+	rows := logits.Len() * w.n
+	p.Transient = tensor.PoolBytes(logits.DType(), rows)
+	if logits.DType() != dtype.F32 && logits.DType() != dtype.F64 {
+		p.Transient += tensor.ScratchBytes(rows)
+	}
+	w.consider("loss", p)
+}
+
+// backward walks the backward from p, what the forward left: a unit's
+// gradients are made while its activations are still held (a
+// checkpointed unit's recomputed first), then reduced; FSDP holds it whole
+// with the one before it prefetched. It returns p with the gradients held.
+func (w *walk) backward(segs []segment, p Peak) Peak {
 	for k := len(segs) - 1; k >= 0; k-- {
 		sg := segs[k]
 		q := p
 		if sg.unit < 0 {
 			q.Transient = sg.act // the gradients of its results
-			consider("backward", q)
-		} else {
-			u := s.units[sg.unit]
-			q.Activations += sg.act - sg.kept() // recomputed
-			q.Gathered += whole(sg.unit) + whole(sg.unit-1)
-			q.Transient, q.Scratch = u.grad+sg.io+sg.work, sg.fp8
-			consider("backward of "+units[sg.unit].Path, q)
-			if s.sh.Gradients || (s.sh.OptimizerState && u.held != u.grad) {
-				q.Activations -= sg.act
-				q.Transient, q.Scratch = u.grad+u.padded, 0
-				consider("reduction of "+units[sg.unit].Path, q)
-			}
-			if !s.accumulates {
-				p.Grads += u.held
-			}
+			w.consider("backward", q)
+			p.Activations -= sg.kept()
+			continue
+		}
+		u, path := w.units[sg.unit], w.modules[sg.unit].Path
+		q.Gathered += w.whole(sg.unit) + w.whole(sg.unit-1)
+		if sg.checkpointed { // its forward again, its output's gradient waiting
+			r := q
+			r.Activations += sg.high - sg.scratch
+			r.Transient, r.Scratch = sg.out, sg.scratch
+			w.consider("recompute of "+path, r)
+		}
+		q.Activations += sg.act - sg.kept() // recomputed
+		q.Transient, q.Scratch = u.grad+sg.io+sg.work, sg.fp8
+		w.consider("backward of "+path, q)
+		if w.sh.Gradients || (w.sh.OptimizerState && u.held != u.grad) {
+			q.Activations -= sg.act
+			q.Transient, q.Scratch = u.grad+u.padded, 0
+			w.consider("reduction of "+path, q)
+		}
+		if !w.accumulates {
+			p.Grads += u.held
 		}
 		p.Activations -= sg.kept()
 	}
-	if !s.accumulates { // the root's gradients, reduced last
-		p.Grads += s.root.held
-	}
-	p.Gathered, p.Transient, p.Scratch = 0, 0, s.all.optimizer
-	consider("optimizer step", p)
-	if s.sh.OptimizerState && !fsdp { // zero1/zero2 gather each updated parameter
-		q := base
-		q.Transient = s.all.padded
-		consider("after step", q)
-	}
-	return &best
+	return p
 }

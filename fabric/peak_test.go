@@ -81,8 +81,8 @@ func TestMetaForwardRetainsAsReal(t *testing.T) {
 
 // TestPredictedPeak: the plan's peak is within 15% of the allocator's
 // measured one over a training step (after a first step has made the
-// optimizer's moments), for in-process ranks the sum over ranks, as the
-// pool's counter is the process's.
+// optimizer's moments), for in-process ranks the process's (Peak.Process),
+// as the pool's counter is the process's.
 func TestPredictedPeak(t *testing.T) {
 	for _, c := range []struct {
 		spec, strat  string
@@ -103,7 +103,7 @@ func TestPredictedPeak(t *testing.T) {
 			}
 			meta := info.Sharding.Parameters && !strings.Contains(c.spec, "nf4") // as weft train builds them
 			b := peakBatch(4)
-			want := int64(c.devices) * predicted(t, c.spec, c.strat, c.devices, b, c.checkpointed...).Bytes
+			want := predicted(t, c.spec, c.strat, c.devices, b, c.checkpointed...).Process
 			live := tensor.Memory().Live
 			// barrier holds every rank until all have reached it.
 			barrier := func(cm comm.Communicator) error {
@@ -119,10 +119,9 @@ func TestPredictedPeak(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				f := fabric.NewPolicy(policy(t, c.spec), precision.LossScalingAuto)
-				f.ActivationCheckpointing = c.checkpointed
-				if c.devices > 1 || info.Sharding.OptimizerState {
-					f.Distribute(info, cm)
+				f, err := fabric.New(fabric.Config{Policy: policy(t, c.spec), ActivationCheckpointing: c.checkpointed, Strategy: info.Name, Comm: cm})
+				if err != nil {
+					return err
 				}
 				if err := f.Setup(m, opt); err != nil {
 					return err
@@ -137,7 +136,7 @@ func TestPredictedPeak(t *testing.T) {
 					if err := barrier(cm); err != nil {
 						return err
 					}
-					if _, err := f.TrainStep(context.Background(), m, b); err != nil {
+					if _, err := f.TrainStep(context.Background(), m, rankShare(t, f, b)); err != nil {
 						return err
 					}
 				}

@@ -70,13 +70,13 @@ type Plan struct {
 	// hear of (precision.Resolution.Warnings).
 	Warnings []string `json:"warnings,omitempty"`
 	// ActivationCheckpointing names the modules PredictPeak takes as
-	// checkpointed (Fabric.ActivationCheckpointing).
+	// checkpointed (Config.ActivationCheckpointing).
 	ActivationCheckpointing []string `json:"activation_checkpointing,omitempty"`
 	// MicroBatches is the gradient accumulation PredictPeak takes:
 	// each step's batch runs as this many micro-batches (0 and 1: whole).
 	MicroBatches int `json:"micro_batches,omitempty"`
 	// TensorParallel is the ranks of a mesh row that split the model
-	// (SplitTensors); 0 without tensor parallelism. Devices counts the
+	// (SplitBy); 0 without tensor parallelism. Devices counts the
 	// strategy's data-parallel ranks.
 	TensorParallel int `json:"tensor_parallel,omitempty"`
 	// Adapters are the parameters that alone train (LoRA's, by
@@ -93,7 +93,7 @@ type Plan struct {
 	Traffic *Traffic `json:"traffic_per_step,omitempty"`
 	// model and res are the converted model and its resolution, which
 	// PredictPeak runs a pass of; tensors is the model's tensor-parallel
-	// layout (SplitTensors), nil if whole.
+	// layout (SplitBy), nil if whole.
 	model   nn.Module
 	res     *precision.Resolution
 	tensors *parallel.Layout
@@ -106,15 +106,15 @@ type Adapter struct {
 	Bytes int64  `json:"bytes"` // of its value
 }
 
-// SplitTensors tells the plan that its model is split by l (see
-// Fabric.SplitTensors), so that PredictPeak's pass runs the layout's
+// SplitBy tells the plan that its model is split by l (as Setup splits
+// it by Config.TensorPlan), so that PredictPeak's pass runs the layout's
 // sequence-parallel modules on shares of the sequence as training does.
-func (p *Plan) SplitTensors(l *parallel.Layout) {
+func (p *Plan) SplitBy(l *parallel.Layout) {
 	p.tensors = l
 	p.TensorParallel = l.Group.Size()
 }
 
-// Layout is the tensor-parallel layout SplitTensors gave, nil if whole.
+// Layout is the tensor-parallel layout SplitBy gave, nil if whole.
 func (p *Plan) Layout() *parallel.Layout { return p.tensors }
 
 // adamMoments is the number of optimizer-state tensors per parameter (AdamW's m and v).

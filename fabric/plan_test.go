@@ -227,7 +227,7 @@ func TestPlanRefusesWhatTrainingRefuses(t *testing.T) {
 			_, planErr := fabric.MakePlan(meta, pol, scaling, "single", 1)
 			m, _ := models.New(c.model, 1)
 			opt, _ := optim.NewAdamW(nn.Parameters(m), adamW)
-			setupErr := fabric.NewPolicy(pol, scaling).Setup(m, opt)
+			setupErr := newFabric(t, fabric.Config{Policy: pol, LossScaling: scaling}).Setup(m, opt)
 			if planErr == nil || setupErr == nil {
 				t.Fatalf("plan error %v, setup error %v: want both to refuse", planErr, setupErr)
 			}
@@ -270,12 +270,12 @@ func TestPlanWarnings(t *testing.T) {
 		}
 		m, _ := models.New(c.model, 1)
 		opt, _ := optim.NewAdamW(nn.Parameters(m), adamW)
-		f := fabric.NewPolicy(pol, precision.LossScalingAuto)
+		f := newFabric(t, fabric.Config{Policy: pol})
 		if err := f.Setup(m, opt); err != nil {
 			t.Fatal(err)
 		}
-		if fmt.Sprint(plan.Warnings) != fmt.Sprint(c.want) || fmt.Sprint(f.Plan().Warnings) != fmt.Sprint(c.want) {
-			t.Errorf("%s %s: plan warns %q, setup %q; want %q", c.model, c.spec, plan.Warnings, f.Plan().Warnings, c.want)
+		if fmt.Sprint(plan.Warnings) != fmt.Sprint(c.want) || fmt.Sprint(f.Resolution().Warnings) != fmt.Sprint(c.want) {
+			t.Errorf("%s %s: plan warns %q, setup %q; want %q", c.model, c.spec, plan.Warnings, f.Resolution().Warnings, c.want)
 		}
 	}
 }

@@ -42,8 +42,10 @@ func setUp(t *testing.T, m nn.Module, pol precision.Policy, patterns []string) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fabric.NewPolicy(pol, precision.LossScalingAuto)
-	f.ActivationCheckpointing = patterns
+	f, err := fabric.New(fabric.Config{Policy: pol, ActivationCheckpointing: patterns})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return f, opt, f.Setup(m, opt)
 }
 

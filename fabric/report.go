@@ -25,7 +25,7 @@ type Logger interface {
 // LogDict sends one record of the step to every logger (Lightning's
 // log_dict); give loggers to rank 0's fabric only, as weft train does.
 func (f *Fabric) LogDict(step int, fields ...Field) error {
-	for _, l := range f.Loggers {
+	for _, l := range f.cfg.Loggers {
 		if err := l.Log(step, fields); err != nil {
 			return fmt.Errorf("fabric: logger %T: %w", l, err)
 		}
@@ -119,39 +119,25 @@ func csvValue(v any) string {
 	return fmt.Sprint(v)
 }
 
-// Callbacks are values of any type in Fabric.Callbacks; each hears of the
+// Callbacks are values of any type in Config.Callbacks; each hears of the
 // events whose hook it implements, as a precision plugin takes on roles.
 
-// StepEndHook hears of every finished training step.
+// StepEndHook hears of every finished TrainStep; step counts from 0 (the
+// fabric's StepCount before it).
 type StepEndHook interface {
 	OnStepEnd(step int, res StepResult) error
 }
 
-// ValidationEndHook hears of every finished validation pass, with its loss.
+// ValidationEndHook hears of every finished validation pass (EvalLoss),
+// with its loss; step is the step it follows (-1 before the first).
 type ValidationEndHook interface {
 	OnValidationEnd(step int, loss float64) error
 }
 
-// CheckpointHook hears of every checkpoint saved, with its path.
+// CheckpointHook hears of every checkpoint Save wrote, with
+// SaveOptions.Step and its path.
 type CheckpointHook interface {
 	OnCheckpoint(step int, path string) error
-}
-
-// StepEnded tells the callbacks that step ended with res.
-func (f *Fabric) StepEnded(step int, res StepResult) error {
-	return notify(f.Callbacks, func(h StepEndHook) error { return h.OnStepEnd(step, res) })
-}
-
-// ValidationEnded tells the callbacks that a validation pass after step
-// measured loss.
-func (f *Fabric) ValidationEnded(step int, loss float64) error {
-	return notify(f.Callbacks, func(h ValidationEndHook) error { return h.OnValidationEnd(step, loss) })
-}
-
-// Checkpointed tells the callbacks that the checkpoint of step was saved
-// at path.
-func (f *Fabric) Checkpointed(step int, path string) error {
-	return notify(f.Callbacks, func(h CheckpointHook) error { return h.OnCheckpoint(step, path) })
 }
 
 // notify calls call on every callback that implements hook H.

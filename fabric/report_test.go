@@ -2,12 +2,18 @@ package fabric_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim"
 )
 
 // TestCSVLogger: the first record's fields are the columns unless given;
@@ -34,34 +40,58 @@ func TestCSVLogger(t *testing.T) {
 
 // onlyValidation implements one hook: the fabric calls it for that event
 // alone.
-type onlyValidation struct{ losses []float64 }
+type onlyValidation struct {
+	steps  []int
+	losses []float64
+}
 
-func (o *onlyValidation) OnValidationEnd(_ int, loss float64) error {
-	o.losses = append(o.losses, loss)
+func (o *onlyValidation) OnValidationEnd(step int, loss float64) error {
+	o.steps, o.losses = append(o.steps, step), append(o.losses, loss)
 	return nil
 }
 
 var _ fabric.ValidationEndHook = (*onlyValidation)(nil)
+
+// stepEnds records the steps it hears of.
+type stepEnds []int
+
+func (s *stepEnds) OnStepEnd(step int, _ fabric.StepResult) error {
+	*s = append(*s, step)
+	return nil
+}
 
 // failing fails every checkpoint hook.
 type failing struct{}
 
 func (failing) OnCheckpoint(int, string) error { return errors.New("disk on fire") }
 
+// TestCallbackHooks: TrainStep, EvalLoss and Save tell the callbacks that
+// implement their hooks, and no other; a hook's error is Save's.
 func TestCallbackHooks(t *testing.T) {
-	v := &onlyValidation{}
-	f := fabric.New(&noRoles{})
-	f.Callbacks = []any{v, "not a callback", failing{}}
-	if err := f.StepEnded(0, fabric.StepResult{}); err != nil {
+	v, ends := &onlyValidation{}, &stepEnds{}
+	f := newFabric(t, fabric.Config{Callbacks: []any{v, "not a callback", failing{}, ends}})
+	m := models.NewMLP(nn.NewInit(1))
+	opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.ValidationEnded(0, 1.5); err != nil {
+	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
-	if len(v.losses) != 1 || v.losses[0] != 1.5 {
-		t.Errorf("validation hook heard %v, want [1.5]", v.losses)
+	for i := range 2 {
+		if _, err := f.TrainStep(context.Background(), m, mlpBatch(uint64(i))); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := f.Checkpointed(1, "ckpt"); err == nil || err.Error() != "fabric: callback fabric_test.failing: disk on fire" {
+	loss, err := f.EvalLoss(context.Background(), m, mlpBatch(7), mlpBatch(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(*ends, []int{0, 1}) || !slices.Equal(v.steps, []int{1}) || !slices.Equal(v.losses, []float64{loss}) {
+		t.Errorf("step ends heard %v, validations %v %v; want [0 1], step 1 with loss %v", *ends, v.steps, v.losses, loss)
+	}
+	err = f.Save(context.Background(), filepath.Join(t.TempDir(), "ckpt"), fabric.SaveOptions{Step: 2})
+	if err == nil || err.Error() != "fabric: callback fabric_test.failing: disk on fire" {
 		t.Errorf("a failing hook: %v", err)
 	}
 }

@@ -7,22 +7,8 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/tensor"
 )
-
-// SplitTensors tells the fabric that its model is split across a
-// tensor-parallel group by l (see parallel.Parallelize), so that its
-// passes run the group's collectives on the step's context and return
-// their errors; mesh is every rank of the mesh (tensor- and
-// data-parallel), over which the loss scaler's inf/NaN check and every FP8
-// amax agree, so that all ranks skip together and use one scale (the max
-// over the mesh is the amax one device would see of a split tensor and of
-// the global batch). Call it before Setup; the data-parallel strategy
-// (Distribute) then runs over the mesh's other axis.
-func (f *Fabric) SplitTensors(l *parallel.Layout, mesh comm.Communicator) {
-	f.tensors, f.mesh = l, meshAgreement{mesh}
-}
 
 // guardTensors runs pass under the tensor-parallel layout's guard, if the
 // model is split.

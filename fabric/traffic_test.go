@@ -37,17 +37,26 @@ func TestPredictedTrafficIsSent(t *testing.T) {
 	for _, st := range []string{"fsdp", "hsdp"} {
 		sent := make([]int64, 4)
 		err := comm.Each(local.NewGroup(4, local.Options{}), func(i int, c comm.Communicator) error {
+			ctx := context.Background()
+			var cfg fabric.Config
+			if st == "hsdp" {
+				h, err := comm.NewHybrid(ctx, c, 2)
+				if err != nil {
+					return err
+				}
+				defer h.Close()
+				cfg.Sharding.Hybrid = h
+			}
 			m := models.NewMLP(nn.NewInit(1))
-			f, err := pureF64(m, st, c)
+			f, err := pureF64(m, st, c, cfg)
 			if err != nil {
 				return err
 			}
-			if _, err := f.TrainStep(context.Background(), m, bs[0]); err != nil {
+			if _, err := f.TrainStep(ctx, m, bs[0]); err != nil {
 				return err
 			}
 			stats := []comm.Stats{c.Stats()}
-			if h := f.Sharding.Hybrid; h != nil {
-				defer h.Close()
+			if h := cfg.Sharding.Hybrid; h != nil {
 				stats = append(stats, h.Shard.Stats(), h.Replica.Stats())
 			}
 			for _, s := range stats {

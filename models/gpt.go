@@ -10,16 +10,16 @@ import (
 
 // GPTConfig sizes a GPT.
 type GPTConfig struct {
-	Vocab   int // 48
-	Context int // 16: the longest sequence
-	Width   int // 32
-	Heads   int // 2
-	Layers  int // 2
+	Vocab   int `yaml:"-"`       // 48 (a run's is its tokenizer's)
+	Context int `yaml:"context"` // 16: the longest sequence
+	Width   int `yaml:"width"`   // 32
+	Heads   int `yaml:"heads"`   // 2
+	Layers  int `yaml:"layers"`  // 2
 	// The zero values below are weft's reference gpt; GPT-2 (HF's layout,
 	// models/hf) sets them.
-	TiedHead bool    // true: the head is the token embedding (GPT-2's lm_head), no weights of its own
-	TanhGELU bool    // true: GPT-2's tanh approximation ("gelu_new"); false: the exact erf form
-	NormEps  float64 // 1e-5 (0 means 1e-5): every LayerNorm's epsilon
+	TiedHead bool    `yaml:"tied_head"` // true: the head is the token embedding (GPT-2's lm_head), no weights of its own
+	TanhGELU bool    `yaml:"tanh_gelu"` // true: GPT-2's tanh approximation ("gelu_new"); false: the exact erf form
+	NormEps  float64 `yaml:"norm_eps"`  // 1e-5 (0 means 1e-5): every LayerNorm's epsilon
 }
 
 // GPT is a pre-norm transformer language model:

@@ -12,8 +12,6 @@ import (
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
-	"github.com/weftml/weft/parallel"
-	"github.com/weftml/weft/strategy"
 )
 
 // asIs is a precision plugin with no roles: the model computes in the
@@ -27,23 +25,18 @@ func (asIs) Name() string { return "as-is" }
 // tp columns with strategy st on its columns (c nil: one device).
 func gradNorm(c comm.Communicator, tp int, st string) (float64, error) {
 	g := newGPT() // float64 already
-	f := fabric.New(asIs{})
+	cfg := fabric.Config{Precision: asIs{}}
 	if c != nil {
 		mesh, err := comm.NewMesh(context.Background(), c, tp)
 		if err != nil {
 			return 0, err
 		}
 		defer mesh.Close()
-		l, err := parallel.Parallelize(g, mesh.Tensor, models.GPTPlan)
-		if err != nil {
-			return 0, err
-		}
-		f.SplitTensors(l, c)
-		info, err := strategy.Lookup(st)
-		if err != nil {
-			return 0, err
-		}
-		f.Distribute(info, mesh.Data)
+		cfg.Comm, cfg.Mesh, cfg.TensorPlan, cfg.Strategy = c, mesh, models.GPTPlan, st
+	}
+	f, err := fabric.New(cfg)
+	if err != nil {
+		return 0, err
 	}
 	if err := f.Setup(g, optim.NewSGD(nn.Parameters(g), 1)); err != nil {
 		return 0, err

@@ -190,6 +190,10 @@ var resumeSettings = []setting{
 	{"seed", func(c Config) string { return fmt.Sprint(c.Seed) }, false},
 	{"lr", func(c Config) string { return fmt.Sprint(c.LR) }, false},
 	{"lr-schedule", scheduleOf, false},
+	{"beta1", func(c Config) string { return fmt.Sprint(c.Beta1) }, false},
+	{"beta2", func(c Config) string { return fmt.Sprint(c.Beta2) }, false},
+	{"eps", func(c Config) string { return fmt.Sprint(c.Eps) }, false},
+	{"weight-decay", func(c Config) string { return fmt.Sprint(c.WeightDecay) }, false},
 	{"batch-size", func(c Config) string { return fmt.Sprint(c.BatchSize) }, false},
 	{"grad-accum", func(c Config) string { return fmt.Sprint(c.GradAccum) }, false},
 	{"grad-sync", func(c Config) string { return c.GradSync }, false},
@@ -262,7 +266,7 @@ func precisionOf(c Config) string {
 // modelOf describes c's model, with its size for gpt.
 func modelOf(c Config) string {
 	if c.Model == "gpt" {
-		return fmt.Sprintf("gpt %+v", c.GPT)
+		return "gpt " + sizeOf(c.GPT)
 	}
 	return c.Model
 }
@@ -327,13 +331,24 @@ func ParseManifest(b []byte) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manifest{Manifest: *fm}
-	if len(fm.Config) > 0 {
-		if err := json.Unmarshal(fm.Config, &m.Config); err != nil {
-			return nil, fmt.Errorf("manifest: config: %w", err)
+	c, err := runConfig(fm.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Manifest{Manifest: *fm, Config: c}, nil
+}
+
+// runConfig is the run config a checkpoint recorded as JSON. A setting
+// it lacks (its run predates the setting) reads as today's default,
+// which that run trained with.
+func runConfig(recorded json.RawMessage) (Config, error) {
+	c := Defaults()
+	if len(recorded) > 0 {
+		if err := json.Unmarshal(recorded, &c); err != nil {
+			return Config{}, fmt.Errorf("manifest: config: %w", err)
 		}
 	}
-	return m, nil
+	return c, nil
 }
 
 // Consolidate writes the latest checkpoint of run as one safetensors file:

@@ -4,11 +4,10 @@
 package train
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -27,18 +26,66 @@ import (
 	"github.com/weftml/weft/optim"
 )
 
-// Config is one training run. Every field has a YAML key; a config file may
-// set any subset, and flags override it.
+// Config is one training run, its settings grouped by concern. Each group
+// is embedded, so a setting reads as c.LR whatever its group, and is a
+// YAML mapping of its own (optim: {lr: 3e-3, beta1: 0.9}). A config file
+// may set any subset, and flags override it. A checkpoint records the
+// config as JSON with the groups flattened (c.LR is "LR").
 type Config struct {
-	Model     string      `yaml:"model"`      // gpt, llama, cnn or hybrid
-	GPT       GPTSize     `yaml:"gpt"`        // size of the gpt (or llama) model
-	Precision string      `yaml:"precision"`  // "bf16-mixed"
-	Modules   []ModuleFor `yaml:"modules"`    // per-module precision rules
-	LossScale string      `yaml:"loss_scale"` // auto or none
-	Strategy  string      `yaml:"strategy"`   // single
-	Devices   int         `yaml:"devices"`    // 1
-	TP        int         `yaml:"tp"`         // 1: tensor-parallel ranks per mesh row (see train/tp.go)
-	ShardSize int         `yaml:"shard_size"` // hsdp: data-parallel ranks that split the state, e.g. 8 (0: a host's, from mpirun)
+	ModelConfig      `yaml:"model"`
+	DataConfig       `yaml:"data"`
+	PrecisionConfig  `yaml:"precision"`
+	ParallelConfig   `yaml:"parallel"`
+	OptimConfig      `yaml:"optim"`
+	CheckpointConfig `yaml:"checkpoint"`
+	EvalConfig       `yaml:"eval"`
+}
+
+// ModelConfig is what the run trains. A field's flat tag is its key in
+// the flat YAML of before the groups, where it differs from its own key
+// ("-": it never had one); ParseConfig still reads those keys.
+type ModelConfig struct {
+	Model string `yaml:"name" flat:"model"` // gpt, llama, cnn or hybrid
+	// GPT sizes the gpt (or llama) model: layers 2, width 64, heads 4,
+	// context 64; its vocabulary is the tokenizer's.
+	GPT      models.GPTConfig `yaml:"gpt"`
+	InitFrom string           `yaml:"init_from"` // a run folder whose latest weights start this run, a safetensors file of weights by parameter path, or an HF model folder (fine-tuning)
+	LoRA     LoRA             `yaml:"lora"`      // adapters to train instead of the whole model
+	// HF is the config of the model an HF folder InitFrom names, which the
+	// run trains; set by Run, never read from YAML.
+	HF *hf.Config `yaml:"-" json:",omitempty"`
+}
+
+// DataConfig is what the run reads, and in what order.
+type DataConfig struct {
+	// Data is the user's own text that gpt trains on instead of the Go
+	// corpus: a file, a folder of text files (recursively) or a glob.
+	Data         string  `yaml:"path" flat:"data"`
+	Tokenizer    string  `yaml:"tokenizer"`     // with data: bytes (the default) or gpt2
+	TokenizerDir string  `yaml:"tokenizer_dir"` // gpt2: folder of vocab.json + merges.txt (or encoder.json + vocab.bpe)
+	ValFraction  float64 `yaml:"val_fraction"`  // with data: the end of each file held out for validation (0.1)
+	CorpusBytes  int     `yaml:"corpus_bytes"`  // bytes of Go source to train gpt on (2 MiB)
+	CorpusPart   string  `yaml:"corpus_part"`   // path prefix of GOROOT/src to read ("" = all)
+	BatchSize    int     `yaml:"batch_size"`    // sequences or images per step (16)
+	Seed         uint64  `yaml:"seed"`          // data order and initial weights (1)
+}
+
+// PrecisionConfig is how the run computes and stores numbers.
+type PrecisionConfig struct {
+	Precision string      `yaml:"spec" flat:"precision"` // "bf16-mixed"
+	Modules   []ModuleFor `yaml:"modules"`               // per-module precision rules
+	LossScale string      `yaml:"loss_scale"`            // auto or none
+	OnNaN     string      `yaml:"on_nan"`                // stop or skip: what a non-finite loss without a loss scaler does
+}
+
+// ParallelConfig is how the run spreads over ranks and their memory.
+type ParallelConfig struct {
+	Strategy string `yaml:"strategy"` // single
+	Devices  int    `yaml:"devices"`  // 1
+	TP       int    `yaml:"tp"`       // 1: tensor-parallel ranks per mesh row (see train/tp.go)
+	// ShardSize is hsdp's shard group: the data-parallel ranks that split
+	// the state, e.g. 8 (0: a host's, as mpirun counts them; see train/hsdp.go).
+	ShardSize int `yaml:"shard_size"`
 	// SequenceParallel keeps the activations between a mesh row's split
 	// Linears as each rank's share of the sequence (Megatron's sequence
 	// parallelism; needs TP above 1).
@@ -47,29 +94,6 @@ type Config struct {
 	// CommTimeout is how long a collective waits for a lost or hung peer
 	// before the run fails (30s).
 	CommTimeout time.Duration `yaml:"comm_timeout"`
-	Steps       int           `yaml:"steps"`        // optimizer steps
-	BatchSize   int           `yaml:"batch_size"`   // sequences or images per step
-	LR          float64       `yaml:"lr"`           // AdamW learning rate
-	EvalEvery   int           `yaml:"eval_every"`   // steps between validation passes
-	EvalBatches int           `yaml:"eval_batches"` // batches per validation pass
-	SaveEvery   int           `yaml:"save_every"`   // steps between checkpoints (and at the end)
-	KeepLast    int           `yaml:"keep_last"`    // checkpoints kept, the newest (2)
-	Out         string        `yaml:"out"`          // run folder: checkpoints, metrics.jsonl, loss.png
-	Seed        uint64        `yaml:"seed"`         // data order and initial weights
-	// Overwrite lets a fresh run replace the run in Out; ResumeFrom picks
-	// the checkpoint a resume loads: a step of this run or a checkpoint
-	// folder ("": the latest). Both concern one invocation, so neither
-	// is read from YAML nor recorded in a checkpoint.
-	Overwrite  bool   `yaml:"-" json:"-"`
-	ResumeFrom string `yaml:"-" json:"-"`
-	// HF is the config of the model an HF folder InitFrom names, which the
-	// run trains; set by Run, never read from YAML.
-	HF          *hf.Config `yaml:"-" json:",omitempty"`
-	CorpusBytes int        `yaml:"corpus_bytes"` // bytes of Go source to train gpt on
-	CorpusPart  string     `yaml:"corpus_part"`  // path prefix of GOROOT/src to read ("" = all)
-	OnNaN       string     `yaml:"on_nan"`       // stop or skip: what a non-finite loss without a loss scaler does
-	InitFrom    string     `yaml:"init_from"`    // a run folder whose latest weights start this run, a safetensors file of weights by parameter path, or an HF model folder (fine-tuning)
-	LoRA        LoRA       `yaml:"lora"`         // adapters to train instead of the whole model
 	// ActivationCheckpointing names the modules whose forward is
 	// recomputed in backward instead of keeping its activations: blocks.*
 	// (gpt), vision and decoder.blocks.* (hybrid).
@@ -82,35 +106,50 @@ type Config struct {
 	// its forward and gathers them again for its backward (FSDP2's
 	// reshard_after_forward); false keeps them: less traffic, more memory.
 	ReshardAfterForward bool `yaml:"reshard_after_forward"`
-	// GradAccum splits each step's batch into this many micro-batches
-	// whose gradients add up before the step (1: none); GradSync is when
-	// they are reduced across ranks: auto, every or last (fabric.GradSync).
-	GradAccum int    `yaml:"grad_accum"`
-	GradSync  string `yaml:"grad_sync"`
-	// ClipValue clamps every gradient element to ±ClipValue before the
-	// step (0: no clipping).
-	ClipValue  float64              `yaml:"clip_value"`
-	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
-	Loggers    []string             `yaml:"loggers"`     // jsonl (metrics.jsonl, always) and csv (metrics.csv)
+	// GradSync is when accumulated gradients are reduced across ranks:
+	// auto, every or last (fabric.GradSync).
+	GradSync string `yaml:"grad_sync"`
 	// MemoryCheck "on" refuses, before allocating, a run whose plan's
 	// predicted peak does not fit in the memory its ranks can have;
 	// "off" runs it anyway.
 	MemoryCheck string `yaml:"memory_check"`
-
-	// Data is the user's own text that gpt trains on instead of the Go
-	// corpus: a file, a folder of text files (recursively) or a glob.
-	Data         string  `yaml:"data"`
-	Tokenizer    string  `yaml:"tokenizer"`     // with data: bytes (the default) or gpt2
-	TokenizerDir string  `yaml:"tokenizer_dir"` // gpt2: folder of vocab.json + merges.txt (or encoder.json + vocab.bpe)
-	ValFraction  float64 `yaml:"val_fraction"`  // with data: the end of each file held out for validation (0.1)
 }
 
-// GPTSize sizes the gpt (its vocabulary is the tokenizer's).
-type GPTSize struct {
-	Layers  int `yaml:"layers"`  // 4
-	Width   int `yaml:"width"`   // 128
-	Heads   int `yaml:"heads"`   // 4
-	Context int `yaml:"context"` // 64 tokens
+// OptimConfig is the optimization: AdamW, its schedule and the steps.
+type OptimConfig struct {
+	Steps       int     `yaml:"steps"`                 // optimizer steps (300)
+	LR          float64 `yaml:"lr"`                    // AdamW's learning rate, the schedule's peak (3e-3)
+	Beta1       float64 `yaml:"beta1" flat:"-"`        // AdamW's first-moment decay (0.9)
+	Beta2       float64 `yaml:"beta2" flat:"-"`        // AdamW's second-moment decay (0.95)
+	Eps         float64 `yaml:"eps" flat:"-"`          // AdamW's denominator term (1e-8)
+	WeightDecay float64 `yaml:"weight_decay" flat:"-"` // AdamW's decoupled weight decay (0.1)
+	// GradAccum splits each step's batch into this many micro-batches
+	// whose gradients add up before the step (1: none).
+	GradAccum int `yaml:"grad_accum"`
+	// ClipValue clamps every gradient element to ±ClipValue before the
+	// step (0: no clipping).
+	ClipValue  float64              `yaml:"clip_value"`
+	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
+}
+
+// CheckpointConfig is what the run writes and where.
+type CheckpointConfig struct {
+	Out       string   `yaml:"out"`        // run folder: checkpoints, metrics.jsonl, loss.png
+	SaveEvery int      `yaml:"save_every"` // steps between checkpoints (and at the end)
+	KeepLast  int      `yaml:"keep_last"`  // checkpoints kept, the newest (2)
+	Loggers   []string `yaml:"loggers"`    // jsonl (metrics.jsonl, always) and csv (metrics.csv)
+	// Overwrite lets a fresh run replace the run in Out; ResumeFrom picks
+	// the checkpoint a resume loads: a step of this run or a checkpoint
+	// folder ("": the latest). Both concern one invocation, so neither
+	// is read from YAML nor recorded in a checkpoint.
+	Overwrite  bool   `yaml:"-" json:"-"`
+	ResumeFrom string `yaml:"-" json:"-"`
+}
+
+// EvalConfig is the run's validation.
+type EvalConfig struct {
+	EvalEvery   int `yaml:"every" flat:"eval_every"`     // steps between validation passes (50)
+	EvalBatches int `yaml:"batches" flat:"eval_batches"` // batches per validation pass (8)
 }
 
 // LoRA trains low-rank adapters on the targeted Linears and nothing else
@@ -123,7 +162,14 @@ type LoRA struct {
 
 // gptConfig is the gpt this run trains on a vocabulary of vocab ids.
 func (c Config) gptConfig(vocab int) models.GPTConfig {
-	return models.GPTConfig{Vocab: vocab, Context: c.GPT.Context, Width: c.GPT.Width, Heads: c.GPT.Heads, Layers: c.GPT.Layers}
+	g := c.GPT
+	g.Vocab = vocab
+	return g
+}
+
+// adamW is the optimizer's configuration.
+func (c Config) adamW() optim.AdamWConfig {
+	return optim.AdamWConfig{LR: c.LR, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay}
 }
 
 // tokenizer is the vocabulary gpt reads: the Go corpus's, or with Data the
@@ -174,50 +220,130 @@ type ModuleFor struct {
 // on two cores.
 func Defaults() Config {
 	return Config{
-		Model: "gpt", GPT: GPTSize{Layers: 2, Width: 64, Heads: 4, Context: 64},
-		Precision: "bf16-mixed", LossScale: "auto", Strategy: "single", Devices: 1, Comm: "auto", CommTimeout: comm.DefaultTimeout,
-		Steps: 300, BatchSize: 16, LR: 3e-3, EvalEvery: 50, EvalBatches: 8, SaveEvery: 100, KeepLast: 2,
-		Out: "runs/gpt", Seed: 1, CorpusBytes: 2 << 20, ValFraction: 0.1, OnNaN: "stop",
-		LoRA: LoRA{Rank: 8, Alpha: 16}, ReshardAfterForward: true,
-		GradAccum: 1, GradSync: "auto", LRSchedule: optim.ScheduleConfig{Name: "constant"}, Loggers: []string{"jsonl"},
-		MemoryCheck: "on",
+		ModelConfig:     ModelConfig{Model: "gpt", GPT: models.GPTConfig{Layers: 2, Width: 64, Heads: 4, Context: 64}, LoRA: LoRA{Rank: 8, Alpha: 16}},
+		DataConfig:      DataConfig{CorpusBytes: 2 << 20, ValFraction: 0.1, BatchSize: 16, Seed: 1},
+		PrecisionConfig: PrecisionConfig{Precision: "bf16-mixed", LossScale: "auto", OnNaN: "stop"},
+		ParallelConfig: ParallelConfig{Strategy: "single", Devices: 1, Comm: "auto", CommTimeout: comm.DefaultTimeout,
+			ReshardAfterForward: true, GradSync: "auto", MemoryCheck: "on"},
+		OptimConfig: OptimConfig{Steps: 300, LR: 3e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1,
+			GradAccum: 1, LRSchedule: optim.ScheduleConfig{Name: "constant"}},
+		CheckpointConfig: CheckpointConfig{Out: "runs/gpt", SaveEvery: 100, KeepLast: 2, Loggers: []string{"jsonl"}},
+		EvalConfig:       EvalConfig{EvalEvery: 50, EvalBatches: 8},
 	}
 }
 
 // LoadConfig overlays the YAML file at path on c; unknown keys are errors.
-func LoadConfig(path string, c *Config) error {
+// deprecated lists, one line each, the flat keys of before the groups the
+// file uses and the key that replaces each.
+func LoadConfig(path string, c *Config) (deprecated []string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return nil, fmt.Errorf("config: %w", err)
 	}
-	if err := ParseConfig(b, c); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+	deprecated, err = ParseConfig(b, c)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return nil
+	for i, d := range deprecated {
+		deprecated[i] = fmt.Sprintf("config %s: %s", path, d)
+	}
+	return deprecated, nil
 }
 
 // ParseConfig overlays YAML b on c. A key the config does not have, or a
 // value of the wrong form, is an error that names the key and its line,
 // says what is accepted (and which key a typo meant), and no Go type.
-func ParseConfig(b []byte, c *Config) error {
+// A flat key of before the groups (steps: 10 for optim: {steps: 10})
+// still sets its field; deprecated has a line for each, naming the key
+// to write instead.
+func ParseConfig(b []byte, c *Config) (deprecated []string, err error) {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return err
+		return nil, err
+	}
+	if len(doc.Content) == 0 { // an empty file sets nothing
+		return nil, nil
+	}
+	if deprecated, err = nestFlatKeys(doc.Content[0]); err != nil {
+		return nil, err
 	}
 	if err := checkNode(&doc, reflect.TypeOf(*c), ""); err != nil {
-		return err
+		return nil, err
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	err := dec.Decode(c)
+	err = doc.Decode(c)
 	var te *yaml.TypeError
 	if errors.As(err, &te) { // checkNode lets none through; kept as a backstop
-		return errors.New(strings.Join(te.Errors, "; "))
+		return nil, errors.New(strings.Join(te.Errors, "; "))
 	}
-	if errors.Is(err, io.EOF) { // an empty file sets nothing
-		return nil
+	return deprecated, err
+}
+
+// flatKey is where a key of the flat config of before the groups now
+// lives: the group's key and the key within it.
+type flatKey struct{ group, key string }
+
+func (f flatKey) String() string { return f.group + "." + f.key }
+
+// flatKeys maps each flat key to its place, from the groups' fields (a
+// field's flat tag names its flat key where that differs from its own).
+var flatKeys = func() map[string]flatKey {
+	keys := map[string]flatKey{}
+	t := reflect.TypeOf(Config{})
+	for i := range t.NumField() {
+		group := t.Field(i)
+		for j := range group.Type.NumField() {
+			f := group.Type.Field(j)
+			key := yamlKey(f)
+			if key == "" || f.Tag.Get("flat") == "-" {
+				continue
+			}
+			keys[cmp.Or(f.Tag.Get("flat"), key)] = flatKey{yamlKey(group), key}
+		}
 	}
-	return err
+	return keys
+}()
+
+// nestFlatKeys moves each flat key of the top-level mapping top into its
+// group's mapping (making the mapping if the config has none), and
+// returns a deprecation line for each. A group's own key with a mapping
+// is the group (model: {name: gpt}); with anything else it is the flat
+// key of that name (model: gpt).
+func nestFlatKeys(top *yaml.Node) ([]string, error) {
+	if top.Kind != yaml.MappingNode {
+		return nil, nil
+	}
+	isGroup := func(key string) bool { _, ok := fieldByTag(reflect.TypeOf(Config{}), key); return ok }
+	groups := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if k, v := top.Content[i], top.Content[i+1]; isGroup(k.Value) && v.Kind == yaml.MappingNode {
+			groups[k.Value] = v
+		}
+	}
+	var kept []*yaml.Node
+	var deprecated []string
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		to, flat := flatKeys[k.Value]
+		if !flat || groups[k.Value] == v || isGroup(k.Value) && v.Tag == "!!null" {
+			kept = append(kept, k, v)
+			continue
+		}
+		group := groups[to.group]
+		if group == nil {
+			group = &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Line: k.Line}
+			groups[to.group] = group
+			kept = append(kept, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: to.group, Line: k.Line}, group)
+		}
+		for j := 0; j+1 < len(group.Content); j += 2 {
+			if group.Content[j].Value == to.key {
+				return nil, fmt.Errorf("line %d: %s sets %s, which line %d sets too: keep one", k.Line, k.Value, to, group.Content[j].Line)
+			}
+		}
+		group.Content = append(group.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: to.key, Line: k.Line}, v)
+		deprecated = append(deprecated, fmt.Sprintf("line %d: the flat key %s is deprecated; write %s", k.Line, k.Value, to))
+	}
+	top.Content = kept
+	return deprecated, nil
 }
 
 // checkNode is nil if the value of n can set a value of type t; else an
@@ -275,11 +401,17 @@ func checkMapping(n *yaml.Node, t reflect.Type, key string) error {
 }
 
 // unknownKey is the error of a key k that struct type t has not: the key
-// a typo meant, else the keys accepted.
+// a typo meant, else the keys accepted. At the config's top (parent ""),
+// a typo of a flat key of before the groups means that key's new place.
 func unknownKey(k *yaml.Node, t reflect.Type, parent string) error {
 	where, keys := cmp.Or(parent, "the config"), yamlKeys(t)
 	if near, ok := suggest.Closest(k.Value, keys); ok {
 		return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, near)
+	}
+	if parent == "" {
+		if near, ok := suggest.Closest(k.Value, slices.Sorted(maps.Keys(flatKeys))); ok {
+			return fmt.Errorf("line %d: %s has no key %s; did you mean %s?", k.Line, where, k.Value, flatKeys[near])
+		}
 	}
 	return fmt.Errorf("line %d: %s has no key %s; its keys are %s", k.Line, where, k.Value, strings.Join(keys, ", "))
 }
@@ -326,17 +458,25 @@ func accepts(t reflect.Type) string {
 func yamlKeys(t reflect.Type) []string {
 	var keys []string
 	for i := range t.NumField() {
-		if k := strings.Split(t.Field(i).Tag.Get("yaml"), ",")[0]; k != "" && k != "-" {
+		if k := yamlKey(t.Field(i)); k != "" {
 			keys = append(keys, k)
 		}
 	}
 	return keys
 }
 
+// yamlKey is f's yaml key, "" if it has none.
+func yamlKey(f reflect.StructField) string {
+	if k := strings.Split(f.Tag.Get("yaml"), ",")[0]; k != "-" {
+		return k
+	}
+	return ""
+}
+
 // fieldByTag finds the field of struct type t whose yaml key is key.
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
-		if f := t.Field(i); key != "-" && strings.Split(f.Tag.Get("yaml"), ",")[0] == key {
+		if f := t.Field(i); key != "" && yamlKey(f) == key {
 			return f, true
 		}
 	}
@@ -386,9 +526,9 @@ func (c Config) validate() error {
 	case c.OnNaN != "stop" && c.OnNaN != "skip":
 		return fmt.Errorf("on_nan %q: accepted are stop and skip", c.OnNaN)
 	case (c.Model == "gpt" || c.Model == "llama") && (c.GPT.Layers < 1 || c.GPT.Width < 1 || c.GPT.Heads < 1 || c.GPT.Width%c.GPT.Heads != 0 || c.GPT.Context < 2):
-		return fmt.Errorf("%s size %+v: layers, heads and context must be positive and width a multiple of heads", c.Model, c.GPT)
+		return fmt.Errorf("%s %s: layers, heads and context must be positive and width a multiple of heads", c.Model, sizeOf(c.GPT))
 	case c.Model == "llama" && c.GPT.Width/c.GPT.Heads%2 != 0:
-		return fmt.Errorf("llama size %+v: the head width (width/heads = %d) must be even for rotary embeddings", c.GPT, c.GPT.Width/c.GPT.Heads)
+		return fmt.Errorf("llama %s: the head width (width/heads = %d) must be even for rotary embeddings", sizeOf(c.GPT), c.GPT.Width/c.GPT.Heads)
 	case c.Devices < 1:
 		return fmt.Errorf("devices %d: must be at least 1", c.Devices)
 	case c.BatchSize%max(c.dataRanks(), 1) != 0:
@@ -410,6 +550,9 @@ func (c Config) validate() error {
 	case c.CommTimeout < time.Millisecond:
 		return fmt.Errorf("comm_timeout %v: give a duration of at least 1ms, such as 30s", c.CommTimeout)
 	}
+	if _, err := optim.NewAdamW(nil, c.adamW()); err != nil {
+		return err
+	}
 	if err := c.validateTP(); err != nil {
 		return err
 	}
@@ -425,6 +568,11 @@ func (c Config) validate() error {
 		}
 	}
 	return fmt.Errorf("unknown model %q (accepted: %s)", c.Model, strings.Join(models.Names(), ", "))
+}
+
+// sizeOf describes a gpt's (or llama's) size as a run sets it.
+func sizeOf(g models.GPTConfig) string {
+	return fmt.Sprintf("(layers %d, width %d, heads %d, context %d)", g.Layers, g.Width, g.Heads, g.Context)
 }
 
 // textSource says what text gpt trains on, for comparing a checkpoint's

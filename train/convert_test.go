@@ -77,7 +77,7 @@ func TestResumeConverts(t *testing.T) {
 	}
 	r := c
 	r.GPT.Width, r.GPT.Heads, r.Steps = 64, 4, 12
-	if _, err := Run(context.Background(), r, true, quiet{}); err == nil || !strings.Contains(err.Error(), "trained another model or data than this run: model gpt {Layers:1 Width:32 Heads:2 Context:16} -> gpt {Layers:1 Width:64 Heads:4 Context:16};") {
+	if _, err := Run(context.Background(), r, true, quiet{}); err == nil || !strings.Contains(err.Error(), "trained another model or data than this run: model gpt (layers 1, width 32, heads 2, context 16) -> gpt (layers 1, width 64, heads 4, context 16);") {
 		t.Fatalf("resuming a run of another gpt size: %v", err)
 	}
 }

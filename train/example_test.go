@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/train"
 )
 
@@ -30,7 +31,7 @@ func ExampleRun() {
 	defer os.RemoveAll(dir)
 
 	c := train.Defaults()
-	c.GPT = train.GPTSize{Layers: 1, Width: 32, Heads: 2, Context: 16}
+	c.GPT = models.GPTConfig{Layers: 1, Width: 32, Heads: 2, Context: 16}
 	c.Precision = "bf16-mixed+fp8"
 	c.Strategy, c.Devices = "fsdp", 2
 	c.Steps, c.BatchSize, c.EvalEvery, c.SaveEvery = 40, 8, 20, 40

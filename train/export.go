@@ -41,12 +41,15 @@ func restore(run string) (*Manifest, models.Model, *fabric.Fabric, error) {
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	f := fabric.NewPolicy(pol, scaling)
+	f, err := fabric.New(fabric.Config{Policy: pol, LossScaling: scaling})
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	lm := build(nn.NewInit(c.Seed))
 	if err := frozenFromInit(f, c, lm, build, pol, scaling); err != nil {
 		return nil, nil, nil, err
 	}
-	opt, err := optim.NewAdamW(nn.Parameters(lm), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95})
+	opt, err := optim.NewAdamW(nn.Parameters(lm), c.adamW())
 	if err != nil {
 		return nil, nil, nil, err
 	}

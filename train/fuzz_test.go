@@ -15,9 +15,11 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("gpt: {layers: 2, width: 64, heads: 4, context: 64}\nlr: 3e-3\n"))
 	f.Add([]byte("steps: -1\nbatch_size: [1, 2]\n"))
 	f.Add([]byte("stepz: 3\n"))
+	f.Add([]byte("optim: {lr: 1e-3, beta1: 0.8, weight_decay: 0}\nsteps: 4\nmodel: llama\n"))
+	f.Add([]byte("precision: 16-mixed\nprecision: {spec: bf16-mixed}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := Defaults()
-		err := ParseConfig(b, &c)
+		_, err := ParseConfig(b, &c)
 		if err == nil {
 			_ = c.validate()
 			_, _, _ = c.policy(nil)

@@ -35,7 +35,10 @@ func importedValLoss(t *testing.T, c Config) (float64, models.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := fabric.NewPolicy(pol, scaling)
+	f, err := fabric.New(fabric.Config{Policy: pol, LossScaling: scaling})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}

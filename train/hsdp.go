@@ -33,13 +33,23 @@ func (c Config) validateShardSize() error {
 	return nil
 }
 
-// shardSize is hsdp's shard group size: c.ShardSize, else the
+// hybridGroups makes hsdp's shard and replica groups of data, the
+// data-parallel ranks of world.
+func hybridGroups(ctx context.Context, world, data comm.Communicator, p Placement) (*comm.Hybrid, error) {
+	shard, err := shardSize(ctx, world, p, data.Size())
+	if err != nil {
+		return nil, err
+	}
+	return comm.NewHybrid(ctx, data, shard)
+}
+
+// shardSize is hsdp's shard group size: p.ShardSize, else the
 // data-parallel ranks of one host, from mpirun's count of every host's
 // ranks, which the ranks of world compare: hosts holding unequal counts,
 // or ranks not placed host by host, have no such size.
-func shardSize(ctx context.Context, c Config, world comm.Communicator) (int, error) {
-	if c.ShardSize > 0 {
-		return c.ShardSize, nil
+func shardSize(ctx context.Context, world comm.Communicator, p Placement, dataRanks int) (int, error) {
+	if p.ShardSize > 0 {
+		return p.ShardSize, nil
 	}
 	local, perHost, ok := comm.LauncherLocal()
 	if !ok {
@@ -56,7 +66,7 @@ func shardSize(ctx context.Context, c Config, world comm.Communicator) (int, err
 		return 0, fmt.Errorf("strategy hsdp: comparing the ranks of each host: %w", err)
 	}
 	v := agreed.Float32s()
-	most, least, tp := int(v[0]), int(-v[1]), max(c.TP, 1)
+	most, least, tp := int(v[0]), int(-v[1]), max(p.TP, 1)
 	switch {
 	case most != least:
 		return 0, fmt.Errorf("strategy hsdp: the hosts hold unequal numbers of ranks (%d to %d), so no shard group is one host's; give --shard-size", least, most)
@@ -64,8 +74,8 @@ func shardSize(ctx context.Context, c Config, world comm.Communicator) (int, err
 		return 0, fmt.Errorf("strategy hsdp: the ranks of a host are not consecutive (mpirun --map-by ppr:%d:node places them so), so no shard group is one host's; give --shard-size", perHost)
 	case perHost%tp != 0:
 		return 0, fmt.Errorf("strategy hsdp: tp %d does not divide the %d ranks of a host; give --shard-size", tp, perHost)
-	case c.dataRanks()%(perHost/tp) != 0:
-		return 0, fmt.Errorf("strategy hsdp: a host's %d data-parallel ranks do not divide the %d of the run; give --shard-size", perHost/tp, c.dataRanks())
+	case dataRanks%(perHost/tp) != 0:
+		return 0, fmt.Errorf("strategy hsdp: a host's %d data-parallel ranks do not divide the %d of the run; give --shard-size", perHost/tp, dataRanks)
 	}
 	return perHost / tp, nil
 }

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"os"
@@ -9,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/weftml/weft/fabric"
-	"github.com/weftml/weft/optim"
 )
 
 // loggerNames are the loggers a run can write: metrics.jsonl, which
@@ -34,7 +32,7 @@ func (c Config) validateLoop() error {
 		}
 		return fmt.Errorf("batch size %d does not split into %d micro-batches%s: make it a multiple of %d", c.BatchSize, c.GradAccum, over, parts)
 	}
-	if _, err := fabric.ParseGradSync(c.GradSync); err != nil {
+	if err := new(fabric.GradSync).UnmarshalText([]byte(c.GradSync)); err != nil {
 		return err
 	}
 	if c.ClipValue < 0 || math.IsNaN(c.ClipValue) || math.IsInf(c.ClipValue, 0) {
@@ -52,19 +50,6 @@ func (c Config) validateLoop() error {
 		return fmt.Errorf("loggers %v: jsonl is needed (--resume and loss.png read metrics.jsonl); add the others beside it, as in jsonl,csv", c.Loggers)
 	}
 	return nil
-}
-
-// setUpLoop gives the fabric the run's accumulation and clipping, and
-// returns its schedule.
-func (r *rankRun) setUpLoop() (optim.Schedule, error) {
-	sync, err := fabric.ParseGradSync(r.c.GradSync)
-	if err != nil {
-		return nil, err
-	}
-	r.f.Accumulation = fabric.Accumulation{MicroBatches: r.c.GradAccum, Sync: sync}
-	r.f.ClipValue = r.c.ClipValue
-	r.f.Callbacks = append(r.f.Callbacks, r.obs) // the observer's hooks, if it has any
-	return r.c.LRSchedule.Build(r.c.LR, r.c.Steps)
 }
 
 // openLoggers opens the run's loggers after step start (rank 0's), keeping
@@ -117,13 +102,4 @@ func (m Metrics) fields() []fabric.Field {
 		out = append(out, fabric.Field{Name: "val_loss", Value: float64(*m.ValLoss)})
 	}
 	return append(out, fabric.Field{Name: "peak_alloc_mib", Value: m.PeakAllocMiB}, fabric.Field{Name: "lr", Value: m.LR})
-}
-
-// save writes the checkpoint of step and tells the callbacks.
-func (r *rankRun) save(ctx context.Context, ckpt checkpointer, step int) (string, error) {
-	path, err := ckpt.save(ctx, r.c, step)
-	if err != nil {
-		return "", err
-	}
-	return path, r.f.Checkpointed(step, path)
 }

@@ -118,7 +118,7 @@ func TestRestoreIsTheTrainedModel(t *testing.T) {
 		}
 		var total float64
 		for i := range c.EvalBatches {
-			l, err := f.EvalShare(context.Background(), lm, task.val(i))
+			l, err := f.EvalLoss(context.Background(), lm, task.val(i))
 			if err != nil {
 				t.Fatal(err)
 			}

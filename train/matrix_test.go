@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/precision"
 )
 
@@ -57,7 +58,7 @@ func (c matrixCell) config(out string) Config {
 	cfg := Defaults()
 	cfg.Model, cfg.Precision, cfg.Modules = c.model, c.precision, c.rules
 	cfg.Strategy, cfg.Devices, cfg.ShardSize = c.strategy, c.devices, c.shard
-	cfg.GPT = GPTSize{Layers: 1, Width: 16, Heads: 2, Context: 8}
+	cfg.GPT = models.GPTConfig{Layers: 1, Width: 16, Heads: 2, Context: 8}
 	cfg.Steps, cfg.BatchSize, cfg.EvalEvery, cfg.EvalBatches, cfg.SaveEvery = 3, 4, 1000, 1, 1000
 	cfg.CorpusBytes, cfg.Out = 256<<10, out
 	return cfg

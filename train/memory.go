@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/internal/proc"
 )
 
@@ -18,15 +19,15 @@ type ProcessMemory struct {
 	// system does not say).
 	PeakAlloc, PeakRSS int64
 	// PredictedAlloc is the plan's PeakAlloc (fabric.Plan.Peak): its
-	// rank's, or the sum over the process's ranks.
+	// rank's, or with in-process ranks the process's (fabric.Peak.Process).
 	PredictedAlloc int64
 }
 
 // gatherMemory collects every rank's (peak alloc, peak RSS) on every rank
 // and keeps one entry per process: all ranks under mpi, rank 0 alone for
-// in-process ranks, which share the process and its counters. predicted
-// is the plan's peak for one rank.
-func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, alloc, predicted int64) ([]ProcessMemory, error) {
+// in-process ranks, which share the process and its counters, with the
+// plan's predicted peak of each.
+func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, alloc int64, predicted *fabric.Peak) ([]ProcessMemory, error) {
 	mine := make([]byte, 16)
 	binary.LittleEndian.PutUint64(mine, uint64(alloc))
 	binary.LittleEndian.PutUint64(mine[8:], uint64(proc.PeakRSS()))
@@ -34,15 +35,13 @@ func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, all
 	if err := c.AllGather(ctx, mine, all); err != nil {
 		return nil, fmt.Errorf("gathering memory peaks: %w", err)
 	}
-	n := 1
+	n, want := 1, predicted.Process
 	if perProcess {
-		n = c.Size()
-	} else {
-		predicted *= int64(c.Size())
+		n, want = c.Size(), predicted.Bytes
 	}
 	out := make([]ProcessMemory, n)
 	for r := range out {
-		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:])), PredictedAlloc: predicted}
+		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:])), PredictedAlloc: want}
 	}
 	return out, nil
 }

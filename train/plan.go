@@ -114,7 +114,7 @@ func (s *setup) planOf(c Config) (*fabric.Plan, error) {
 	}
 	p.ShardWithin(c.plannedShardSize())
 	if layout != nil {
-		p.SplitTensors(layout)
+		p.SplitBy(layout)
 	}
 	p.ActivationCheckpointing = c.ActivationCheckpointing
 	p.MicroBatches = c.GradAccum

@@ -11,8 +11,8 @@ import (
 // modules: reach the plugins the run builds.
 func TestConfigSpecArgs(t *testing.T) {
 	c := Defaults()
-	yaml := "precision: bf16-mixed+fp8(margin=2,history=8)\nmodules:\n  - match: head\n    precision: fp8(algo=most_recent)\n"
-	if err := ParseConfig([]byte(yaml), &c); err != nil {
+	yaml := "precision:\n  spec: bf16-mixed+fp8(margin=2,history=8)\n  modules:\n    - match: head\n      precision: fp8(algo=most_recent)\n"
+	if _, err := ParseConfig([]byte(yaml), &c); err != nil {
 		t.Fatal(err)
 	}
 	pol, _, err := c.policy(nil)

@@ -170,6 +170,14 @@ type rankRun struct {
 	report Observer
 	model  models.Model
 	f      *fabric.Fabric
+	opt    *optim.AdamW
+	// schedule is the learning rate of each step.
+	schedule optim.Schedule
+	// loggers are rank 0's, opened once the resumed step is known.
+	loggers loggers
+	// units are the sharding units --shard-units names, chosen once the
+	// model is built.
+	units shardUnits
 	// counts marks the process's first rank, which measures each step's
 	// allocator peak for the process.
 	counts bool
@@ -177,195 +185,230 @@ type rankRun struct {
 }
 
 func (r *rankRun) run(pol precision.Policy, scaling precision.LossScaling, info strategy.Info, resume bool) (*Summary, error) {
-	c, plan := r.c, r.plan
-	mesh, err := newRankMesh(r.stop.work, c, r.comm)
+	closeMesh, err := r.setUp(pol, scaling, info)
 	if err != nil {
 		return nil, err
 	}
-	defer mesh.close()
-	r.f = fabric.NewPolicy(pol, scaling)
-	r.f.SeedEverything(c.Seed)
-	if mesh.data.Size() > 1 || info.Sharding.OptimizerState {
-		r.f.Distribute(info, mesh.data)
+	defer closeMesh()
+	ckpt := checkpointer{dir: filepath.Join(r.c.Out, "checkpoints"), keep: r.c.KeepLast, fabric: r.f, comm: r.comm}
+	start := 0
+	if resume {
+		if start, err = r.resume(ckpt); err != nil {
+			return nil, err
+		}
 	}
-	lead := r.comm.Rank() == 0 // the fabric's IsGlobalZero, on any mesh
-	if lead {
+	sum, closeOutputs, err := r.outputs(start)
+	if err != nil {
+		return nil, err
+	}
+	defer closeOutputs()
+	r.obs.Plan(r.plan, start)
+	batches := r.f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { return r.t.batch(i), nil }))
+	batches.Seek(uint64(start))
+	for step := start; step < r.c.Steps; step++ {
+		saved, err := r.step(step, batches, ckpt, sum)
+		if err != nil {
+			return nil, err
+		}
+		if step+1 == r.c.Steps {
+			break
+		}
+		if stopped, err := r.stopAfter(step, saved, ckpt, sum); stopped || err != nil {
+			return sum, err
+		}
+	}
+	return r.finish(sum)
+}
+
+// setUp builds the rank's fabric (through NewFabric, as weft parity
+// does), its model and optimizer, and sets them up; it returns what
+// closes the rank's mesh.
+func (r *rankRun) setUp(pol precision.Policy, scaling precision.LossScaling, info strategy.Info) (func() error, error) {
+	c, plan := r.c, r.plan
+	if r.comm.Rank() == 0 { // the fabric's IsGlobalZero, on any mesh
 		r.obs = r.report
 	}
+	cfg, err := r.fabricConfig(pol, scaling, info.Name)
+	if err != nil {
+		return nil, err
+	}
+	f, closeMesh, err := NewFabric(r.stop.work, r.comm, Placement{Model: c.Model, TP: c.TP, SequenceParallel: c.SequenceParallel, ShardSize: c.ShardSize}, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.f = f
 	// Under fsdp no rank builds the whole model: each draws its own chunks
 	// from the initialisers at setup. A quantized model is built on shapes
 	// under every strategy: setup draws each frozen weight alone before
 	// quantizing it, and the rest one tensor at a time, so the float model
 	// never exists whole. Weights read from a run, and those a mesh row
 	// splits, are built whole.
-	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && mesh.mesh == nil
+	empty := (info.Sharding.Parameters || plan.BytesPerRank.Frozen > 0) && c.InitFrom == "" && c.TP <= 1
 	r.model = r.t.build(r.f.InitModule(empty))
 	if c.InitFrom != "" {
 		if err := loadWeights(r.f, c.InitFrom, r.model); err != nil {
-			return nil, err
+			return closeMesh, err
 		}
 	}
-	layout, err := mesh.split(c, r.model)
-	if err != nil {
-		return nil, err
+	if r.opt, err = optim.NewAdamW(nn.Parameters(r.model), c.adamW()); err != nil {
+		return closeMesh, err
 	}
-	if layout != nil {
-		r.f.SplitTensors(layout, r.comm)
+	if err := r.units.choose(r.model, c.ShardUnits); err != nil {
+		return closeMesh, err
 	}
-	opt, err := optim.NewAdamW(nn.Parameters(r.model), optim.AdamWConfig{LR: c.LR, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-	if err != nil {
-		return nil, err
-	}
-	r.f.ActivationCheckpointing = c.ActivationCheckpointing
-	r.f.Sharding.KeepAfterForward = !c.ReshardAfterForward
-	r.f.Sharding.Hybrid = mesh.hybrid
-	if r.f.Sharding.Units, err = shardUnits(r.model, c.ShardUnits); err != nil {
-		return nil, err
-	}
-	if c.OnNaN == "skip" {
-		r.f.OnNonFinite = fabric.SkipNonFinite
-	}
-	if err := r.f.Setup(r.model, opt); err != nil {
-		return nil, err
-	}
-	schedule, err := r.setUpLoop()
-	if err != nil {
-		return nil, err
+	if err := r.f.Setup(r.model, r.opt); err != nil {
+		return closeMesh, err
 	}
 	if lora, ok := loraOf(r.f.Precision()); ok { // QLoRA: only the adapters train
-		opt.SetParams(adapterParams(r.f, lora))
+		r.opt.SetParams(adapterParams(r.f, lora))
 	}
-	ckpt := checkpointer{dir: filepath.Join(c.Out, "checkpoints"), keep: c.KeepLast, fabric: r.f, comm: r.comm}
-	start := 0
-	if resume {
-		from, err := ckpt.load(c)
-		if err != nil {
-			return nil, err
-		}
-		notify(r.obs, fmt.Sprintf("resumed from step %d (%s)", from.step, from.dir))
-		for _, n := range from.notes {
-			r.obs.Warn("resume: " + n)
-		}
-		start = from.step
-		if start >= c.Steps {
-			return nil, fmt.Errorf("resume: the run in %s has already trained %d steps, and steps is %d; give a larger --steps to train on", c.Out, start, c.Steps)
-		}
+	r.schedule, err = c.LRSchedule.Build(c.LR, c.Steps)
+	return closeMesh, err
+}
+
+// resume loads the checkpoint the run resumes from and returns its step.
+func (r *rankRun) resume(ckpt checkpointer) (int, error) {
+	from, err := ckpt.load(r.c)
+	if err != nil {
+		return 0, err
 	}
+	notify(r.obs, fmt.Sprintf("resumed from step %d (%s)", from.step, from.dir))
+	for _, n := range from.notes {
+		r.obs.Warn("resume: " + n)
+	}
+	if from.step >= r.c.Steps {
+		return 0, fmt.Errorf("resume: the run in %s has already trained %d steps, and steps is %d; give a larger --steps to train on", r.c.Out, from.step, r.c.Steps)
+	}
+	return from.step, nil
+}
+
+// outputs opens rank 0's loggers after step start and writes plan.json;
+// it returns the run's Summary so far and what closes the loggers.
+func (r *rankRun) outputs(start int) (*Summary, func(), error) {
 	sum := &Summary{FirstValLoss: math.NaN()}
 	sum.QuantizedBytes, sum.BF16Bytes = quantizedBytes(r.model)
-	if lead {
-		loggers, kept, closeLoggers, err := openLoggers(c, start)
-		if err != nil {
-			return nil, err
-		}
-		defer closeLoggers()
-		r.f.Loggers = loggers
-		if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
-			sum.FirstValLoss = float64(*kept[0].ValLoss)
-		}
-		if err := writePlan(filepath.Join(c.Out, "plan.json"), plan); err != nil {
-			return nil, err
+	if r.comm.Rank() != 0 {
+		return sum, func() {}, nil
+	}
+	opened, kept, closeLoggers, err := openLoggers(r.c, start)
+	if err != nil {
+		return nil, nil, err
+	}
+	r.loggers.open = opened
+	if len(kept) > 0 && kept[0].ValLoss != nil { // a resumed run started earlier
+		sum.FirstValLoss = float64(*kept[0].ValLoss)
+	}
+	if err := writePlan(filepath.Join(r.c.Out, "plan.json"), r.plan); err != nil {
+		closeLoggers()
+		return nil, nil, err
+	}
+	return sum, closeLoggers, nil
+}
+
+// step trains step, evaluates and logs it, and saves its checkpoint when
+// due (saved).
+func (r *rankRun) step(step int, batches *fabric.Loader, ckpt checkpointer, sum *Summary) (saved bool, err error) {
+	ctx, c := r.stop.work, r.c
+	began := time.Now()
+	if r.counts {
+		tensor.ResetPeak()
+	}
+	r.opt.LR = r.schedule.LR(step)
+	b, err := batches.Next()
+	if err != nil {
+		return false, fmt.Errorf("step %d: %w", step, err)
+	}
+	res, err := r.f.TrainStep(ctx, r.model, b)
+	tensor.Free(b.X)
+	if err != nil {
+		return false, fmt.Errorf("step %d: %w", step, err)
+	}
+	m := Metrics{Step: step, Loss: Float(res.Loss), Skipped: res.Skipped, LossScale: r.f.LossScale(), LR: r.opt.LR}
+	m.TokensPerS = float64(r.t.units) / time.Since(began).Seconds()
+	if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
+		if err := r.validate(ctx, step, &m, sum); err != nil {
+			return false, err
 		}
 	}
-	r.obs.Plan(plan, start)
-	ctx := r.stop.work
-	batches := r.f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { return r.t.batch(i), nil }))
-	batches.Seek(uint64(start))
-	for step := start; step < c.Steps; step++ {
-		began := time.Now()
-		if r.counts {
-			tensor.ResetPeak()
-		}
-		opt.LR = schedule.LR(step)
-		b, err := batches.Next()
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
-		}
-		res, err := r.f.TrainShare(ctx, r.model, b)
-		tensor.Free(b.X)
-		if err != nil {
-			return nil, fmt.Errorf("step %d: %w", step, err)
-		}
-		m := Metrics{Step: step, Loss: Float(res.Loss), Skipped: res.Skipped, LossScale: r.f.LossScale(), LR: opt.LR}
-		m.TokensPerS = float64(r.t.units) / time.Since(began).Seconds()
-		if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
-			v, err := r.evaluate(ctx)
-			if err != nil {
-				return nil, err
-			}
-			fv := Float(v)
-			m.ValLoss = &fv
-			if step == 0 {
-				sum.FirstValLoss = v
-			}
-			sum.LastValLoss = v
-			if err := r.f.ValidationEnded(step, v); err != nil {
-				return nil, err
-			}
-		}
-		peak := tensor.Memory().Peak
-		m.PeakAllocMiB = float64(peak) / (1 << 20)
-		sum.PeakAllocBytes = max(sum.PeakAllocBytes, peak)
-		if err := r.f.LogDict(step, m.fields()...); err != nil {
-			return nil, fmt.Errorf("metrics: %w", err)
-		}
-		r.obs.Step(m, c.Steps)
-		if err := r.f.StepEnded(step, res); err != nil {
-			return nil, err
-		}
-		saved := (step+1)%c.SaveEvery == 0 || step+1 == c.Steps
-		if saved {
-			if sum.Checkpoint, err = r.save(ctx, ckpt, step+1); err != nil {
-				return nil, err
-			}
-		}
-		r.stop.took(time.Since(began))
-		if step+1 == c.Steps {
-			break
-		}
-		stop, err := r.stop.agree(r)
-		if err != nil {
-			return nil, fmt.Errorf("after step %d: %w", step, err)
-		}
-		if !stop {
-			continue
-		}
-		if !saved {
-			if sum.Checkpoint, err = r.save(ctx, ckpt, step+1); err != nil {
-				return nil, err
-			}
-		}
-		sum.Steps = step + 1
-		sum.Stopped = &StoppedError{Step: step + 1, Checkpoint: sum.Checkpoint, Cause: cmp.Or(context.Cause(r.stop.ctx), errPeerStopped)}
-		return sum, sum.Stopped
+	peak := tensor.Memory().Peak
+	m.PeakAllocMiB = float64(peak) / (1 << 20)
+	sum.PeakAllocBytes = max(sum.PeakAllocBytes, peak)
+	if err := r.f.LogDict(step, m.fields()...); err != nil {
+		return false, fmt.Errorf("metrics: %w", err)
 	}
-	sum.Steps = c.Steps
-	if sum.Memory, err = gatherMemory(ctx, r.comm, c.backend() == "mpi", sum.PeakAllocBytes, plan.Peak.Bytes); err != nil {
+	r.obs.Step(m, c.Steps)
+	if saved = (step+1)%c.SaveEvery == 0 || step+1 == c.Steps; saved {
+		if sum.Checkpoint, err = ckpt.save(ctx, c, step+1); err != nil {
+			return false, err
+		}
+	}
+	r.stop.took(time.Since(began))
+	return saved, nil
+}
+
+// validate measures the validation loss after step into m and sum.
+func (r *rankRun) validate(ctx context.Context, step int, m *Metrics, sum *Summary) error {
+	v, err := r.evaluate(ctx)
+	if err != nil {
+		return err
+	}
+	fv := Float(v)
+	m.ValLoss = &fv
+	if step == 0 {
+		sum.FirstValLoss = v
+	}
+	sum.LastValLoss = v
+	return nil
+}
+
+// stopAfter agrees with the other ranks whether to stop after step and,
+// if so, saves a checkpoint there (unless saved) and records why in sum.
+func (r *rankRun) stopAfter(step int, saved bool, ckpt checkpointer, sum *Summary) (bool, error) {
+	stop, err := r.stop.agree(r)
+	if err != nil || !stop {
+		return false, err
+	}
+	if !saved {
+		if sum.Checkpoint, err = ckpt.save(r.stop.work, r.c, step+1); err != nil {
+			return true, err
+		}
+	}
+	sum.Steps = step + 1
+	sum.Stopped = &StoppedError{Step: step + 1, Checkpoint: sum.Checkpoint, Cause: cmp.Or(context.Cause(r.stop.ctx), errPeerStopped)}
+	return true, sum.Stopped
+}
+
+// finish gathers the processes' memory peaks and, on rank 0, plots the
+// loss.
+func (r *rankRun) finish(sum *Summary) (*Summary, error) {
+	var err error
+	sum.Steps = r.c.Steps
+	if sum.Memory, err = gatherMemory(r.stop.work, r.comm, r.c.backend() == "mpi", sum.PeakAllocBytes, r.plan.Peak); err != nil {
 		return nil, err
 	}
-	if !lead {
+	if r.comm.Rank() != 0 {
 		return sum, nil
 	}
-	return sum, plotLoss(filepath.Join(c.Out, "metrics.jsonl"), filepath.Join(c.Out, "loss.png"))
+	return sum, plotLoss(filepath.Join(r.c.Out, "metrics.jsonl"), filepath.Join(r.c.Out, "loss.png"))
 }
 
 // evaluate returns the mean loss over EvalBatches validation batches.
 func (r *rankRun) evaluate(ctx context.Context) (float64, error) {
 	val := r.f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { return r.t.val(int(i)), nil }))
-	var total float64
+	shares := make([]data.Batch, 0, r.c.EvalBatches)
+	defer func() {
+		for _, b := range shares {
+			tensor.Free(b.X)
+		}
+	}()
 	for range r.c.EvalBatches {
 		b, err := val.Next()
 		if err != nil {
 			return 0, err
 		}
-		l, err := r.f.EvalShare(ctx, r.model, b)
-		tensor.Free(b.X)
-		if err != nil {
-			return 0, err
-		}
-		total += l
+		shares = append(shares, b)
 	}
-	return total / float64(r.c.EvalBatches), nil
+	return r.f.EvalLoss(ctx, r.model, shares...)
 }
 
 // policy builds the precision policy of the run; its notices (deprecated
@@ -476,15 +519,67 @@ func quantizedBytes(m nn.Module) (quantized, bf16 int64) {
 	return quantized, bf16
 }
 
-// shardUnits is the sharding units the patterns name (nil for none: the
-// strategy's default).
-func shardUnits(m nn.Module, patterns []string) (strategy.UnitFunc, error) {
+// shardUnits is the sharding units patterns name; the fabric's
+// configuration asks it (at Setup) for the modules choose chose once the
+// model was built.
+type shardUnits struct{ named map[nn.Module]bool }
+
+// choose chooses the modules of m that patterns name.
+func (u *shardUnits) choose(m nn.Module, patterns []string) error {
 	if len(patterns) == 0 {
-		return nil, nil
+		return nil
 	}
 	named, err := precision.Select(m, patterns)
 	if err != nil {
-		return nil, fmt.Errorf("shard units %w", err)
+		return fmt.Errorf("shard units %w", err)
 	}
-	return func(_ string, m nn.Module) bool { return named[m] }, nil
+	u.named = named
+	return nil
+}
+
+// unitFunc is the strategy's UnitFunc for patterns (nil for none: the
+// strategy's default units).
+func (u *shardUnits) unitFunc(patterns []string) strategy.UnitFunc {
+	if len(patterns) == 0 {
+		return nil
+	}
+	return func(_ string, m nn.Module) bool { return u.named[m] }
+}
+
+// fabricConfig is the fabric's settings of the run on this rank.
+func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScaling, strategyName string) (fabric.Config, error) {
+	c := r.c
+	var sync fabric.GradSync
+	if err := sync.UnmarshalText([]byte(c.GradSync)); err != nil {
+		return fabric.Config{}, err
+	}
+	cfg := fabric.Config{
+		Policy: pol, LossScaling: scaling, Strategy: strategyName,
+		Sharding:                strategy.Options{KeepAfterForward: !c.ReshardAfterForward, Units: r.units.unitFunc(c.ShardUnits)},
+		ActivationCheckpointing: c.ActivationCheckpointing,
+		Accumulation:            fabric.Accumulation{MicroBatches: c.GradAccum, Sync: sync},
+		ClipValue:               c.ClipValue,
+		Seed:                    c.Seed,
+		Callbacks:               []any{r.obs}, // the observer's hooks, if it has any
+	}
+	if c.OnNaN == "skip" {
+		cfg.OnNonFinite = fabric.SkipNonFinite
+	}
+	if r.comm.Rank() == 0 {
+		cfg.Loggers = []fabric.Logger{&r.loggers}
+	}
+	return cfg, nil
+}
+
+// loggers forwards a record to the loggers open (rank 0's, opened once
+// the resumed step is known).
+type loggers struct{ open []fabric.Logger }
+
+func (l *loggers) Log(step int, fields []fabric.Field) error {
+	for _, o := range l.open {
+		if err := o.Log(step, fields); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -105,7 +105,7 @@ func TestFreshRunIntoARun(t *testing.T) {
 func TestResumeFromAnOlderCheckpoint(t *testing.T) {
 	straight := tinyConfig(t, "32-true")
 	straight.Steps, straight.SaveEvery = 8, 1
-	if err := ParseConfig([]byte("keep_last: 3\n"), &straight); err != nil {
+	if _, err := ParseConfig([]byte("checkpoint: {keep_last: 3}\n"), &straight); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
@@ -156,6 +156,20 @@ func TestResumeFromAnOlderCheckpoint(t *testing.T) {
 	}
 }
 
+// TestManifestBeforeOptimizerSettings: a checkpoint written before
+// AdamW's betas, eps and weight decay were settings reads with the values
+// its run trained with, today's defaults.
+func TestManifestBeforeOptimizerSettings(t *testing.T) {
+	c, err := runConfig([]byte(`{"Model":"gpt","LR":0.001}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := Defaults()
+	if got, want := c.adamW(), (optim.AdamWConfig{LR: 0.001, Beta1: d.Beta1, Beta2: d.Beta2, Eps: d.Eps, WeightDecay: d.WeightDecay}); got != want {
+		t.Errorf("AdamW of an older checkpoint %+v, want %+v", got, want)
+	}
+}
+
 // TestResumeListsChanges: a resume names every changed setting on one line,
 // old and new, and refuses other data with one line naming both.
 func TestResumeListsChanges(t *testing.T) {
@@ -166,13 +180,14 @@ func TestResumeListsChanges(t *testing.T) {
 	}
 	r := c
 	r.Steps, r.LR, r.Seed, r.BatchSize, r.GradAccum = 3, 1e-3, 5, 8, 2
+	r.Beta1, r.WeightDecay = 0.8, 0
 	r.LRSchedule = optim.ScheduleConfig{Name: "cosine", Warmup: 1}
 	obs := &warnings{}
 	if _, err := Run(context.Background(), r, true, obs); err != nil {
 		t.Fatal(err)
 	}
 	ckpt := filepath.Join(c.Out, "checkpoints", stepFolder(2))
-	want := "resume: changed since checkpoint " + ckpt + ": seed 1 -> 5, lr 0.003 -> 0.001, lr-schedule constant -> cosine (warmup 1, to 0.0001 at step 3), batch-size 4 -> 8, grad-accum 1 -> 2"
+	want := "resume: changed since checkpoint " + ckpt + ": seed 1 -> 5, lr 0.003 -> 0.001, lr-schedule constant -> cosine (warmup 1, to 0.0001 at step 3), beta1 0.9 -> 0.8, weight-decay 0.1 -> 0, batch-size 4 -> 8, grad-accum 1 -> 2"
 	if len(obs.lines) != 2 || obs.lines[1] != want {
 		t.Errorf("resume with changed settings said\n%s\nwant the resume line and\n%s", strings.Join(obs.lines, "\n"), want)
 	}

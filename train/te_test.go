@@ -15,7 +15,7 @@ func TestTransformerEngineFallback(t *testing.T) {
 	run := func(precision string) []float64 {
 		c := tinyConfig(t, "32-true")
 		c.Steps, c.EvalEvery = 6, 3
-		if err := ParseConfig([]byte("precision: "+precision+"\n"), &c); err != nil {
+		if _, err := ParseConfig([]byte("precision: {spec: \""+precision+"\"}\n"), &c); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {

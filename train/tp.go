@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
-	"github.com/weftml/weft/nn"
-	"github.com/weftml/weft/parallel"
+	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -47,60 +47,62 @@ func (c Config) validateTP() error {
 	return nil
 }
 
-// rankMesh is one rank's place in a run's mesh: the communicator its
-// strategy runs over, the mesh (nil without tensor parallelism) and
-// hsdp's groups of the strategy's ranks (nil for other strategies).
-type rankMesh struct {
-	data   comm.Communicator
-	mesh   *comm.Mesh
-	hybrid *comm.Hybrid
+// Placement is where the ranks of a run train: with TP above 1 the
+// world's ranks form a mesh of rows of TP ranks, each row splitting Model
+// by its tensor-parallel plan (models.TensorPlan; with SequenceParallel,
+// the sequence too), and the strategy runs over each column.
+type Placement struct {
+	Model            string // its tensor-parallel plan's name: "gpt"
+	TP               int
+	SequenceParallel bool
+	// ShardSize is hsdp's shard group, in data-parallel ranks (2); 0 is
+	// a host's, as mpirun counts them (see shardSize).
+	ShardSize int
 }
 
-// newRankMesh places world's rank on c's mesh.
-func newRankMesh(ctx context.Context, c Config, world comm.Communicator) (*rankMesh, error) {
-	r := &rankMesh{data: world}
-	if c.TP > 1 {
-		mesh, err := comm.NewMesh(ctx, world, c.TP)
-		if err != nil {
-			return nil, err
+// NewFabric builds the fabric of world's rank of a run placed by p, with
+// cfg's other settings: weft train and weft parity both build their
+// fabrics through it, so that a replay trains as weft train wires its
+// ranks. The function it returns closes the rank's mesh and groups.
+func NewFabric(ctx context.Context, world comm.Communicator, p Placement, cfg fabric.Config) (*fabric.Fabric, func() error, error) {
+	cfg.Comm = world
+	var closers []func() error
+	closeAll := func() error {
+		var err error
+		for _, c := range closers {
+			err = errors.Join(err, c())
 		}
-		r.data, r.mesh = mesh.Data, mesh
+		return err
 	}
-	if c.Strategy != "hsdp" {
-		return r, nil
+	data := world
+	switch {
+	case p.TP > 1:
+		plan, err := models.TensorPlan(p.Model, p.SequenceParallel)
+		if err != nil {
+			return nil, nil, err
+		}
+		mesh, err := comm.NewMesh(ctx, world, p.TP)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Mesh, cfg.TensorPlan, data = mesh, plan, mesh.Data
+		closers = append(closers, mesh.Close)
+	case p.SequenceParallel:
+		return nil, nil, errors.New("sequence parallel: needs tp above 1 (the sequence is shared by a mesh row's ranks)")
 	}
-	shard, err := shardSize(ctx, c, world)
-	if err == nil {
-		r.hybrid, err = comm.NewHybrid(ctx, r.data, shard)
+	if info, _ := strategy.Lookup(cfg.Strategy); info.Hybrid {
+		h, err := hybridGroups(ctx, world, data, p)
+		if err != nil {
+			return nil, nil, errors.Join(err, closeAll())
+		}
+		cfg.Sharding.Hybrid = h
+		closers = append(closers, h.Close)
 	}
+	f, err := fabric.New(cfg)
 	if err != nil {
-		return nil, errors.Join(err, r.close())
+		return nil, nil, errors.Join(err, closeAll())
 	}
-	return r, nil
-}
-
-// split splits m across the mesh row and returns its layout (nil without
-// tensor parallelism).
-func (r *rankMesh) split(c Config, m nn.Module) (*parallel.Layout, error) {
-	if r.mesh == nil {
-		return nil, nil
-	}
-	plan, err := models.TensorPlan(c.Model, c.SequenceParallel)
-	if err != nil {
-		return nil, err
-	}
-	return parallel.Parallelize(m, r.mesh.Tensor, plan)
-}
-
-func (r *rankMesh) close() error {
-	var err error
-	if r.hybrid != nil {
-		err = r.hybrid.Close()
-	}
-	if r.mesh != nil {
-		err = errors.Join(err, r.mesh.Close())
-	}
-	return err
+	return f, closeAll, nil
 }
 
 // sum is the sum of v over every rank of the run: through the strategy

@@ -156,7 +156,7 @@ func TestTensorParallelPrecisions(t *testing.T) {
 // TestResumeNamesTheMesh: a resume onto another mesh says so, as it says
 // a changed strategy or device count.
 func TestResumeNamesTheMesh(t *testing.T) {
-	was, is := Config{Strategy: "fsdp", Devices: 4, TP: 2}, Config{Strategy: "fsdp", Devices: 4, TP: 1}
+	was, is := Config{ParallelConfig: ParallelConfig{Strategy: "fsdp", Devices: 4, TP: 2}}, Config{ParallelConfig: ParallelConfig{Strategy: "fsdp", Devices: 4, TP: 1}}
 	if a, b := strategyOf(was), strategyOf(is); a == b || !strings.Contains(a, "tp 2") {
 		t.Errorf("a 2×2 mesh reads %q, 4 data-parallel ranks %q", a, b)
 	}

@@ -11,16 +11,34 @@ import (
 
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/fabric"
+	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
 
 func tinyConfig(t *testing.T, precision string) Config {
 	c := Defaults()
-	c.GPT = GPTSize{Layers: 1, Width: 32, Heads: 2, Context: 16}
+	c.GPT = models.GPTConfig{Layers: 1, Width: 32, Heads: 2, Context: 16}
 	c.Precision, c.Steps, c.BatchSize, c.EvalEvery, c.EvalBatches, c.SaveEvery = precision, 20, 4, 5, 2, 10
 	c.CorpusBytes, c.Out = 1<<20, t.TempDir()
 	return c
+}
+
+// TestWeightDecayTrains: the weight decay setting reaches the optimizer:
+// the same run without it logs other losses after its first step.
+func TestWeightDecayTrains(t *testing.T) {
+	run := func(decay float64) []float64 {
+		c := tinyConfig(t, "32-true")
+		c.Steps, c.EvalEvery, c.SaveEvery, c.WeightDecay, c.LR = 4, 4, 4, decay, 3e-2
+		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+			t.Fatal(err)
+		}
+		return losses(t, c.Out)
+	}
+	with, without := run(0.5), run(0)
+	if with[0] != without[0] || slices.Equal(with, without) {
+		t.Errorf("losses with weight decay 0.5 %v, without %v: want the same first loss and then others", with, without)
+	}
 }
 
 func losses(t *testing.T, out string) []float64 {
@@ -152,8 +170,8 @@ func TestBadInputs(t *testing.T) {
 		t.Error("unknown precision must fail")
 	}
 	cfg := filepath.Join(t.TempDir(), "run.yaml")
-	os.WriteFile(cfg, []byte("model: gpt\nstepz: 3\n"), 0o644)
-	if err := LoadConfig(cfg, &c); err == nil {
+	os.WriteFile(cfg, []byte("model: {name: gpt}\nstepz: 3\n"), 0o644)
+	if _, err := LoadConfig(cfg, &c); err == nil {
 		t.Error("an unknown config key must fail")
 	}
 }
@@ -396,7 +414,7 @@ func TestActivationCheckpointingIsExact(t *testing.T) {
 // pattern that names none stops the run before any step.
 func TestActivationCheckpointingConfig(t *testing.T) {
 	c := tinyConfig(t, "32-true")
-	if err := ParseConfig([]byte("activation_checkpointing: [blocks.*]\n"), &c); err != nil {
+	if _, err := ParseConfig([]byte("parallel: {activation_checkpointing: [blocks.*]}\n"), &c); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(c.ActivationCheckpointing, []string{"blocks.*"}) {

@@ -61,7 +61,7 @@ var catalogue = []badInput{
 	{"a missing reference folder", func(string) []string { return []string{"parity", "--refs", "/nonexistent"} }, nil, 0},
 	{"an unknown flag", func(string) []string { return []string{"train", "--stepz", "3"} }, nil, 0},
 	{"an unknown config key", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: gpt\nstepz: 3\n"))}
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: {name: gpt}\nstepz: 3\n"))}
 	}, nil, 0},
 	{"a config that is not YAML", func(dir string) []string {
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: [gpt\n"))}
@@ -82,7 +82,7 @@ var catalogue = []badInput{
 		return []string{"train", "--sequence-parallel", "--out", dir}
 	}, nil, 0},
 	{"a context the tensor-parallel ranks cannot share", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 15}\n")), "--tp", "2", "--devices", "2", "--sequence-parallel", "--out", dir}
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: {gpt: {layers: 1, width: 32, heads: 2, context: 15}}\n")), "--tp", "2", "--devices", "2", "--sequence-parallel", "--out", dir}
 	}, nil, 0},
 	{"resume without a checkpoint", func(dir string) []string { return []string{"train", "--resume", "--out", dir} }, nil, 0},
 	{"a missing --init-from", func(dir string) []string {
@@ -121,7 +121,7 @@ var catalogue = []badInput{
 	{"sampling a run that does not exist", func(string) []string { return []string{"sample", "--ckpt", "/nonexistent"} }, nil, 0},
 	{"an unknown bench", func(string) []string { return []string{"bench", "conv"} }, nil, 0},
 	{"a non-integral number for an integer setting", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt:\n  width: 64.5\n"))}
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model:\n  gpt:\n    width: 64.5\n"))}
 	}, nil, 0},
 	{"resuming a run that has finished", func(dir string) []string {
 		trainCNN(dir)
@@ -199,7 +199,7 @@ var catalogue = []badInput{
 		return []string{"train", "--lr-schedule", "cosine", "--warmup-steps", "300", "--out", dir}
 	}, nil, 0},
 	{"a step schedule without a period", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("lr_schedule:\n  name: step\n  gamma: 0.5\n")), "--out", dir}
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("optim:\n  lr_schedule: {name: step, gamma: 0.5}\n")), "--out", dir}
 	}, nil, 0},
 	{"a negative clip value", func(dir string) []string { return []string{"train", "--clip-value", "-1", "--out", dir} }, nil, 0},
 	{"loggers without metrics.jsonl", func(dir string) []string { return []string{"train", "--logger", "csv", "--out", dir} }, nil, 0},
@@ -233,7 +233,7 @@ var catalogue = []badInput{
 		return []string{"plan", "--precision-for", "blocks.*=nf4(block=100)"}
 	}, nil, 0},
 	{"a bad spec argument in a config", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precision: bf16-mixed+fp8(history=0)\n")), "--out", dir}
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precision: {spec: bf16-mixed+fp8(history=0)}\n")), "--out", dir}
 	}, nil, 0},
 	{"an HF folder whose key/value heads do not divide its heads", func(dir string) []string {
 		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3,"intermediate_size":128,"max_position_embeddings":64}`))
@@ -290,7 +290,7 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("precison: bf16-mixed\n")), "--out", dir}
 	}, nil, 0},
 	{"a config value of the wrong form", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("lr_schedule: cosine\n")), "--out", dir}
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("optim: {lr_schedule: cosine}\n")), "--out", dir}
 	}, nil, 0},
 	{"a precision spec with an empty part", func(string) []string { return []string{"plan", "--precision", "bf16-mixed+"} }, nil, 0},
 	{"a misspelt precision", func(string) []string { return []string{"plan", "--precision", "bf16-mixd"} }, nil, 0},
@@ -299,7 +299,7 @@ var catalogue = []badInput{
 		return []string{"train", "--model", "cnn", "--init-from", dir, "--out", filepath.Join(dir, "run")}
 	}, nil, 0},
 	{"NaN weights under --on-nan skip", func(dir string) []string {
-		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("gpt: {layers: 1, width: 16, heads: 2, context: 8}\ncorpus_bytes: 262144\nbatch_size: 4\neval_batches: 1\n")),
+		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("model: {gpt: {layers: 1, width: 16, heads: 2, context: 8}}\ndata: {corpus_bytes: 262144, batch_size: 4}\neval: {batches: 1}\n")),
 			"--precision", "16-true", "--on-nan", "skip", "--steps", "5", "--save-every", "1000", "--out", dir}
 	}, nil, 0},
 	{"PEFT export of a run without LoRA adapters", func(dir string) []string {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // run executes weft with args in-process and returns its output and exit status.
@@ -139,7 +141,7 @@ func TestTrainWarnsOnce(t *testing.T) {
 // given override it, as weft train does: the file's size, precision and
 // adapters stand unless a flag replaces them.
 func TestPlanResolvesAsTrain(t *testing.T) {
-	yaml := writeFile(t.TempDir(), "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 16}\nprecision: 32-true\nlora: {targets: [blocks.0.fc]}\n"))
+	yaml := writeFile(t.TempDir(), "run.yaml", []byte("model: {gpt: {layers: 1, width: 32, heads: 2, context: 16}, lora: {targets: [blocks.0.fc]}}\nprecision: {spec: 32-true}\n"))
 	out, code := run("plan", "--config", yaml, "--precision", "bf16-true", "--lora", "blocks.0.qkv")
 	if code != 0 {
 		t.Fatal(out)
@@ -153,5 +155,26 @@ func TestPlanResolvesAsTrain(t *testing.T) {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("plan has %q:\n%s", unwanted, out)
 		}
+	}
+}
+
+// TestFlatConfigWarns: a config in the flat keys of before the groups
+// still runs, each flat key a warning naming the key to write instead;
+// AdamW's flags override the file's optim group.
+func TestFlatConfigWarns(t *testing.T) {
+	yaml := writeFile(t.TempDir(), "run.yaml", []byte("gpt: {layers: 1, width: 32, heads: 2, context: 16}\noptim: {beta1: 0.5}\n"))
+	out, code := run("plan", "--config", yaml)
+	if want := "weft: warning: config " + yaml + ": line 1: the flat key gpt is deprecated; write model.gpt"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d, want %q in:\n%s", code, want, out)
+	}
+	var f runFlags
+	fs := pflag.NewFlagSet("train", pflag.ContinueOnError)
+	f.register(fs)
+	if err := fs.Parse([]string{"--config", yaml, "--beta2", "0.9", "--eps", "1e-6", "--weight-decay", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.resolve(fs, &bytes.Buffer{})
+	if err != nil || c.Beta1 != 0.5 || c.Beta2 != 0.9 || c.Eps != 1e-6 || c.WeightDecay != 0 || c.GPT.Width != 32 {
+		t.Errorf("resolved %v, %+v", err, c.OptimConfig)
 	}
 }

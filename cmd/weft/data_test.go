@@ -54,11 +54,12 @@ func TestTrainOnOwnText(t *testing.T) {
 	for name, dir := range tokenizers {
 		t.Run(name, func(t *testing.T) {
 			// The data and tokenizer come from YAML for gpt2, from flags for bytes.
-			yaml := "gpt: {layers: 1, width: 16, heads: 2, context: 8}\nbatch_size: 4\neval_batches: 1\neval_every: 3\nsave_every: 3\n"
+			yaml := "model: {gpt: {layers: 1, width: 16, heads: 2, context: 8}}\neval: {batches: 1, every: 3}\ncheckpoint: {save_every: 3}\n"
 			var flags []string
 			if name == "gpt2" {
-				yaml += "data: " + text + "\ntokenizer: gpt2\ntokenizer_dir: " + dir + "\n"
+				yaml += "data: {batch_size: 4, path: " + text + ", tokenizer: gpt2, tokenizer_dir: " + dir + "}\n"
 			} else {
+				yaml += "data: {batch_size: 4}\n"
 				flags = []string{"--data", text}
 			}
 			cfg := filepath.Join(t.TempDir(), "run.yaml")
@@ -128,7 +129,7 @@ func metricsOf(t *testing.T, out string) []train.Metrics {
 func TestOwnTextDistributedMatchesOneDevice(t *testing.T) {
 	text := ownText(t)
 	cfg := filepath.Join(t.TempDir(), "run.yaml")
-	yaml := "gpt: {layers: 1, width: 16, heads: 2, context: 8}\nbatch_size: 4\neval_batches: 2\neval_every: 4\nsteps: 8\nprecision: 64-true\ndata: " + text + "\n"
+	yaml := "model: {gpt: {layers: 1, width: 16, heads: 2, context: 8}}\ndata: {batch_size: 4, path: " + text + "}\neval: {batches: 2, every: 4}\noptim: {steps: 8}\nprecision: {spec: 64-true}\n"
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // step's scheduled lr and writes metrics.csv beside metrics.jsonl.
 func TestTrainLoopFlags(t *testing.T) {
 	dir := t.TempDir()
-	cfg := writeFile(dir, "run.yaml", []byte("grad_accum: 3\nclip_value: 0.5\nlr_schedule:\n  name: cosine\n  warmup_steps: 1\n  min_lr: 1e-4\nloggers: [jsonl]\n"))
+	cfg := writeFile(dir, "run.yaml", []byte("optim:\n  grad_accum: 3\n  clip_value: 0.5\n  lr_schedule:\n    name: cosine\n    warmup_steps: 1\n    min_lr: 1e-4\ncheckpoint: {loggers: [jsonl]}\n"))
 	out := filepath.Join(dir, "run")
 	msg, code := run("train", "--config", cfg, "--model", "cnn", "--steps", "4", "--batch-size", "4", "--lr", "1e-3",
 		"--grad-accum", "2", "--lr-decay-steps", "3", "--logger", "jsonl,csv", "--out", out)

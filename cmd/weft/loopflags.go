@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -32,11 +33,16 @@ func (f *runFlags) register(fs *pflag.FlagSet) {
 // resolve is the run's config: the defaults, then --config's YAML, then
 // the settings' flags given explicitly in fs (parsed by register's
 // flags), then the --precision-for rules after the config's modules.
-func (f *runFlags) resolve(fs *pflag.FlagSet) (train.Config, error) {
+// Each flat key of the YAML is a deprecation line on stderr.
+func (f *runFlags) resolve(fs *pflag.FlagSet, stderr io.Writer) (train.Config, error) {
 	c := train.Defaults()
 	if f.config != "" {
-		if err := train.LoadConfig(f.config, &c); err != nil {
+		deprecated, err := train.LoadConfig(f.config, &c)
+		if err != nil {
 			return train.Config{}, err
+		}
+		for _, d := range deprecated {
+			fmt.Fprintln(stderr, "weft: warning:", d)
 		}
 	}
 	var rules []string
@@ -89,6 +95,10 @@ func bindSettings(fs *pflag.FlagSet, c *train.Config, rules *[]string) {
 	fs.IntVar(&c.Steps, "steps", c.Steps, "optimizer steps")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "sequences or images per step")
 	fs.Float64Var(&c.LR, "lr", c.LR, "AdamW learning rate")
+	fs.Float64Var(&c.Beta1, "beta1", c.Beta1, "AdamW's first-moment decay")
+	fs.Float64Var(&c.Beta2, "beta2", c.Beta2, "AdamW's second-moment decay")
+	fs.Float64Var(&c.Eps, "eps", c.Eps, "AdamW's term added to the denominator")
+	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "AdamW's decoupled weight decay (0: none)")
 	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "steps between validation passes")
 	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
 	fs.StringVar(&c.Out, "out", c.Out, "run folder")

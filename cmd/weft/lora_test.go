@@ -14,7 +14,7 @@ import (
 )
 
 // tinyLoRARun is a run.yaml of a tiny gpt for LoRA runs.
-const tinyLoRARun = "gpt: {layers: 2, width: 32, heads: 2, context: 16}\nbatch_size: 4\neval_every: 4\neval_batches: 1\ncorpus_bytes: 262144\n"
+const tinyLoRARun = "model: {gpt: {layers: 2, width: 32, heads: 2, context: 16}}\ndata: {batch_size: 4, corpus_bytes: 262144}\neval: {every: 4, batches: 1}\n"
 
 // TestLoRAResumeIsExact: QLoRA adapters trained by weft train for 6 steps
 // and resumed to 12 equal 12 straight steps bit for bit, in the losses and

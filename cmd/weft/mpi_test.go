@@ -192,7 +192,7 @@ func TestTrainUnderMpirun(t *testing.T) {
 	}
 	bin := buildWeft(t)
 	config := filepath.Join(t.TempDir(), "tiny.yaml")
-	tiny := "gpt: {layers: 1, width: 16, heads: 2, context: 8}\ncorpus_bytes: 262144\nbatch_size: 4\neval_batches: 1\neval_every: 1000\nsave_every: 1000\nsteps: 3\n"
+	tiny := "model: {gpt: {layers: 1, width: 16, heads: 2, context: 8}}\ndata: {corpus_bytes: 262144, batch_size: 4}\neval: {batches: 1, every: 1000}\ncheckpoint: {save_every: 1000}\noptim: {steps: 3}\n"
 	if err := os.WriteFile(config, []byte(tiny), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestNoPanicReachesAUser(t *testing.T) {
 		t.Skip("-short: the spec × model × subcommand sweep takes a minute or two")
 	}
 	bin, dir := buildWeft(t), t.TempDir()
-	tiny := writeFile(dir, "tiny.yaml", []byte("gpt: {layers: 1, width: 16, heads: 2, context: 8}\ncorpus_bytes: 262144\nbatch_size: 4\neval_batches: 1\neval_every: 1\nsave_every: 1\n"))
+	tiny := writeFile(dir, "tiny.yaml", []byte("model: {gpt: {layers: 1, width: 16, heads: 2, context: 8}}\ndata: {corpus_bytes: 262144, batch_size: 4}\neval: {batches: 1, every: 1}\ncheckpoint: {save_every: 1}\n"))
 	var training, afterwards [][]string
 	for i, spec := range precision.Specs() {
 		for _, model := range models.Names() {

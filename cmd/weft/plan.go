@@ -31,18 +31,21 @@ communication dtypes, and the bytes each rank holds for trainable
 parameters, frozen weights, gradients and AdamW state under the strategy
 and mesh; with --lora, the adapters that alone train. It predicts each
 rank's allocator peak over a training step of --batch-size rows (split
-over --grad-accum micro-batches), with what is live at it, which weft
-train compares with the memory it can have before it allocates. It
-refuses what training refuses, with the same message, and prints the
-warnings training prints. With --tp T the model is split as a rank of a
-mesh row holds it (strategy and bytes are per rank of the --devices/T
-data-parallel ranks), and the split Linears' layouts and the group's
-all-reduces follow; --sequence-parallel adds the modules that run on
-shares of the sequence and counts the reduce-scatters and all-gathers
-that replace the all-reduces.`,
+over --grad-accum micro-batches) and an evaluation of as many, with what
+is live at it, which weft train compares with the memory it can have
+before it allocates; with several in-process ranks (--comm local, which
+auto is outside mpirun), also the peak of the process that runs them
+all, which weft train's closing memory line measures (under mpirun a
+process runs one rank). It refuses what training refuses, with the same
+message, and prints the warnings training prints. With --tp T the model
+is split as a rank of a mesh row holds it (strategy and bytes are per
+rank of the --devices/T data-parallel ranks), and the split Linears'
+layouts and the group's all-reduces follow; --sequence-parallel adds the
+modules that run on shares of the sequence and counts the
+reduce-scatters and all-gathers that replace the all-reduces.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.resolve(cmd.Flags())
+			c, err := f.resolve(cmd.Flags(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -95,8 +98,12 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 		fmt.Fprintf(out, "adapter %s %v: %d B (trains; the rest is frozen)\n", a.Path, a.Shape, a.Bytes)
 	}
 	if k := p.Peak; k != nil {
-		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
-			mib(k.Bytes), k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
+		process := ""
+		if k.RanksInProcess > 1 {
+			process = fmt.Sprintf(" (%.1f MiB a process of %d in-process ranks; under mpirun a process is a rank)", mib(k.Process), k.RanksInProcess)
+		}
+		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank%s, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
+			mib(k.Bytes), process, k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
 	}
 	if t := p.Traffic; t != nil && p.Devices > 1 {
 		fmt.Fprintf(out, "plan: each rank sends %.2f MiB a step to ranks on its host and %.2f MiB to other hosts (%d ranks a host%s)\n",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -15,10 +16,11 @@ import (
 
 // TestPlanPredictsTrainPeak: weft plan ARGS predicts the allocator peak
 // that weft train ARGS --steps 3 measures (metrics.jsonl's
-// peak_alloc_mib) within 15%, rank for rank: each run is a process of
-// its own, and the fsdp run's ranks are Open MPI processes, whose peaks
-// are a rank's (in-process ranks share one counter and do not peak at
-// the same moment).
+// peak_alloc_mib, over each step and its evaluation) within 15%: a
+// rank's where each rank is a process of its own (one device, or Open
+// MPI processes), and the process's (process_bytes) where the ranks are
+// in-process, sharing its pool and its counters; weft train's closing
+// memory line states the same figure.
 func TestPlanPredictsTrainPeak(t *testing.T) {
 	bin := buildWeft(t) // a process of its own: the pool's counters are the process's
 	for _, tc := range []struct {
@@ -28,27 +30,43 @@ func TestPlanPredictsTrainPeak(t *testing.T) {
 	}{
 		{"default", nil, 0},
 		{"lora", []string{"--lora", "blocks.*.qkv"}, 0},
+		{"llama", []string{"--model", "llama"}, 0},
+		{"llama grad-accum", []string{"--model", "llama", "--grad-accum", "2"}, 0}, // evaluation's whole batch peaks
+		{"fsdp in-process", []string{"--strategy", "fsdp", "--devices", "2"}, 0},
 		{"fsdp", []string{"--strategy", "fsdp", "--devices", "2"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code := run(append([]string{"plan", "--json"}, tc.args...)...)
 			var p struct {
-				Peak struct{ Bytes float64 } `json:"peak_per_rank"`
+				Peak struct {
+					Bytes   float64
+					Process float64 `json:"process_bytes"`
+				} `json:"peak_per_rank"`
 			}
 			if err := json.Unmarshal([]byte(out), &p); code != 0 || err != nil || p.Peak.Bytes == 0 {
 				t.Fatalf("plan: exit %d, %v: %s", code, err, out)
 			}
 			dir := t.TempDir()
 			train := append([]string{"train", "--steps", "3", "--out", dir}, tc.args...)
+			want, of := p.Peak.Bytes, "a rank"
 			if tc.mpi > 0 {
 				trainUnderMpirun(t, tc.mpi, bin, train)
-			} else if out, err := exec.Command(bin, train...).CombinedOutput(); err != nil {
-				t.Fatalf("train: %v: %s", err, out)
+			} else {
+				if p.Peak.Process != p.Peak.Bytes {
+					want, of = p.Peak.Process, "the process"
+				}
+				out, err := exec.Command(bin, train...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("train: %v: %s", err, out)
+				}
+				if line := fmt.Sprintf("predicted %.1f MiB", want/(1<<20)); !strings.Contains(string(out), line) {
+					t.Errorf("train's memory line does not say %q:\n%s", line, out)
+				}
 			}
 			measured := peakMiB(t, dir) * (1 << 20)
-			t.Logf("predicted %.2f MiB a rank, measured %.2f (%+.1f%%)", p.Peak.Bytes/(1<<20), measured/(1<<20), 100*(p.Peak.Bytes-measured)/measured)
-			if math.Abs(p.Peak.Bytes-measured) > 0.15*measured {
-				t.Errorf("plan predicts %.2f MiB a rank, train measured %.2f", p.Peak.Bytes/(1<<20), measured/(1<<20))
+			t.Logf("predicted %.2f MiB %s, measured %.2f (%+.1f%%)", want/(1<<20), of, measured/(1<<20), 100*(want-measured)/measured)
+			if math.Abs(want-measured) > 0.15*measured {
+				t.Errorf("plan predicts %.2f MiB %s, train measured %.2f", want/(1<<20), of, measured/(1<<20))
 			}
 		})
 	}

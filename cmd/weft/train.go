@@ -44,7 +44,7 @@ mpirun, which forwards SIGTERM and kills the ranks a second later
 same step.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.resolve(cmd.Flags())
+			c, err := f.resolve(cmd.Flags(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

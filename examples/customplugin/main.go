@@ -66,7 +66,10 @@ func run(out io.Writer, spec, rule string, steps int) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := fabric.NewPolicy(pol, scaling)
+	f, err := fabric.New(fabric.Config{Policy: pol, LossScaling: scaling})
+	if err != nil {
+		return nil, err
+	}
 	if err := f.Setup(model, opt); err != nil {
 		return nil, err
 	}

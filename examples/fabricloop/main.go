@@ -43,10 +43,15 @@ func train(ctx context.Context, dir string, from, to int, logger fabric.Logger) 
 	if err != nil {
 		return err
 	}
-	f := fabric.New(p)
-	f.SeedEverything(1337)
-	f.Accumulation.MicroBatches = 2
-	f.Loggers = []fabric.Logger{logger}
+	f, err := fabric.New(fabric.Config{
+		Precision:    p,
+		Seed:         1337,
+		Accumulation: fabric.Accumulation{MicroBatches: 2},
+		Loggers:      []fabric.Logger{logger},
+	})
+	if err != nil {
+		return err
+	}
 	model := models.NewGPT(f.InitModule(false), models.GPTConfig{Vocab: 256, Context: 16, Width: 32, Heads: 2, Layers: 2})
 	opt, err := optim.NewAdamW(nn.Parameters(model), optim.AdamWConfig{LR: schedule.LR(from), Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 	if err == nil {
@@ -71,7 +76,7 @@ func train(ctx context.Context, dir string, from, to int, logger fabric.Logger) 
 		if err != nil {
 			return err
 		}
-		res, err := f.TrainShare(ctx, model, b)
+		res, err := f.TrainStep(ctx, model, b)
 		if err != nil {
 			return err
 		}

@@ -2,8 +2,8 @@ package gemm
 
 import "sync"
 
-// Block sizes: k steps of kcMax packed values (elements, or pairs of
-// bfloat16), mcMax rows of A and ncMax columns of B. The kernel keeps an
+// Block sizes: k steps of kcMax elements, or kcMax pairs of bfloat16 for
+// two bfloat16 operands, mcMax rows of A and ncMax columns of B. The kernel keeps an
 // mr×kc panel of A in L1 while it pairs it with every panel of the kc×nc
 // block of B, which streams from L2 and L3, and the mc×kc block of A stays
 // in L2. kcMax is fixed, not derived from the machine or the split between
@@ -21,6 +21,7 @@ type float interface{ ~float32 | ~float64 }
 type arith[T float] struct {
 	kern       kernel[T] // the kernels and packing routines in use (see use)
 	bf16       kernel[T] // for float32: multiplies packed pairs of bfloat16
+	widen      kernel[T] // for float32: multiplies pairs of bfloat16 widened
 	pack       packer
 	workspaces sync.Pool // *workspace[T]
 	forks      sync.Pool // *fork[T]
@@ -34,8 +35,9 @@ var (
 // workspace holds one goroutine's packing buffers. It is grown on demand and
 // recycled through arith.workspaces, so steady-state calls allocate nothing.
 type workspace[T float] struct {
-	a, b []T // packed blocks of op(A) and op(B)
-	dec  []T // decoded stored rows, for encoded operands
+	a, b  []T // packed blocks of op(A) and op(B)
+	dec   []T // decoded stored rows, for encoded operands
+	pairs []T // one panel of pairs of bfloat16, for the widen path
 }
 
 // workspace returns a workspace with buffers large enough for g.
@@ -50,6 +52,9 @@ func (ar *arith[T]) workspace(g *gemm[T]) *workspace[T] {
 	ws.b = grow(ws.b, roundUp(nc, nr)*kc)
 	if !g.a.inPlace() || !g.bt.inPlace() {
 		ws.dec = grow(ws.dec, max(8*(kc+2), mc+2, nc+2)) // see operand.decode
+	}
+	if g.pairs == widenPairs {
+		ws.pairs = grow(ws.pairs, max(mr, nr)*kc/2)
 	}
 	return ws
 }
@@ -73,23 +78,38 @@ type gemm[T float] struct {
 	c       []T
 	ldc     int
 	kern    kernel[T] // the kernel in use when the call began
-	bf16    bool      // kern multiplies pairs of bfloat16
+	pairs   pairing   // how kern multiplies two bfloat16 operands, if it does
 	pk      *packer   // the packer in use when the call began
 	ep      epilogue[T]
 }
 
-// kstep returns the elements of k in one k step.
+// A pairing says how a kernel multiplies two bfloat16 operands: as pairs
+// of k steps, so that both paths accumulate in VDPBF16PS's order.
+type pairing uint8
+
+const (
+	noPairs    pairing = iota // not bfloat16: one k step at a time
+	dotPairs                  // impl.bf16, with pairs packed in float32 words
+	widenPairs                // impl.widen, with pairs widened to two k steps
+)
+
+// kstep returns the elements of k in one k step, which the paths for two
+// bfloat16 operands share so that their sums are the same.
 func (g *gemm[T]) kstep() int {
-	if g.bf16 {
+	if g.pairs != noPairs {
 		return 2 * kcMax
 	}
 	return kcMax
 }
 
-// words returns the packed values that hold kc elements of k.
+// words returns the packed values that hold kc elements of k: an odd kc
+// is padded with a zero to whole pairs.
 func (g *gemm[T]) words(kc int) int {
-	if g.bf16 {
+	switch g.pairs {
+	case dotPairs:
 		return (kc + 1) / 2
+	case widenPairs:
+		return (kc + 1) &^ 1
 	}
 	return kc
 }
@@ -169,10 +189,10 @@ func (g *gemm[T]) serial(ar *arith[T]) {
 		nc := min(ncMax, g.n-jc)
 		for pc := 0; pc < g.k; pc += g.kstep() {
 			kc := min(g.kstep(), g.k-pc)
-			g.pack(&g.bt, ws.b, jc, nc, pc, kc, nr, ws.dec)
+			g.pack(&g.bt, ws.b, jc, nc, pc, kc, nr, ws)
 			for ic := 0; ic < g.m; ic += mcMax {
 				mc := min(mcMax, g.m-ic)
-				g.pack(&g.a, ws.a, ic, mc, pc, kc, mr, ws.dec)
+				g.pack(&g.a, ws.a, ic, mc, pc, kc, mr, ws)
 				g.block(ws, ic, jc, mc, nc, g.words(kc), pc == 0, pc+kc == g.k)
 			}
 		}
@@ -181,11 +201,14 @@ func (g *gemm[T]) serial(ar *arith[T]) {
 }
 
 // pack packs x as the kernel in use reads it.
-func (g *gemm[T]) pack(x *operand[T], dst []T, r0, rows, p0, kc, w int, dec []T) {
-	if g.bf16 {
-		x.packBF16(dst, r0, rows, p0, kc, w, dec, g.pk)
-	} else {
-		x.pack(dst, r0, rows, p0, kc, w, dec, g.pk)
+func (g *gemm[T]) pack(x *operand[T], dst []T, r0, rows, p0, kc, w int, ws *workspace[T]) {
+	switch g.pairs {
+	case dotPairs:
+		x.packBF16(dst, r0, rows, p0, kc, w, ws.dec, g.pk)
+	case widenPairs:
+		x.packWiden(dst, r0, rows, p0, kc, w, ws.dec, ws.pairs, g.pk)
+	default:
+		x.pack(dst, r0, rows, p0, kc, w, ws.dec, g.pk)
 	}
 }
 

@@ -8,7 +8,9 @@
 // low-precision operands (8-bit formats and 4-bit codebooks by table), so
 // the kernel sees only contiguous float32 or float64 data, except that two
 // BF16 operands are packed as pairs of bfloat16 for a kernel that
-// multiplies them as they are. Large products are split between goroutines
+// multiplies them as they are with VDPBF16PS, or widened to float32 for a
+// kernel that sums the same products in the same order (see BF16Path).
+// Large products are split between goroutines
 // by rows or columns of C. Small ones run on the calling goroutine and,
 // when the kernel can read the operands where they lie, skip packing.
 // Packing buffers are pooled, so calls allocate nothing once warm. An
@@ -109,8 +111,11 @@ func mul[T float](ar *arith[T], m, n, k int, a, b operand[T], beta T, c []T, ldc
 	}
 	g := gemm[T]{m: m, n: n, k: k, a: a, bt: b.transpose(), beta: beta, c: c, ldc: ldc, kern: ar.kern, pk: &ar.pack,
 		ep: newEpilogue(ep, m, n)}
-	if ar.bf16.fn != nil && a.bf16() && b.bf16() {
-		g.kern, g.bf16 = ar.bf16, true
+	if ar.widen.fn != nil && a.bf16() && b.bf16() {
+		g.kern, g.pairs = ar.widen, widenPairs
+		if ar.bf16.fn != nil && bf16Dot() {
+			g.kern, g.pairs = ar.bf16, dotPairs
+		}
 	}
 	g.run(ar)
 }

@@ -1,6 +1,9 @@
 package gemm
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 // A kernel is a micro-kernel and the mr×nr register tile it computes. fn
 // adds the product of packed panels to the top-left h×w part of the mr×nr
@@ -42,12 +45,18 @@ type impl struct {
 	// pack packs float32 operands and pairs of bfloat16.
 	pack packer
 
-	// bf16 multiplies operands that are both bfloat16, or has a nil fn if
-	// the instruction set cannot; they are then decoded to float32 for f32.
-	// Its panels hold pairs of bfloat16 in the bits of each float32: for
-	// A, the low and high halves of a[q*mr+i] are op(A)[i][2q] and
-	// op(A)[i][2q+1], and likewise for B, so that kc counts pairs.
+	// bf16 multiplies operands that are both bfloat16 with VDPBF16PS (the
+	// "dot" path), or has a nil fn if the instruction set cannot. Its
+	// panels hold pairs of bfloat16 in the bits of each float32: for A, the
+	// low and high halves of a[q*mr+i] are op(A)[i][2q] and op(A)[i][2q+1],
+	// and likewise for B, so that kc counts pairs.
 	bf16 kernel[float32]
+
+	// widen multiplies the same operands widened to float32 while packing
+	// (the "widen" path), with the same result as bf16: each pair is
+	// packed high element first, as two k steps, and the kernel is f32's
+	// with VDPBF16PS's denormal handling (see fmaDAZ). Every impl has it.
+	widen kernel[float32]
 }
 
 // Tile of the Go kernel, bounded by the 15 float registers the Go compiler
@@ -59,7 +68,55 @@ var goImpl = impl{
 	name: "go",
 	f32:  kernel[float32]{mr: goMR, nr: goNR, fn: kernelGoPacked[float32], strided: kernelGo[float32]},
 	f64:  kernel[float64]{mr: goMR, nr: goNR, fn: kernelGoPacked[float64], strided: kernelGo[float64]},
-	pack: packer{transpose: transposeGo[uint32], lookup: lookupGo, widen: widenGo, interleave: interleaveGo, codes: codesGo},
+	pack: packer{transpose: transposeGo[uint32], lookup: lookupGo, widen: widenGo, interleave: interleaveGo, codes: codesGo,
+		split: splitGo},
+	widen: kernel[float32]{mr: goMR, nr: goNR, fn: kernelGoDAZ},
+}
+
+// kernelGoDAZ is kernel.fn for the widen path in Go: the loop of the
+// assembly kernels (see stubs_amd64.go) with fmaDAZ for fma. The float64
+// arithmetic of fmaDAZ is too slow for the unrolled kernelGo to help.
+func kernelGoDAZ(kc int, a, b, c []float32, ldc, h, w int, add bool) {
+	_, _ = a[kc*goMR-1], b[kc*goNR-1]
+	for i := range h {
+		for j := range w {
+			var s float32
+			for p := range kc {
+				s = fmaDAZ(a[p*goMR+i], b[p*goNR+j], s)
+			}
+			if add {
+				s += c[i*ldc+j]
+			}
+			c[i*ldc+j] = s
+		}
+	}
+}
+
+// fmaDAZ returns x·y+s rounded once to float32, as each step of VDPBF16PS
+// computes it, for x and y whose products are exact in float64 (bfloat16
+// values, say): denormal inputs count as zeros of their sign (DAZ), and a
+// result that is below the smallest normal once rounded to 24 bits, as if
+// the exponent were unbounded, is a zero of its sign (FTZ, tininess after
+// rounding, as the instruction and MXCSR.FTZ detect it). The rounding of
+// v, the exact sum in float64, to float32 rounds only once in effect: a
+// sum of two values of at most 24 bits needs no more than 53 for that.
+func fmaDAZ(x, y, s float32) float32 {
+	v := float64(daz(x))*float64(daz(y)) + float64(daz(s))
+	if a := math.Abs(v); a < 0x1p-126 {
+		if float32(a*0x1p64) < 0x1p-62 { // scaled into float32's normal range
+			return float32(math.Copysign(0, v))
+		}
+		return float32(math.Copysign(0x1p-126, v)) // rounded up to the smallest normal
+	}
+	return float32(v)
+}
+
+// daz returns x, or a zero of its sign if x is denormal.
+func daz(x float32) float32 {
+	if b := math.Float32bits(x); b&0x7f800000 == 0 {
+		return math.Float32frombits(b & 0x80000000)
+	}
+	return x
 }
 
 // kernelGoPacked is kernel.fn for kernelGo: a ragged tile goes through a
@@ -90,11 +147,14 @@ var impls = append(asmImpls(), goImpl)
 // use makes GEMM run the kernels of im; the package starts with impls[0],
 // and tests switch to each of impls in turn.
 func use(im *impl) {
-	single.kern, single.bf16, single.pack = im.f32, im.bf16, im.pack
+	single.kern, single.bf16, single.widen, single.pack = im.f32, im.bf16, im.widen, im.pack
 	double.kern, double.pack = im.f64, packer{transpose: transposeGo[uint64]}
 }
 
-func init() { use(&impls[0]) }
+func init() {
+	use(&impls[0])
+	setBF16FromEnv()
+}
 
 // kernelGo adds op(A)·op(B) to the goMR×goNR tile of c with row stride ldc,
 // or with add false stores it there without reading c, where op(A)[i][p] = a[i*rsa+p*csa] and op(B)[p][j] = b[p*rsb+j*csb],

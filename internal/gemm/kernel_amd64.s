@@ -237,6 +237,50 @@ TEXT ·bf16gemmAVX512(SB), NOSPLIT, $0-105
 	KLOOP(STEPB, 48, 128)
 	ENDZ(VADDPS, VMOVUPS, 16)
 
+// FTZON sets MXCSR's FTZ and DAZ bits for the k steps of a widen kernel,
+// keeping the caller's MXCSR at 0(SP) for FTZOFF to restore before C is
+// touched (its additions run as Go's do).
+#define FTZON STMXCSR 0(SP); MOVL 0(SP), AX; ORL $0x8040, AX; MOVL AX, 4(SP); LDMXCSR 4(SP)
+#define FTZOFF LDMXCSR 0(SP)
+
+// func sgemmFTZAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
+TEXT ·sgemmFTZAVX512(SB), NOSPLIT, $8-105
+	MOVQ kc+0(FP), CX
+	MOVQ a_base+8(FP), SI
+	MOVQ b_base+32(FP), DI
+	MOVQ c_base+56(FP), DX
+	MOVQ ldc+80(FP), R8
+	MOVQ h+88(FP), R9
+	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
+	SHLQ $2, R8
+	FTZON
+	MOVQ DX, AX
+	PREFETCH12(128)
+	ZEROZ
+	KLOOP(S512, 48, 128)
+	FTZOFF
+	ENDZ(VADDPS, VMOVUPS, 16)
+
+// func sgemmFTZAVX2(kc int, a, b, c []float32, ldc, h, w int, add bool)
+TEXT ·sgemmFTZAVX2(SB), NOSPLIT, $8-105
+	MOVQ kc+0(FP), CX
+	MOVQ a_base+8(FP), SI
+	MOVQ b_base+32(FP), DI
+	MOVQ c_base+56(FP), DX
+	MOVQ ldc+80(FP), R8
+	MOVQ h+88(FP), R9
+	MOVQ w+96(FP), R10
+	MOVBQZX add+104(FP), R11
+	SHLQ $2, R8
+	FTZON
+	MOVQ DX, AX
+	PREFETCH6(64)
+	ZEROY
+	KLOOP(S256, 24, 64)
+	FTZOFF
+	ENDY(VMASKMOVPS, VADDPS, 4)
+
 // func sgemmAVX2(kc int, a, b, c []float32, ldc, h, w int, add bool)
 TEXT ·sgemmAVX2(SB), NOSPLIT, $0-105
 	MOVQ kc+0(FP), CX

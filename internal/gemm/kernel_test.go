@@ -24,6 +24,17 @@ func TestKernels(t *testing.T) {
 	uniform64 := func() float64 { return 2*rng.Float64() - 1 }
 	tiny32 := func() float32 { return float32(sign() * 0x1p-80) }
 	tiny64 := func() float64 { return sign() * 0x1p-540 }
+	// Products near the smallest normal, flushed when below it, and
+	// inputs that are denormal or zero.
+	denormal32 := func() float32 {
+		if rng.IntN(4) == 0 {
+			return float32(sign()*float64(rng.IntN(128))) * 0x1p-133
+		}
+		return float32(sign()*(1+float64(rng.IntN(128))/128)) * float32(math.Ldexp(1, -60-rng.IntN(8)))
+	}
+	bf16Of := func(rand func() float32) func() float32 {
+		return func() float32 { return math.Float32frombits(uint32(dtype.BF16FromF32(rand())) << 16) }
+	}
 	// A pair of bfloat16 in the bits of a float32, as impl.bf16 packs them.
 	pairOf := func(rand func() float32) func() float32 {
 		return func() float32 {
@@ -45,7 +56,10 @@ func TestKernels(t *testing.T) {
 			if im.bf16.fn != nil {
 				checkKernel(t, name+"/bf16", im.bf16, kc, pairOf(uniform32), stepBF16)
 				checkKernel(t, name+"/bf16/tiny", im.bf16, kc, pairOf(tiny32), stepBF16)
+				checkKernel(t, name+"/bf16/denormal", im.bf16, kc, pairOf(denormal32), stepBF16)
 			}
+			checkKernel(t, name+"/widen", im.widen, kc, bf16Of(uniform32), fmaRefStep)
+			checkKernel(t, name+"/widen/denormal", im.widen, kc, bf16Of(denormal32), fmaRefStep)
 		}
 	}
 }
@@ -129,14 +143,16 @@ func fma32(s, x, y float32) float32 {
 }
 
 // stepBF16 is a step of the bfloat16 kernel (see bf16gemmAVX512): the
-// fused products of the high and then the low halves of the pairs x and y.
-// A product of two bfloat16 is exact in float32 unless it underflows, and
-// then only fusing gives the instruction's zero, which has its sign.
+// fused products of the high and then the low halves of the pairs x and y,
+// with the instruction's denormal handling.
 func stepBF16(s, x, y float32) float32 {
 	hi := func(v float32) float32 { return math.Float32frombits(math.Float32bits(v) &^ 0xffff) }
 	lo := func(v float32) float32 { return math.Float32frombits(math.Float32bits(v) << 16) }
-	return fma32(fma32(s, hi(x), hi(y)), lo(x), lo(y))
+	return fmaRef(lo(x), lo(y), fmaRef(hi(x), hi(y), s))
 }
+
+// fmaRefStep is a step of a widen kernel.
+func fmaRefStep(s, x, y float32) float32 { return fmaRef(x, y, s) }
 
 // TestTransposers checks the transposer of every impl, and the float64
 // one, on misaligned rows of every height up to 12 and lengths up to 19,

@@ -195,6 +195,19 @@ func (x *operand[T]) packBF16(dst []T, r0, rows, p0, kc, w int, dec []T, pk *pac
 	}
 }
 
+// packWiden is pack for bfloat16 operands that the widen kernel multiplies:
+// each panel is packed as by packBF16 into pairs (w·(kc+1)/2 values), then
+// split into two k steps of float32, the high element of each pair first,
+// as the dot kernel takes them. An odd kc ends with a zero k step.
+func (x *operand[T]) packWiden(dst []T, r0, rows, p0, kc, w int, dec, pairs []T, pk *packer) {
+	kw := (kc + 1) / 2
+	pairs = pairs[:w*kw]
+	for r := 0; r < rows; r += w {
+		x.packBF16(pairs, r0+r, min(w, rows-r), p0, kc, w, dec, pk)
+		pk.split(any(dst[r*2*kw:(r+w)*2*kw]).([]float32), unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(pairs))), len(pairs)), w)
+	}
+}
+
 // padPanel zeroes the last panel if it is partial, before packing fills it
 // but for its padding rows: one clear is faster than one for each k step.
 func padPanel[T float](dst []T, rows, kc, w int) {
@@ -216,6 +229,11 @@ type packer struct {
 	// interleave sets dst[i] to the pair of bfloat16 lo[i], hi[i], the
 	// first in the low half: it packs a pair of stored rows.
 	interleave func(dst []uint32, lo, hi []byte)
+
+	// split sets, for each run q of w pairs of bfloat16 in src (the first
+	// in the low half), dst[2q·w+i] to the high element of src[q·w+i] and
+	// dst[(2q+1)·w+i] to the low one: it widens packed pairs to two k steps.
+	split func(dst []float32, src []uint32, w int)
 
 	// codes sets dst[i] to cb[c]·s, c the 4-bit code of element e+i of
 	// src (see Matrix.Codebook): it decodes a run of one block.
@@ -248,6 +266,17 @@ func widenGo(dst []float32, src []byte, s float32) {
 	src = src[:2*len(dst)]
 	for i := range dst {
 		dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(src[2*i:]))<<16) * s
+	}
+}
+
+// splitGo is packer.split in Go.
+func splitGo(dst []float32, src []uint32, w int) {
+	dst = dst[:2*len(src)]
+	for q := 0; q < len(src); q += w {
+		hi, lo := dst[2*q:][:w], dst[2*q+w:][:w]
+		for i, v := range src[q : q+w] {
+			hi[i], lo[i] = math.Float32frombits(v&0xffff0000), math.Float32frombits(v<<16)
+		}
 	}
 }
 

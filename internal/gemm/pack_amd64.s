@@ -401,3 +401,57 @@ half:
 done:
 	VZEROUPPER
 	RET
+
+// func splitAVX512(dst []float32, src []uint32, w int)
+//
+// Each run of w pairs at SI is split into w high halves at DI and w low
+// halves at R11 = DI + 4w, sixteen at a time; the last vector of a run
+// takes (w-1)%16+1 lanes under the mask K1.
+TEXT ·splitAVX512(SB), NOSPLIT, $0-56
+	MOVQ dst_base+0(FP), DI
+	MOVQ src_base+24(FP), SI
+	MOVQ src_len+32(FP), R9
+	MOVQ w+48(FP), R8
+	TESTQ R9, R9
+	JZ   done
+	LEAQ -1(R8), CX
+	ANDQ $15, CX
+	XORQ $15, CX
+	MOVL $0xffff, AX
+	SHRL CX, AX
+	KMOVW AX, K1
+	MOVL $0xffff0000, AX
+	VPBROADCASTD AX, Z3
+	LEAQ (R8*4), R10
+
+run:
+	LEAQ (DI)(R10*1), R11
+	MOVQ R10, BX
+	XORQ DX, DX
+
+full:
+	CMPQ BX, $64
+	JLE  last
+	VMOVDQU32 (SI)(DX*1), Z0
+	VPANDD Z3, Z0, Z1
+	VPSLLD $16, Z0, Z2
+	VMOVDQU32 Z1, (DI)(DX*1)
+	VMOVDQU32 Z2, (R11)(DX*1)
+	ADDQ $64, DX
+	SUBQ $64, BX
+	JMP  full
+
+last:
+	VMOVDQU32.Z (SI)(DX*1), K1, Z0
+	VPANDD Z3, Z0, Z1
+	VPSLLD $16, Z0, Z2
+	VMOVDQU32 Z1, K1, (DI)(DX*1)
+	VMOVDQU32 Z2, K1, (R11)(DX*1)
+	ADDQ R10, SI
+	LEAQ (DI)(R10*2), DI
+	SUBQ R8, R9
+	JNZ  run
+	VZEROUPPER
+
+done:
+	RET

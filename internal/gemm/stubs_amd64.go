@@ -12,7 +12,9 @@ func asmImpls() []impl {
 			name: "avx512",
 			f32:  kernel[float32]{mr: 12, nr: 32, fn: sgemmAVX512},
 			f64:  kernel[float64]{mr: 12, nr: 16, fn: dgemmAVX512},
-			pack: packer{transpose: transposeAVX, lookup: lookupAVX512, widen: widenAVX2, interleave: interleaveAVX2, codes: codesAVX512},
+			pack: packer{transpose: transposeAVX, lookup: lookupAVX512, widen: widenAVX2, interleave: interleaveAVX2, codes: codesAVX512,
+				split: splitAVX512},
+			widen: kernel[float32]{mr: 12, nr: 32, fn: sgemmFTZAVX512},
 		}
 		if cpu.X86.HasAVX512BF16 {
 			avx512.bf16 = kernel[float32]{mr: 12, nr: 32, fn: bf16gemmAVX512}
@@ -21,10 +23,11 @@ func asmImpls() []impl {
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		s = append(s, impl{
-			name: "avx2",
-			f32:  kernel[float32]{mr: 6, nr: 16, fn: sgemmAVX2},
-			f64:  kernel[float64]{mr: 6, nr: 8, fn: dgemmAVX2},
-			pack: packAVX2,
+			name:  "avx2",
+			f32:   kernel[float32]{mr: 6, nr: 16, fn: sgemmAVX2},
+			f64:   kernel[float64]{mr: 6, nr: 8, fn: dgemmAVX2},
+			pack:  packAVX2,
+			widen: kernel[float32]{mr: 6, nr: 16, fn: sgemmFTZAVX2},
 		})
 	}
 	return s
@@ -68,6 +71,16 @@ func sgemmAVX2(kc int, a, b, c []float32, ldc, h, w int, add bool)
 //go:noescape
 func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int, add bool)
 
+// sgemmFTZAVX512 and sgemmFTZAVX2 are the float32 kernels with MXCSR's DAZ
+// and FTZ bits set for their k steps, so that each step is fmaDAZ, as
+// VDPBF16PS computes it: they are impl.widen.
+//
+//go:noescape
+func sgemmFTZAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
+
+//go:noescape
+func sgemmFTZAVX2(kc int, a, b, c []float32, ldc, h, w int, add bool)
+
 // bf16gemmAVX512 is the 12×32 bfloat16 kernel, with VDPBF16PS in place of
 // the multiply-adds: a and b hold pairs of bfloat16 (see impl.bf16), and
 // each step adds the pair's products odd element first:
@@ -77,8 +90,8 @@ func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int, add bool)
 //			var s float32
 //			for q := range kc {
 //				x, y := a[q*12+i], b[q*32+j]
-//				s = fma(hi(x), hi(y), s)
-//				s = fma(lo(x), lo(y), s)
+//				s = fmaDAZ(hi(x), hi(y), s)
+//				s = fmaDAZ(lo(x), lo(y), s)
 //			}
 //			if add {
 //				s += c[i*ldc+j]
@@ -88,14 +101,18 @@ func dgemmAVX2(kc int, a, b, c []float64, ldc, h, w int, add bool)
 //	}
 //
 // where lo and hi widen the low and high bfloat16 of a pair to float32 (so
-// that each product is exact). The instruction treats denormal inputs and
-// results as zero. Intel documents this order; Zen 5 follows it bit for bit.
+// that each product is exact) and fmaDAZ is the instruction's fused step,
+// which treats denormal inputs and results as zeros. Intel documents this
+// order ("VDPBF16PS operation": the odd elements' product, then the even
+// ones', each an FMA with DAZ in and FTZ out); Zen 5 follows it bit for
+// bit, tininess after rounding included (TestBF16Corners).
 //
 //go:noescape
 func bf16gemmAVX512(kc int, a, b, c []float32, ldc, h, w int, add bool)
 
-// packAVX2 packs with AVX2 instructions, and 4-bit codes in Go.
-var packAVX2 = packer{transpose: transposeAVX, lookup: lookupAVX2, widen: widenAVX2, interleave: interleaveAVX2, codes: codesGo}
+// packAVX2 packs with AVX2 instructions, and 4-bit codes and splits in Go.
+var packAVX2 = packer{transpose: transposeAVX, lookup: lookupAVX2, widen: widenAVX2, interleave: interleaveAVX2, codes: codesGo,
+	split: splitGo}
 
 // transposeAVX is the transposer for 32-bit words with AVX: eight rows and
 // then four at a time in assembly, and the rows left in Go.
@@ -159,6 +176,18 @@ func widenAVX2(dst []float32, src []byte, s float32)
 //
 //go:noescape
 func interleaveAVX2(dst []uint32, lo, hi []byte)
+
+// splitAVX512 is packer.split, sixteen pairs at a time:
+//
+//	for q := 0; q < len(src); q += w {
+//		for i := range w {
+//			dst[2*q+i] = math.Float32frombits(src[q+i] &^ 0xffff)
+//			dst[2*q+w+i] = math.Float32frombits(src[q+i] << 16)
+//		}
+//	}
+//
+//go:noescape
+func splitAVX512(dst []float32, src []uint32, w int)
 
 // codesAVX512 is packer.codes with codes16AVX512 for the whole groups of
 // sixteen codes that start at a byte.

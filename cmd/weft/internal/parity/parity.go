@@ -23,10 +23,10 @@ import (
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
-	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
 	"github.com/weftml/weft/strategy"
+	"github.com/weftml/weft/train"
 )
 
 // Trajectories is trajectories.json: PyTorch's losses per model and run.
@@ -223,7 +223,7 @@ func trainOn(src source, steps int, spec precision.Spec, d Dist, onStep func(ste
 		if c.Rank() != 0 {
 			step = nil
 		}
-		results[i], err = replayRank(src, steps, spec, info, d, c, step)
+		results[i], err = replayRank(src, steps, spec, d, c, step)
 		return err
 	})
 	if err != nil {
@@ -237,15 +237,21 @@ func trainOn(src source, steps int, spec precision.Spec, d Dist, onStep func(ste
 	return &res, nil
 }
 
-// replayRank is one rank's replay, through the training step weft train
-// runs; rank 0's Result carries the losses.
-func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, d Dist, c comm.Communicator, onStep func(int, float64)) (res *Result, err error) {
-	model := src.name
+// replayRank is one rank's replay, through the fabric weft train builds
+// (train.NewFabric) and the training step it runs; rank 0's Result
+// carries the losses.
+func replayRank(src source, steps int, spec precision.Spec, d Dist, c comm.Communicator, onStep func(int, float64)) (res *Result, err error) {
 	m, err := src.model()
 	if err != nil {
 		return nil, err
 	}
-	dp, tensors, closeMesh, err := split(m, model, d, c)
+	cfg := fabric.Config{
+		Policy:      precision.Policy{Default: spec},
+		Strategy:    d.Strategy,
+		Sharding:    d.Options,
+		OnNonFinite: fabric.TrainOnNonFinite, // as PyTorch does: the reference runs go on after a NaN
+	}
+	f, closeMesh, err := train.NewFabric(context.Background(), c, train.Placement{Model: src.name, TP: d.TP, SequenceParallel: d.Sequence}, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -254,55 +260,76 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 	if err != nil {
 		return nil, err
 	}
-	f := fabric.NewPolicy(precision.Policy{Default: spec}, precision.LossScalingAuto)
-	f.OnNonFinite = fabric.TrainOnNonFinite // as PyTorch does: the reference runs go on after a NaN
-	f.Sharding = d.Options
-	if dp.Size() > 1 || info.Sharding.OptimizerState {
-		f.Distribute(info, dp)
-	}
-	if tensors != nil {
-		f.SplitTensors(tensors, c)
-	}
 	if err := f.Setup(m, opt); err != nil {
 		return nil, err
 	}
-	res = &Result{Model: model, Precision: spec.String(), FinalNorms: map[string]Float{}}
+	res = &Result{Model: src.name, Precision: spec.String(), FinalNorms: map[string]Float{}}
 	report := RankReport{Rank: c.Rank()}
+	if err := replaySteps(f, m, src, steps, res, &report, onStep); err != nil {
+		return nil, err
+	}
+	if err := f.NonFinite(); err != nil {
+		res.NonFinite = err.Error()
+	}
+	rankReport(f, opt, c, &report)
+	if err := f.Gather(); err != nil {
+		return nil, err
+	}
+	if g, ok := m.(*models.GPT); ok && len(g.Blocks) > 0 {
+		report.QKVBytes = weightBytes(g.Blocks[0].Attn.QKV) // this rank's share
+	}
+	if res.Params, err = wholeParams(f, m); err != nil {
+		return nil, err
+	}
+	res.Ranks = []RankReport{report}
+	for _, p := range res.Params {
+		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
+	}
+	return res, nil
+}
+
+// replaySteps trains steps of src's batches, each rank on its share as
+// weft train's Loader cuts it, recording the losses (and loss scales) in
+// res and the gradient and parameter bytes of the last step in report.
+func replaySteps(f *fabric.Fabric, m models.Model, src source, steps int, res *Result, report *RankReport, onStep func(int, float64)) error {
+	batches := f.SetupDataLoader(fabric.DatasetFunc(func(i uint64) (data.Batch, error) { return src.batch(int(i)) }))
 	for s := range steps {
-		batch, err := src.batch(s)
+		b, err := batches.Next()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		step, err := f.TrainStep(context.Background(), m, batch)
+		step, err := f.TrainStep(context.Background(), m, b)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		res.Losses = append(res.Losses, Float(step.Loss))
 		if onStep != nil {
 			onStep(s, step.Loss)
 		}
-		report.GradBytes = step.GradBytes
-		if f.Plan().ScalesLoss() {
+		report.ParamBytes, report.GradBytes = step.ParamBytes, step.GradBytes
+		if f.Resolution().ScalesLoss() {
 			res.LossScale = append(res.LossScale, Float(f.LossScale()))
 		}
 	}
-	if err := f.NonFinite(); err != nil {
-		res.NonFinite = err.Error()
-	}
-	report.ParamBytes, _ = f.RankBytes()
+	return nil
+}
+
+// rankReport records in report what the rank holds of optimizer state and
+// what it sent and gathered.
+func rankReport(f *fabric.Fabric, opt *optim.AdamW, world comm.Communicator, report *RankReport) {
 	for _, p := range opt.Params() {
 		if st := opt.State(p.Path); st != nil {
 			report.OptimizerBytes += int64(st.ExpAvg.Bytes() + st.ExpAvgSq.Bytes())
 		}
 	}
-	report.Sent = sentBytes(c.Stats())
-	if dp != c {
-		for k, b := range sentBytes(dp.Stats()) {
+	report.Sent = sentBytes(world.Stats())
+	if d := f.Rank(); d != nil && d.Comm() != world {
+		for k, b := range sentBytes(d.Comm().Stats()) {
 			report.Sent[k] += b
 		}
 	}
-	if tensors != nil {
-		report.TensorSent = sentBytes(tensors.Group.Stats())
+	if l := f.Layout(); l != nil {
+		report.TensorSent = sentBytes(l.Group.Stats())
 	}
 	if f.Rank() != nil {
 		report.Gathered = map[string]int64{}
@@ -310,29 +337,25 @@ func replayRank(src source, steps int, spec precision.Spec, info strategy.Info, 
 			report.Gathered[dt.String()] += b
 		}
 	}
-	if err := f.Gather(); err != nil {
+}
+
+// wholeParams are m's parameters as one device holds them: a mesh row's
+// split tensors gathered whole.
+func wholeParams(f *fabric.Fabric, m models.Model) ([]nn.NamedParam, error) {
+	params := nn.Parameters(m)
+	if f.Layout() == nil {
+		return params, nil
+	}
+	whole, err := f.Layout().Whole(context.Background())
+	if err != nil {
 		return nil, err
 	}
-	if g, ok := m.(*models.GPT); ok && len(g.Blocks) > 0 {
-		report.QKVBytes = weightBytes(g.Blocks[0].Attn.QKV) // this rank's share
-	}
-	res.Params = nn.Parameters(m)
-	if tensors != nil {
-		whole, err := tensors.Whole(context.Background())
-		if err != nil {
-			return nil, err
-		}
-		for i, p := range res.Params {
-			if w, ok := whole[p.Var]; ok {
-				res.Params[i].Var = &autograd.Var{Value: w}
-			}
+	for i, p := range params {
+		if w, ok := whole[p.Var]; ok {
+			params[i].Var = &autograd.Var{Value: w}
 		}
 	}
-	res.Ranks = []RankReport{report}
-	for _, p := range res.Params {
-		res.FinalNorms[p.Path] = Float(p.Var.Value.Norm())
-	}
-	return res, nil
+	return params, nil
 }
 
 // weightBytes is what l's weight holds: its codes once a quantizing
@@ -345,33 +368,6 @@ func weightBytes(l *nn.Linear) int64 {
 		return 0
 	}
 	return int64(l.Weight.Value.Bytes())
-}
-
-// split arranges c's ranks as a mesh of d.TP columns and splits m across
-// this rank's row by the model's plan, returning the rank's data-parallel
-// group and the layout (c itself and nil for TP ≤ 1) and what closes the
-// mesh.
-func split(m models.Model, model string, d Dist, c comm.Communicator) (comm.Communicator, *parallel.Layout, func() error, error) {
-	none := func() error { return nil }
-	if d.TP <= 1 {
-		if d.Sequence {
-			return nil, nil, none, errors.New("sequence parallel: needs tp above 1")
-		}
-		return c, nil, none, nil
-	}
-	plan, err := models.TensorPlan(model, d.Sequence)
-	if err != nil {
-		return nil, nil, none, err
-	}
-	mesh, err := comm.NewMesh(context.Background(), c, d.TP)
-	if err != nil {
-		return nil, nil, none, err
-	}
-	l, err := parallel.Parallelize(m, mesh.Tensor, plan)
-	if err != nil {
-		return nil, nil, none, errors.Join(err, mesh.Close())
-	}
-	return mesh.Data, l, mesh.Close, nil
 }
 
 // sentBytes flattens comm.Stats into "collective/dtype" keys.
