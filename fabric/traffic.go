@@ -1,6 +1,8 @@
 package fabric
 
 import (
+	"cmp"
+
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision"
@@ -27,6 +29,10 @@ func (p *Plan) ShardWithin(size int) {
 	p.ShardSize = size
 	p.account(st.Sharding, size)
 }
+
+// shardRanks is the ranks a sharded strategy splits state over: hsdp's
+// shard group, else every data-parallel rank.
+func (p *Plan) shardRanks() int { return cmp.Or(p.ShardSize, p.Devices) }
 
 // PredictTraffic predicts each rank's Traffic over a step, with
 // ranksPerHost ranks on each host (the run's consecutive ranks, a mesh's
