@@ -131,6 +131,8 @@ type Tape struct {
 	// casting is the class of the op whose inputs autocast has cast, until
 	// the op records its result.
 	casting Op
+	// observed holds the inputs Observe is shown.
+	observed []*Var
 	// recomputing marks the tape a checkpointed forward is recomputed on
 	// (see Recomputing), whose input is in; replay is that tape, which
 	// every recompute reuses.
@@ -240,7 +242,9 @@ func (tp *Tape) record(value *tensor.Tensor, backward func(*Tape, *node, *tensor
 	op := tp.casting
 	tp.casting = ""
 	if tp.Observe != nil {
-		tp.Observe(op, &n.out, inputs)
+		// A copy, so that inputs (often a caller's stack) never escapes.
+		tp.observed = append(tp.observed[:0], inputs...)
+		tp.Observe(op, &n.out, tp.observed)
 	}
 	if tp.NoGrad {
 		return n
