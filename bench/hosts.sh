@@ -20,6 +20,7 @@
 #   bench/hosts.sh mpirun ARGS...  runs mpirun with those options on host 1
 #   bench/hosts.sh link K up|down  sets host K's link up or down
 #   bench/hosts.sh bench           bench/hosts-bench.sh: tokens/s and all-reduce latency
+#   bench/hosts.sh hsdp            bench/hosts-hsdp.sh: hsdp against fsdp on links of 1 Gbit/s
 set -euo pipefail
 self=$(readlink -f "$0")
 prefix=weft-h
@@ -167,8 +168,9 @@ mpirun)
 	on 1 mpirun "${opts[@]}" --hostfile "$state/hostfile" "$@"
 	;;
 bench) exec "$(dirname "$self")/hosts-bench.sh" "$@" ;;
+hsdp) exec "$(dirname "$self")/hosts-hsdp.sh" "$@" ;;
 *)
-	echo "usage: bench/hosts.sh up N [--rate RATE] [--private DIR] | down | exec K CMD... | agent HOST CMD | hostfile | flags | mpirun ARGS... | link K up|down | bench" >&2
+	echo "usage: bench/hosts.sh up N [--rate RATE] [--private DIR] | down | exec K CMD... | agent HOST CMD | hostfile | flags | mpirun ARGS... | link K up|down | bench | hsdp" >&2
 	exit 2
 	;;
 esac

@@ -168,9 +168,23 @@ func (c Collective) String() string {
 // rank sends nothing. AllGather and Broadcast move opaque bytes and are
 // counted under dtype.Invalid. Wire traffic is a fixed multiple of these
 // numbers for a given algorithm: 2(n-1)/n for a ring AllReduce of n ranks.
+//
+// InsideHost and BetweenHosts split what the rank sends by where its peers
+// run (a Transport that is a Placer says; else all run on one host), as a
+// direct exchange moves it, each peer sent the part it needs: AllGather
+// len(send) to every peer, ReduceScatter its block (len(send)/n),
+// AllReduce a block of len(buf)/n and its reduced block back (as comm/mpi
+// does it), Broadcast's root len(buf).
 type Stats struct {
-	Calls map[Collective]int64 // completed calls
-	Bytes map[Key]int64        // payload sent; keys with no bytes are absent
+	Calls                    map[Collective]int64 // completed calls
+	Bytes                    map[Key]int64        // payload sent; keys with no bytes are absent
+	InsideHost, BetweenHosts int64
+}
+
+// Placer is a Transport that knows the host each of its ranks runs on
+// (comm/mpi); New counts Stats.BetweenHosts by it.
+type Placer interface {
+	Hosts() []string // by rank
 }
 
 // Key indexes Stats.Bytes.
@@ -181,7 +195,7 @@ type Key struct {
 
 // clone returns a deep copy of s, so callers cannot race with the counter.
 func (s Stats) clone() Stats {
-	return Stats{Calls: maps.Clone(s.Calls), Bytes: maps.Clone(s.Bytes)}
+	return Stats{Calls: maps.Clone(s.Calls), Bytes: maps.Clone(s.Bytes), InsideHost: s.InsideHost, BetweenHosts: s.BetweenHosts}
 }
 
 // A PeerError reports a collective that could not complete because peers

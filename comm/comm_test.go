@@ -3,6 +3,7 @@ package comm_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -143,6 +144,85 @@ func TestMeshRefusesSizesThatDoNotDivide(t *testing.T) {
 		_, err := comm.NewMesh(context.Background(), c, 3)
 		if want := "comm: mesh: tensor-parallel size 3 does not divide 4 ranks (accepted: 1, 2, 4)"; err == nil || err.Error() != want {
 			return fmt.Errorf("got %v, want %q", err, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHybridGroups checks that 6 ranks with shard size 3 form shard
+// groups {0,1,2} {3,4,5} and replica groups {0,3} {1,4} {2,5}, each
+// ranked by position, and that a size that does not divide is refused.
+func TestHybridGroups(t *testing.T) {
+	err := comm.Each(local.NewGroup(6, local.Options{}), func(r int, c comm.Communicator) error {
+		ctx := context.Background()
+		if _, err := comm.NewHybrid(ctx, c, 4); err == nil || err.Error() != "comm: hybrid: shard size 4 does not divide 6 ranks (accepted: 1, 2, 3, 6)" {
+			return fmt.Errorf("shard size 4 of 6: got %v", err)
+		}
+		h, err := comm.NewHybrid(ctx, c, 3)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		if h.Shard.Size() != 3 || h.Shard.Rank() != r%3 || h.Replica.Size() != 2 || h.Replica.Rank() != r/3 {
+			return fmt.Errorf("rank %d: shard %d of %d, replica %d of %d", r, h.Shard.Rank(), h.Shard.Size(), h.Replica.Rank(), h.Replica.Size())
+		}
+		// Sums of the world ranks: over the shard group, then the replica group.
+		shard := f32(float32(r))
+		if err := h.Shard.AllReduce(ctx, shard, dtype.F32, comm.Sum); err != nil {
+			return err
+		}
+		replica := f32(float32(r))
+		if err := h.Replica.AllReduce(ctx, replica, dtype.F32, comm.Sum); err != nil {
+			return err
+		}
+		wantShard, wantReplica := f32(float32(r/3*9+3)), f32(float32(2*(r%3)+3))
+		if !bytes.Equal(shard, wantShard) || !bytes.Equal(replica, wantReplica) {
+			return fmt.Errorf("rank %d: shard sum %x (want %x), replica sum %x (want %x)", r, shard, wantShard, replica, wantReplica)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// placed is a Transport over a Communicator whose ranks run on the given
+// hosts (a comm.Placer).
+type placed struct {
+	comm.Communicator
+	hosts []string
+}
+
+func (p placed) Hosts() []string { return p.hosts }
+
+func (p placed) Split(context.Context, int, int) (comm.Transport, error) {
+	return nil, errors.New("placed: no split")
+}
+
+// TestStatsSplitByHost: on 4 ranks of which 2 share each host, a rank
+// sends each collective's per-peer part once inside its host and twice
+// between hosts.
+func TestStatsSplitByHost(t *testing.T) {
+	err := comm.Each(local.NewGroup(4, local.Options{}), func(r int, c comm.Communicator) error {
+		p := comm.New(placed{c, []string{"a", "a", "b", "b"}})
+		ctx := context.Background()
+		if err := p.AllGather(ctx, make([]byte, 8), make([]byte, 32)); err != nil { // 8 to each peer
+			return err
+		}
+		if err := p.ReduceScatter(ctx, make([]byte, 16), make([]byte, 4), dtype.F32, comm.Sum); err != nil { // 4
+			return err
+		}
+		if err := p.AllReduce(ctx, make([]byte, 16), dtype.F32, comm.Sum); err != nil { // 4 out, 4 back
+			return err
+		}
+		if s := p.Stats(); s.InsideHost != 20 || s.BetweenHosts != 40 {
+			return fmt.Errorf("rank %d: %d bytes inside its host and %d between hosts, want 20 and 40", r, s.InsideHost, s.BetweenHosts)
+		}
+		if s := c.Stats(); s.InsideHost != 60 || s.BetweenHosts != 0 { // a group without hosts is one host
+			return fmt.Errorf("rank %d, unplaced: %d bytes inside its host and %d between hosts, want 60 and 0", r, s.InsideHost, s.BetweenHosts)
 		}
 		return nil
 	})

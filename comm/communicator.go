@@ -17,11 +17,23 @@ import (
 // transports through New so that all of them reject the same calls and
 // count the same bytes.
 func New(t Transport) Communicator {
-	return &communicator{t: t, stats: Stats{Calls: map[Collective]int64{}, Bytes: map[Key]int64{}}}
+	c := &communicator{t: t, stats: Stats{Calls: map[Collective]int64{}, Bytes: map[Key]int64{}}}
+	c.near = t.Size() - 1
+	if p, ok := t.(Placer); ok {
+		hosts := p.Hosts()
+		c.near = -1 // this rank itself
+		for _, h := range hosts {
+			if h == hosts[t.Rank()] {
+				c.near++
+			}
+		}
+	}
+	return c
 }
 
 type communicator struct {
 	t      Transport
+	near   int // peers on this rank's host; the rest are on others
 	closed atomic.Bool
 	mu     sync.Mutex // guards stats
 	stats  Stats
@@ -105,8 +117,23 @@ func (c *communicator) do(coll Collective, dt dtype.DType, sent int, err error, 
 	c.stats.Calls[coll]++
 	if sent > 0 && c.Size() > 1 {
 		c.stats.Bytes[Key{coll, dt}] += int64(sent)
+		each := toEachPeer(coll, int64(sent), c.Size())
+		c.stats.InsideHost += each * int64(c.near)
+		c.stats.BetweenHosts += each * int64(c.Size()-1-c.near)
 	}
 	return nil
+}
+
+// toEachPeer is what a direct exchange of a collective with payload sent
+// over n ranks sends every peer (see Stats).
+func toEachPeer(coll Collective, sent int64, n int) int64 {
+	switch coll {
+	case AllReduce:
+		return 2 * sent / int64(n)
+	case ReduceScatter:
+		return sent / int64(n)
+	}
+	return sent
 }
 
 func (c *communicator) Stats() Stats {

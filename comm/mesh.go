@@ -60,3 +60,41 @@ func divisors(n int) string {
 	}
 	return strings.Join(ds, ", ")
 }
+
+// Hybrid is one rank's place in hybrid sharding (FSDP2's 2-D mesh
+// (replicate, shard), Lightning's HYBRID_SHARD) of a group of N ranks: N/S
+// shard groups of S adjacent ranks, rank r in group r/S at position r%S,
+// so that a group is one host's ranks when hosts hold S consecutive ranks.
+type Hybrid struct {
+	// Shard is this rank's shard group: the S ranks among which training
+	// state is split, ranked by position.
+	Shard Communicator
+	// Replica is the N/S ranks at this rank's position, one in every shard
+	// group, which hold the same chunks; ranked by group.
+	Replica Communicator
+}
+
+// NewHybrid splits c into shard groups of shard adjacent ranks and the
+// replica groups across them; every rank of c must call it. c stays as it
+// was; the groups are the Hybrid's own, closed by Close.
+func NewHybrid(ctx context.Context, c Communicator, shard int) (*Hybrid, error) {
+	n := c.Size()
+	if shard < 1 || n%shard != 0 {
+		return nil, fmt.Errorf("comm: hybrid: shard size %d does not divide %d ranks (accepted: %s)", shard, n, divisors(n))
+	}
+	r := c.Rank()
+	h := &Hybrid{}
+	var err error
+	if h.Shard, err = c.Split(ctx, r/shard, r%shard); err != nil {
+		return nil, fmt.Errorf("comm: hybrid: the shard groups: %w", err)
+	}
+	if h.Replica, err = c.Split(ctx, r%shard, r/shard); err != nil {
+		return nil, errors.Join(fmt.Errorf("comm: hybrid: the replica groups: %w", err), h.Shard.Close())
+	}
+	return h, nil
+}
+
+// Close closes the hybrid's groups.
+func (h *Hybrid) Close() error {
+	return errors.Join(h.Shard.Close(), h.Replica.Close())
+}

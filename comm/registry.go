@@ -76,6 +76,21 @@ func LauncherSize() (size int, ok bool) {
 	return 0, false
 }
 
+// LauncherLocal returns this process's rank among the job's processes on
+// its host and their number, read from what Open MPI's mpirun sets
+// (OMPI_COMM_WORLD_LOCAL_RANK and _SIZE); ok is false outside it.
+func LauncherLocal() (rank, size int, ok bool) {
+	rank, err := strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+	if err != nil || rank < 0 {
+		return 0, 0, false
+	}
+	size, err = strconv.Atoi(os.Getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+	if err != nil || size <= rank {
+		return 0, 0, false
+	}
+	return rank, size, true
+}
+
 // LauncherRank returns this process's rank in the job an MPI launcher
 // started, read from the environment it sets; ok is false outside such a
 // launcher.

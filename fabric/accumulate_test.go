@@ -102,6 +102,11 @@ func pureF64(m fabric.Model, st string, c comm.Communicator, cfg fabric.Config) 
 	cfg.Precision, cfg.Comm = precision.Pure{DType: dtype.F64}, c
 	if c != nil {
 		cfg.Strategy = st
+		if info, _ := strategy.Lookup(st); info.Hybrid && cfg.Sharding.Hybrid == nil { // 2 replicas of 1 rank each on 2 ranks, to cross the groups
+			if cfg.Sharding.Hybrid, err = comm.NewHybrid(context.Background(), c, c.Size()/2); err != nil {
+				return nil, err
+			}
+		}
 	}
 	f, err := fabric.New(cfg)
 	if err != nil {

@@ -136,9 +136,12 @@ func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 		return err
 	}
 	if f.shardedOptimizer() && !opts.Full && f.tensors == nil {
-		m.OptimizerShards = f.dist.Comm().Size()
-		if err := checkpoint.WriteSafetensors(filepath.Join(tmp, checkpoint.ShardFile(f.dist.Comm().Rank())), moments, nil); err != nil {
-			return err
+		chunk, chunks := f.dist.Chunks()
+		m.OptimizerShards = chunks
+		if f.dist.Replica() == 0 { // hsdp's other replicas hold the same chunks
+			if err := checkpoint.WriteSafetensors(filepath.Join(tmp, checkpoint.ShardFile(chunk)), moments, nil); err != nil {
+				return err
+			}
 		}
 	} else {
 		tensors = append(tensors, moments...)
@@ -218,7 +221,7 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 // joinChunks gathers every rank's chunk of a sharded moment into the whole
 // tensor of the given shape.
 func (f *Fabric) joinChunks(ctx context.Context, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
-	stacked, err := f.AllGather(ctx, chunk) // [ranks, chunk]: the padded whole
+	stacked, err := f.dist.JoinChunks(ctx, chunk) // the padded whole
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: gathering optimizer chunks: %w", err)
 	}
@@ -438,7 +441,7 @@ func (f *Fabric) loadPrecision(dir string, saved map[string]json.RawMessage, out
 func (f *Fabric) reshardNote(m *checkpoint.Manifest) string {
 	now := 0
 	if f.shardedOptimizer() {
-		now = f.dist.Comm().Size()
+		_, now = f.dist.Chunks()
 	}
 	switch was := m.OptimizerShards; {
 	case len(m.OptimizerSteps) == 0 || was == now:

@@ -30,7 +30,9 @@ type Config struct {
 	LossScaling precision.LossScaling
 
 	// Strategy names where parameters, gradients and optimizer state live
-	// (strategy.Names: single, ddp, zero1, zero2, fsdp); "" is single.
+	// (strategy.Names: single, ddp, zero1, zero2, fsdp, hsdp); "" is
+	// single. hsdp needs Sharding.Hybrid, its groups of the ranks it runs
+	// over.
 	Strategy string
 	// Comm is this rank's communicator (comm.Open gives one per rank);
 	// nil is one device. The Strategy runs over it, or over Mesh's column.
@@ -169,6 +171,9 @@ func (f *Fabric) place() error {
 	}
 	if err := info.CheckRanks(data.Size()); err != nil {
 		return fmt.Errorf("fabric: %w", err)
+	}
+	if h := c.Sharding.Hybrid; info.Hybrid && (h == nil || h.Shard.Size()*h.Replica.Size() != data.Size()) {
+		return fmt.Errorf("fabric: strategy %s needs Sharding.Hybrid, the shard and replica groups of its %d ranks (comm.NewHybrid makes them)", info.Name, data.Size())
 	}
 	if data.Size() > 1 || info.Sharding.OptimizerState {
 		f.distCfg = &distConfig{info: info, comm: data}

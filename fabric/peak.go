@@ -357,7 +357,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 func (p *Plan) stepSim(m Model, units []Unit) *stepSim {
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	sim := &stepSim{sh: st.Sharding, n: p.Devices, dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
+	sim := &stepSim{sh: st.Sharding, n: p.shardRanks(), dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
 	unitOf := map[*autograd.Var]int{}
 	for i, u := range units {
 		for _, q := range u.Params {
@@ -387,7 +387,7 @@ func (p *Plan) stepSim(m Model, units []Unit) *stepSim {
 			nn.Walk(u.Module, func(_ string, mod nn.Module) {
 				for _, fz := range nn.FrozenOf(mod) {
 					codes := *fz.Value
-					sim.units[i].whole += tensor.PoolBytes(codes.DType(), strategy.Chunk(codes.Len(), fz.Block, p.Devices)*p.Devices)
+					sim.units[i].whole += tensor.PoolBytes(codes.DType(), strategy.Chunk(codes.Len(), fz.Block, p.shardRanks())*p.shardRanks())
 				}
 			})
 		}

@@ -85,6 +85,12 @@ type Plan struct {
 	// Peak is each rank's predicted allocator peak over a training step
 	// (PredictPeak); nil until predicted.
 	Peak *Peak `json:"peak_per_rank,omitempty"`
+	// ShardSize is the ranks of a shard group under hsdp (ShardWithin),
+	// over which its bytes per rank are split; 0 for other strategies.
+	ShardSize int `json:"shard_size,omitempty"`
+	// Traffic is what each rank sends in a step (PredictTraffic); nil
+	// until predicted.
+	Traffic *Traffic `json:"traffic_per_step,omitempty"`
 	// model and res are the converted model and its resolution, which
 	// PredictPeak runs a pass of; tensors is the model's tensor-parallel
 	// layout (SplitBy), nil if whole.
@@ -173,16 +179,23 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if res.ScalesLoss() {
 		p.LossScaling = fmt.Sprintf("dynamic, scale %g", res.Scaler.Scale())
 	}
-	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
-	state, setsState := precision.OptimizerStateDType(res.Root)
-	ranks := ranks{sh: st.Sharding, n: devices}
 	p.listAdapters(res)
-	for _, s := range res.Scopes {
+	p.account(st.Sharding, devices)
+	return p, nil
+}
+
+// account plans every module, its bytes per rank those of sharding sh
+// over n ranks.
+func (p *Plan) account(sh strategy.Sharding, n int) {
+	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
+	state, setsState := precision.OptimizerStateDType(p.res.Root)
+	ranks := ranks{sh: sh, n: n}
+	p.Modules, p.BytesPerRank = nil, Bytes{}
+	for _, s := range p.res.Scopes {
 		mp := ranks.planModule(s, state, setsState)
 		p.BytesPerRank.add(mp.BytesPerRank)
 		p.Modules = append(p.Modules, mp)
 	}
-	return p, nil
 }
 
 // listAdapters fills p.Adapters with res's trained parameters (each a

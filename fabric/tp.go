@@ -69,7 +69,7 @@ func (f *Fabric) gradSquares(params []nn.NamedParam) (float64, error) {
 	}
 	sq += split
 	if f.dist != nil && f.dist.Info.Sharding.OptimizerState { // each rank holds its chunks' gradients
-		if sq, err = f.dist.Sum(ctx, sq); err != nil {
+		if sq, err = f.dist.SumChunks(ctx, sq); err != nil {
 			return 0, err
 		}
 	}

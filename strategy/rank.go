@@ -26,11 +26,15 @@ import (
 // again for its backward, the next unit's gather running while the
 // current one computes.
 type Rank struct {
-	Info   Info
-	opts   Options
-	comm   comm.Communicator
-	link   link
-	params []nn.NamedParam
+	Info Info
+	opts Options
+	comm comm.Communicator // every data-parallel rank
+	// group is the ranks that split the state (comm itself but under
+	// hsdp, its shard group), over which every collective of the link
+	// runs; replicas, under hsdp, the ranks holding the same chunks.
+	group, replicas comm.Communicator
+	link            link
+	params          []nn.NamedParam
 	// shards are the parameters', in params' order, then the frozen
 	// weights' (FSDP), whose paths frozen lists.
 	shards  []shard
@@ -71,6 +75,10 @@ type Options struct {
 	// forward to its backward instead of gathering them twice (FSDP2's
 	// reshard_after_forward=False): less communication, more memory.
 	KeepAfterForward bool
+	// Hybrid is the shard and replica groups (comm.NewHybrid) of the
+	// communicator of a Hybrid strategy (hsdp), which needs them; its
+	// caller owns and closes them.
+	Hybrid *comm.Hybrid
 }
 
 // shard is one parameter's chunk on this rank.
@@ -105,8 +113,16 @@ type shard struct {
 // which must be identical on every rank; gathers says how FSDP gathers
 // them. Under FSDP the parameters are freed but for this rank's chunks.
 func NewRank(info Info, c comm.Communicator, m nn.Module, gathers Gathers, opts Options) (*Rank, error) {
-	r := &Rank{Info: info, opts: opts, comm: c, link: link{c: c}, params: nn.Parameters(m), gathers: gathers, gathered: map[dtype.DType]int64{}}
-	size := c.Size()
+	r := &Rank{Info: info, opts: opts, comm: c, group: c, params: nn.Parameters(m), gathers: gathers, gathered: map[dtype.DType]int64{}}
+	if info.Hybrid {
+		h := opts.Hybrid
+		if h == nil || h.Shard.Size()*h.Replica.Size() != c.Size() {
+			return nil, fmt.Errorf("strategy %s needs its shard and replica groups of the %d ranks (comm.NewHybrid)", info.Name, c.Size())
+		}
+		r.group, r.replicas = h.Shard, h.Replica
+	}
+	r.link = link{c: r.group}
+	size := r.group.Size()
 	for _, p := range r.params {
 		v := p.Var.Value
 		if v.DType().Bits() < 8 {
@@ -169,7 +185,7 @@ func (r *Rank) OptimizerParams() []nn.NamedParam {
 // parameter (1-D, zero-padded), as a sharded optimizer holds its state.
 func (r *Rank) Shard(i int, t *tensor.Tensor) *tensor.Tensor {
 	s := r.shards[i]
-	return slice(t, r.comm.Rank()*s.chunk, s.chunk)
+	return slice(t, r.group.Rank()*s.chunk, s.chunk)
 }
 
 // Reshard re-cuts this rank's chunks from the whole parameters (at setup,
@@ -196,7 +212,7 @@ func (r *Rank) Reshard() {
 			*s.slot = tensor.Meta(s.dt, s.shape...)
 			tensor.Drop(prev)
 		} else {
-			r.install(s, pad(old, s.chunk*r.comm.Size()))
+			r.install(s, pad(old, s.chunk*r.group.Size()))
 			if prev != nil {
 				tensor.Discard(prev)
 			}
@@ -214,7 +230,7 @@ func (r *Rank) chunk(i int) *tensor.Tensor {
 	if !(*s.slot).IsMeta() {
 		return r.Shard(i, (*s.slot))
 	}
-	start := min(r.comm.Rank()*s.chunk, s.n)
+	start := min(r.group.Rank()*s.chunk, s.n)
 	drawn := tensor.Generate(func(dst []float32) { // past the parameter's end: zero padding
 		s.full.Init.Fill(dst[:min(s.chunk, s.n-start)], start)
 	}, s.chunk)
@@ -230,12 +246,58 @@ func (r *Rank) chunk(i int) *tensor.Tensor {
 func (r *Rank) install(s *shard, padded *tensor.Tensor) {
 	(*s.slot) = view(padded, s.n, s.shape)
 	if s.local != nil && !r.Info.Sharding.Parameters {
-		s.local.Value = padded.Flat(r.comm.Rank()*s.chunk, s.chunk)
+		s.local.Value = padded.Flat(r.group.Rank()*s.chunk, s.chunk)
 	}
 }
 
-// Comm is the rank's communicator.
+// Comm is the rank's communicator: every data-parallel rank.
 func (r *Rank) Comm() comm.Communicator { return r.comm }
+
+// Chunks says which of the count chunks of every sharded tensor this rank
+// holds: its place in the ranks that split the state (all of Comm's but
+// under hsdp, its shard group's), and their number.
+func (r *Rank) Chunks() (index, count int) { return r.group.Rank(), r.group.Size() }
+
+// Replica is the index of the copy of the sharded state this rank holds
+// a chunk of: its shard group under hsdp, 0 for every other strategy.
+// Replica 0's ranks alone write a checkpoint's chunks.
+func (r *Rank) Replica() int {
+	if r.replicas == nil {
+		return 0
+	}
+	return r.replicas.Rank()
+}
+
+// JoinChunks all-gathers every chunk of a sharded tensor (an optimizer
+// moment) into its padded whole, flat: count chunks in order (see Chunks).
+func (r *Rank) JoinChunks(ctx context.Context, chunk *tensor.Tensor) (*tensor.Tensor, error) {
+	var all *tensor.Tensor
+	err := r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
+		all = tensor.New(chunk.DType(), chunk.Len()*c.Size())
+		if err = comm.AllGatherTensor(ctx, c, chunk, all); err != nil { // a chunk is 1-D
+			tensor.Free(all)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("strategy %s: joining chunks: %w", r.Info.Name, err)
+	}
+	return all, nil
+}
+
+// SumChunks returns the sum of v over the ranks that hold distinct chunks
+// (a squared gradient norm of chunks: hsdp's replicas hold the same).
+func (r *Rank) SumChunks(ctx context.Context, v float64) (float64, error) {
+	var s float64
+	err := r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
+		s, err = comm.SumFloat64(ctx, c, v)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("strategy %s: %w", r.Info.Name, err)
+	}
+	return s, nil
+}
 
 // Gathered returns the parameter bytes this rank has sent in all-gathers,
 // by wire dtype (FP8 weights 1 byte each, their scales under float32).
@@ -316,18 +378,19 @@ func (r *Rank) Max(v float32) (float32, error) {
 	return t.Float32s()[0], nil
 }
 
-// allReduce reduces t over ranks in the running step's context.
+// allReduce reduces t over every data-parallel rank in the running
+// step's context.
 func (r *Rank) allReduce(t *tensor.Tensor, op comm.Op) error {
-	return r.link.do(r.stepContext(), func(ctx context.Context, c comm.Communicator) error {
-		return comm.AllReduceTensor(ctx, c, t, op)
+	return r.link.do(r.stepContext(), func(ctx context.Context, _ comm.Communicator) error {
+		return comm.AllReduceTensor(ctx, r.comm, t, op)
 	})
 }
 
-// Sum returns the sum over ranks of v (a squared gradient norm of chunks).
+// Sum returns the sum over every data-parallel rank of v (a vote).
 func (r *Rank) Sum(ctx context.Context, v float64) (float64, error) {
 	var s float64
-	err := r.link.do(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
-		s, err = comm.SumFloat64(ctx, c, v)
+	err := r.link.do(ctx, func(ctx context.Context, _ comm.Communicator) (err error) {
+		s, err = comm.SumFloat64(ctx, r.comm, v)
 		return err
 	})
 	if err != nil {
@@ -342,7 +405,7 @@ func (r *Rank) Sum(ctx context.Context, v float64) (float64, error) {
 // calls in one order: how the rank's user (the fabric's AllGather,
 // AllReduce ...) communicates while a strategy is set up.
 func (r *Rank) Collective(ctx context.Context, fn func(context.Context, comm.Communicator) error) error {
-	return r.link.do(ctx, fn)
+	return r.link.do(ctx, func(ctx context.Context, _ comm.Communicator) error { return fn(ctx, r.comm) })
 }
 
 // gatherAs all-gathers chunk as it is stored into a padded whole.

@@ -40,9 +40,10 @@ func (r *Rank) reduce(ctx context.Context, params []int) {
 	})
 }
 
-// reduceOne reduces g, which it owns, into s.reduced.
+// reduceOne reduces g, which it owns, into s.reduced; under hsdp the
+// shard group's reduce-scatter is then summed over the replicas.
 func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *tensor.Tensor) error {
-	inv := 1 / float64(c.Size())
+	inv := 1 / float64(r.comm.Size())
 	dt := g.DType()
 	var out *tensor.Tensor
 	if r.Info.Sharding.Gradients {
@@ -54,6 +55,12 @@ func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *
 		if err != nil {
 			tensor.Free(out)
 			return fmt.Errorf("reduce-scatter: %w", err)
+		}
+		if r.replicas != nil {
+			if err := comm.AllReduceTensor(ctx, r.replicas, out, comm.Sum); err != nil {
+				tensor.Free(out)
+				return fmt.Errorf("all-reduce across shard groups: %w", err)
+			}
 		}
 	} else {
 		out = g
@@ -104,7 +111,7 @@ func (r *Rank) SyncGrads(ctx context.Context) error {
 			s.local.Grad = g
 		case r.Info.Sharding.OptimizerState:
 			s.full.Grad = view(g, s.n, s.shape)
-			s.local.Grad = g.Flat(r.comm.Rank()*s.chunk, s.chunk)
+			s.local.Grad = g.Flat(r.group.Rank()*s.chunk, s.chunk)
 		default:
 			s.full.Grad = g
 		}

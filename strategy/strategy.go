@@ -21,24 +21,28 @@ type Info struct {
 	Name     string
 	Sharding Sharding
 	Doc      string
+	// Hybrid shards within groups of ranks (Options.Hybrid) and
+	// replicates across them (hsdp).
+	Hybrid bool
 }
 
 // CheckRanks reports a number of data-parallel ranks the strategy cannot
 // run on: single runs on one.
 func (i Info) CheckRanks(ranks int) error {
 	if i.Name == "single" && ranks > 1 {
-		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2 and fsdp run on several", ranks)
+		return fmt.Errorf("strategy single runs on one device, not %d; ddp, zero1, zero2, fsdp and hsdp run on several", ranks)
 	}
 	return nil
 }
 
 // strategies are weft's strategies in order of how much they shard.
 var strategies = []Info{
-	{"single", Sharding{}, "one rank holds everything"},
-	{"ddp", Sharding{}, "replicated parameters, all-reduced gradients"},
-	{"zero1", Sharding{OptimizerState: true}, "optimizer state sharded"},
-	{"zero2", Sharding{OptimizerState: true, Gradients: true}, "gradients and optimizer state sharded"},
-	{"fsdp", Sharding{OptimizerState: true, Gradients: true, Parameters: true}, "ZeRO-3: parameters, gradients and optimizer state sharded"},
+	{"single", Sharding{}, "one rank holds everything", false},
+	{"ddp", Sharding{}, "replicated parameters, all-reduced gradients", false},
+	{"zero1", Sharding{OptimizerState: true}, "optimizer state sharded", false},
+	{"zero2", Sharding{OptimizerState: true, Gradients: true}, "gradients and optimizer state sharded", false},
+	{"fsdp", Sharding{OptimizerState: true, Gradients: true, Parameters: true}, "ZeRO-3: parameters, gradients and optimizer state sharded", false},
+	{"hsdp", Sharding{OptimizerState: true, Gradients: true, Parameters: true}, "hybrid: fsdp within groups of --shard-size ranks (a host's), gradients all-reduced across the groups", true},
 }
 
 // Names lists the strategies.

@@ -85,6 +85,9 @@ type ParallelConfig struct {
 	Strategy string `yaml:"strategy"` // single
 	Devices  int    `yaml:"devices"`  // 1
 	TP       int    `yaml:"tp"`       // 1: tensor-parallel ranks per mesh row (see train/tp.go)
+	// ShardSize is hsdp's shard group: the data-parallel ranks that split
+	// the state, e.g. 8 (0: a host's, as mpirun counts them; see train/hsdp.go).
+	ShardSize int `yaml:"shard_size"`
 	// SequenceParallel keeps the activations between a mesh row's split
 	// Linears as each rank's share of the sequence (Megatron's sequence
 	// parallelism; needs TP above 1).
@@ -558,6 +561,9 @@ func (c Config) validate() error {
 		return err
 	}
 	if err := c.validateTP(); err != nil {
+		return err
+	}
+	if err := c.validateShardSize(); err != nil {
 		return err
 	}
 	if err := c.validateLoop(); err != nil {

@@ -43,6 +43,7 @@ type matrixCell struct {
 	model, precision, strategy string
 	devices                    int
 	rules                      []ModuleFor
+	shard                      int // hsdp's shard size
 }
 
 func (c matrixCell) String() string {
@@ -56,7 +57,7 @@ func (c matrixCell) String() string {
 func (c matrixCell) config(out string) Config {
 	cfg := Defaults()
 	cfg.Model, cfg.Precision, cfg.Modules = c.model, c.precision, c.rules
-	cfg.Strategy, cfg.Devices = c.strategy, c.devices
+	cfg.Strategy, cfg.Devices, cfg.ShardSize = c.strategy, c.devices, c.shard
 	cfg.GPT = models.GPTConfig{Layers: 1, Width: 16, Heads: 2, Context: 8}
 	cfg.Steps, cfg.BatchSize, cfg.EvalEvery, cfg.EvalBatches, cfg.SaveEvery = 3, 4, 1000, 1, 1000
 	cfg.CorpusBytes, cfg.Out = 256<<10, out
@@ -74,13 +75,18 @@ func matrixCells() []matrixCell {
 		}{
 			{"single", []int{1}}, {"ddp", []int{1, 2, 4}}, {"zero1", []int{1, 2, 4}},
 			{"zero2", []int{1, 2, 4}}, {"fsdp", []int{1, 2, 4}},
+			{"hsdp", []int{4}}, // 2 shard groups of 2: hsdp's own path (1 group is fsdp's, groups of 1 ddp's)
 		} {
+			shard := 0
+			if placement.strategy == "hsdp" {
+				shard = 2
+			}
 			for _, n := range placement.devices {
 				for _, spec := range specs {
-					cells = append(cells, matrixCell{model: model, precision: spec, strategy: placement.strategy, devices: n})
+					cells = append(cells, matrixCell{model: model, precision: spec, strategy: placement.strategy, devices: n, shard: shard})
 				}
 				r := matrixRules[model]
-				cells = append(cells, matrixCell{model: model, precision: r.root, strategy: placement.strategy, devices: n, rules: []ModuleFor{r.rule}})
+				cells = append(cells, matrixCell{model: model, precision: r.root, strategy: placement.strategy, devices: n, rules: []ModuleFor{r.rule}, shard: shard})
 			}
 		}
 	}

@@ -112,11 +112,13 @@ func (s *setup) planOf(c Config) (*fabric.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.ShardWithin(c.plannedShardSize())
 	if layout != nil {
 		p.SplitBy(layout)
 	}
 	p.ActivationCheckpointing = c.ActivationCheckpointing
 	p.MicroBatches = c.GradAccum
+	p.PredictTraffic(c.ranksPerHost(), !c.ReshardAfterForward)
 	if err := p.PredictPeak(shapesOf(s.t.shapes, c.BatchSize)); err != nil {
 		return nil, err
 	}

@@ -234,7 +234,7 @@ func (r *rankRun) setUp(pol precision.Policy, scaling precision.LossScaling, inf
 	if err != nil {
 		return nil, err
 	}
-	f, closeMesh, err := NewFabric(r.stop.work, r.comm, Placement{Model: c.Model, TP: c.TP, SequenceParallel: c.SequenceParallel}, cfg)
+	f, closeMesh, err := NewFabric(r.stop.work, r.comm, Placement{Model: c.Model, TP: c.TP, SequenceParallel: c.SequenceParallel, ShardSize: c.ShardSize}, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/fabric"
 	"github.com/weftml/weft/models"
+	"github.com/weftml/weft/strategy"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -54,36 +55,54 @@ type Placement struct {
 	Model            string // its tensor-parallel plan's name: "gpt"
 	TP               int
 	SequenceParallel bool
+	// ShardSize is hsdp's shard group, in data-parallel ranks (2); 0 is
+	// a host's, as mpirun counts them (see shardSize).
+	ShardSize int
 }
 
 // NewFabric builds the fabric of world's rank of a run placed by p, with
 // cfg's other settings: weft train and weft parity both build their
 // fabrics through it, so that a replay trains as weft train wires its
-// ranks. The function it returns closes the rank's mesh.
+// ranks. The function it returns closes the rank's mesh and groups.
 func NewFabric(ctx context.Context, world comm.Communicator, p Placement, cfg fabric.Config) (*fabric.Fabric, func() error, error) {
 	cfg.Comm = world
-	none := func() error { return nil }
-	if p.TP <= 1 {
-		if p.SequenceParallel {
-			return nil, nil, errors.New("sequence parallel: needs tp above 1 (the sequence is shared by a mesh row's ranks)")
+	var closers []func() error
+	closeAll := func() error {
+		var err error
+		for _, c := range closers {
+			err = errors.Join(err, c())
 		}
-		f, err := fabric.New(cfg)
-		return f, none, err
+		return err
 	}
-	plan, err := models.TensorPlan(p.Model, p.SequenceParallel)
-	if err != nil {
-		return nil, nil, err
+	data := world
+	switch {
+	case p.TP > 1:
+		plan, err := models.TensorPlan(p.Model, p.SequenceParallel)
+		if err != nil {
+			return nil, nil, err
+		}
+		mesh, err := comm.NewMesh(ctx, world, p.TP)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Mesh, cfg.TensorPlan, data = mesh, plan, mesh.Data
+		closers = append(closers, mesh.Close)
+	case p.SequenceParallel:
+		return nil, nil, errors.New("sequence parallel: needs tp above 1 (the sequence is shared by a mesh row's ranks)")
 	}
-	mesh, err := comm.NewMesh(ctx, world, p.TP)
-	if err != nil {
-		return nil, nil, err
+	if info, _ := strategy.Lookup(cfg.Strategy); info.Hybrid {
+		h, err := hybridGroups(ctx, world, data, p)
+		if err != nil {
+			return nil, nil, errors.Join(err, closeAll())
+		}
+		cfg.Sharding.Hybrid = h
+		closers = append(closers, h.Close)
 	}
-	cfg.Mesh, cfg.TensorPlan = mesh, plan
 	f, err := fabric.New(cfg)
 	if err != nil {
-		return nil, nil, errors.Join(err, mesh.Close())
+		return nil, nil, errors.Join(err, closeAll())
 	}
-	return f, mesh.Close, nil
+	return f, closeAll, nil
 }
 
 // sum is the sum of v over every rank of the run: through the strategy

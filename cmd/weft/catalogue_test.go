@@ -73,6 +73,12 @@ var catalogue = []badInput{
 	{"strategy single on two devices", func(dir string) []string {
 		return []string{"train", "--devices", "2", "--out", dir}
 	}, nil, 0},
+	{"hsdp on in-process ranks without a shard size", func(dir string) []string {
+		return []string{"train", "--strategy", "hsdp", "--devices", "4", "--out", dir}
+	}, nil, 0},
+	{"an hsdp shard size that does not divide the ranks", func(dir string) []string {
+		return []string{"train", "--strategy", "hsdp", "--devices", "4", "--shard-size", "3", "--out", dir}
+	}, nil, 0},
 	{"sequence parallelism without tensor parallelism", func(dir string) []string {
 		return []string{"train", "--sequence-parallel", "--out", dir}
 	}, nil, 0},

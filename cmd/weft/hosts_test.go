@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,13 +47,28 @@ func acrossHosts(ranks, perHost int, bin string, args ...string) *exec.Cmd {
 // ranks for every data-parallel strategy, and requires what 4 ranks on one
 // host give (in-process ranks, which TestTrainUnderMpirun holds to
 // one-host mpirun): the same metrics and final checkpoint, bit for bit.
+// hsdp across hosts takes its shard size from them (a host's data-parallel
+// ranks: 2, or 1 under --tp 2, whose rows are the hosts); on one host it is
+// given.
 func TestHostsTrainMatchesOneHost(t *testing.T) {
 	upHosts(t, 2)
 	bin := buildWeft(t)
 	config := tinyConfig(t)
-	for _, strategy := range []string{"ddp", "zero1", "zero2", "fsdp"} {
-		t.Run(strategy, func(t *testing.T) {
-			args := []string{"train", "--config", config, "--devices", "4", "--strategy", strategy}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		local []string // what one host needs besides
+	}{
+		{"ddp", []string{"--strategy", "ddp"}, nil},
+		{"zero1", []string{"--strategy", "zero1"}, nil},
+		{"zero2", []string{"--strategy", "zero2"}, nil},
+		{"fsdp", []string{"--strategy", "fsdp"}, nil},
+		{"hsdp", []string{"--strategy", "hsdp", "--precision", "bf16-mixed"}, []string{"--shard-size", "2"}},
+		{"hsdp/fp8", []string{"--strategy", "hsdp", "--precision", "bf16-mixed+fp8"}, []string{"--shard-size", "2"}},
+		{"hsdp/tp2", []string{"--strategy", "hsdp", "--tp", "2"}, []string{"--shard-size", "1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"train", "--config", config, "--devices", "4"}, tc.args...)
 			hosts := filepath.Join(t.TempDir(), "hosts")
 			out, err := mpirunjob.Retry(func() ([]byte, error) {
 				os.RemoveAll(hosts) // a retried job starts afresh
@@ -62,7 +78,7 @@ func TestHostsTrainMatchesOneHost(t *testing.T) {
 				t.Fatalf("2 hosts × 2 ranks: %v\n%s", err, out)
 			}
 			one := filepath.Join(t.TempDir(), "one")
-			if out, code := run(append(args, "--comm", "local", "--out", one)...); code != 0 {
+			if out, code := run(append(append(args, tc.local...), "--comm", "local", "--out", one)...); code != 0 {
 				t.Fatalf("one host: exit %d\n%s", code, out)
 			}
 			hostsMetrics, hostsState := outcome(t, hosts, 3)
@@ -76,49 +92,64 @@ func TestHostsTrainMatchesOneHost(t *testing.T) {
 
 // TestHostsLinkDown trains on 2 simulated hosts × 2 ranks, saving every 5
 // steps, and takes host 2's link down after step 10: mpirun must exit
-// non-zero within 30 s, the log name the unreachable rank and host, no
-// process be left on either host, and the last checkpoint resume, on one
-// host, to the metrics and weights of an uninterrupted run.
+// non-zero within 30 s, the log name an unreachable rank (2 or 3, by its
+// rank in the job, though hsdp loses it in a group of its own) and its
+// host, no process be left on either host, and the last checkpoint resume,
+// on one host, to the metrics and weights of an uninterrupted run; under
+// fsdp and hsdp.
 func TestHostsLinkDown(t *testing.T) {
 	upHosts(t, 2)
 	bin := buildWeft(t)
-	args := []string{"train", "--config", tinyConfig(t), "--devices", "4", "--strategy", "fsdp", "--steps", "300", "--save-every", "5"}
-	out := t.TempDir()
-	cmd := acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--comm-timeout", "5s", "--out", out)...)
-	log, done := startLogged(t, cmd)
-	waitForSteps(t, out, 10, done)
-	if b, err := exec.Command(hostsScript, "link", "2", "down").CombinedOutput(); err != nil {
-		t.Fatalf("link down: %v\n%s", err, b)
-	}
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatalf("the job exited 0 after the link went down:\n%s", log.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("mpirun still running 30 s after the link went down:\n%s", log.String())
-	}
-	if !strings.Contains(log.String(), "did not join") || !strings.Contains(log.String(), "(host weft-h2)") {
-		t.Errorf("no line names the unreachable ranks and host:\n%s", log.String())
-	}
-	for _, host := range []string{"weft-h1", "weft-h2"} {
-		if pids, _ := exec.Command("ip", "netns", "pids", host).Output(); len(bytes.TrimSpace(pids)) > 0 {
-			t.Errorf("left running on %s: %s", host, pids)
-		}
-	}
-	straight := t.TempDir()
-	if res, code := run(append(args, "--comm", "local", "--out", straight)...); code != 0 {
-		t.Fatalf("uninterrupted run: exit %d\n%s", code, res)
-	}
-	if res, code := run(append(args, "--comm", "local", "--out", out, "--resume")...); code != 0 {
-		t.Fatalf("resume: exit %d\n%s", code, res)
-	}
-	gotMetrics, gotState := outcome(t, out, 300)
-	wantMetrics, wantState := outcome(t, straight, 300)
-	if gotMetrics != wantMetrics || gotState != wantState {
-		t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
+	config := tinyConfig(t)
+	for _, tc := range []struct {
+		strategy string
+		local    []string // what one host needs besides
+	}{{"fsdp", nil}, {"hsdp", []string{"--shard-size", "2"}}} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			args := []string{"train", "--config", config, "--devices", "4", "--strategy", tc.strategy, "--steps", "300", "--save-every", "5"}
+			out := t.TempDir()
+			cmd := acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--comm-timeout", "5s", "--out", out)...)
+			log, done := startLogged(t, cmd)
+			waitForSteps(t, out, 10, done)
+			if b, err := exec.Command(hostsScript, "link", "2", "down").CombinedOutput(); err != nil {
+				t.Fatalf("link down: %v\n%s", err, b)
+			}
+			defer exec.Command(hostsScript, "link", "2", "up").Run()
+			select {
+			case err := <-done:
+				if err == nil {
+					t.Fatalf("the job exited 0 after the link went down:\n%s", log.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("mpirun still running 30 s after the link went down:\n%s", log.String())
+			}
+			if !lostHost2.MatchString(log.String()) {
+				t.Errorf("no line names an unreachable rank and host (%v):\n%s", lostHost2, log.String())
+			}
+			for _, host := range []string{"weft-h1", "weft-h2"} {
+				if pids, _ := exec.Command("ip", "netns", "pids", host).Output(); len(bytes.TrimSpace(pids)) > 0 {
+					t.Errorf("left running on %s: %s", host, pids)
+				}
+			}
+			local := append(args, tc.local...)
+			straight := t.TempDir()
+			if res, code := run(append(local, "--comm", "local", "--out", straight)...); code != 0 {
+				t.Fatalf("uninterrupted run: exit %d\n%s", code, res)
+			}
+			if res, code := run(append(local, "--comm", "local", "--out", out, "--resume")...); code != 0 {
+				t.Fatalf("resume: exit %d\n%s", code, res)
+			}
+			gotMetrics, gotState := outcome(t, out, 300)
+			wantMetrics, wantState := outcome(t, straight, 300)
+			if gotMetrics != wantMetrics || gotState != wantState {
+				t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
+			}
+		})
 	}
 }
+
+// lostHost2 is a line naming host 2's ranks (2 and 3) as lost.
+var lostHost2 = regexp.MustCompile(`ranks? (2|3|2, 3) did not join \w+ within 5s \(host weft-h2\)`)
 
 // startLogged starts cmd with its output in log; done receives its end.
 func startLogged(t *testing.T, cmd *exec.Cmd) (log *bytes.Buffer, done <-chan error) {
@@ -131,4 +162,31 @@ func startLogged(t *testing.T, cmd *exec.Cmd) (log *bytes.Buffer, done <-chan er
 	ended := make(chan error, 1)
 	go func() { ended <- cmd.Wait() }()
 	return log, ended
+}
+
+// TestHostsHSDPRefusals: hsdp without --shard-size takes a host's ranks
+// as its shard group, and refuses, in one line, hosts that hold unequal
+// numbers of ranks (3 ranks, 2 and 1) and ranks placed round-robin, whose
+// hosts' ranks are not consecutive.
+func TestHostsHSDPRefusals(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	train := []string{bin, "train", "--config", tinyConfig(t), "--strategy", "hsdp", "--comm", "mpi", "--batch-size", "12"}
+	for _, tc := range []struct {
+		name string
+		job  []string
+		want string
+	}{
+		{"unequal", []string{"-np", "3", "--map-by", "ppr:2:node"}, "weft: strategy hsdp: the hosts hold unequal numbers of ranks (1 to 2), so no shard group is one host's; give --shard-size\n"},
+		{"round-robin", []string{"-np", "4", "--map-by", "node"}, "weft: strategy hsdp: the ranks of a host are not consecutive (mpirun --map-by ppr:2:node places them so), so no shard group is one host's; give --shard-size\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devices := tc.job[1]
+			args := append(append(append([]string{"mpirun"}, tc.job...), train...), "--devices", devices, "--out", t.TempDir())
+			out, err := exec.Command(hostsScript, args...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.want) {
+				t.Fatalf("mpirun %s: %v, want the line %q in:\n%s", strings.Join(tc.job, " "), err, tc.want, out)
+			}
+		})
+	}
 }

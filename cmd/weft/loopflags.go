@@ -90,6 +90,7 @@ func bindSettings(fs *pflag.FlagSet, c *train.Config, rules *[]string) {
 	fs.StringVar(&c.Strategy, "strategy", c.Strategy, "strategy: "+strings.Join(strategy.Names(), ", "))
 	fs.IntVar(&c.Devices, "devices", c.Devices, "ranks (the batch is split evenly over them)")
 	fs.IntVar(&c.TP, "tp", c.TP, "tensor-parallel ranks per mesh row (divides --devices): gpt's heads and MLP split over them, --strategy runs over the rest")
+	fs.IntVar(&c.ShardSize, "shard-size", c.ShardSize, "with --strategy hsdp: data-parallel ranks that split the state (divides them; default under mpirun: a host's)")
 	fs.BoolVar(&c.SequenceParallel, "sequence-parallel", c.SequenceParallel, "with --tp: keep the activations between split Linears as each rank's share of the sequence (Megatron's sequence parallelism)")
 	fs.StringVar(&c.Comm, "comm", c.Comm, "auto (mpi under mpirun, else local), local (ranks as goroutines) or mpi (one process per rank, under mpirun)")
 	fs.DurationVar(&c.CommTimeout, "comm-timeout", c.CommTimeout, "how long a collective waits for a lost or hung peer before the run fails")

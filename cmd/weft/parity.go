@@ -17,7 +17,7 @@ func parityCmd() *cobra.Command {
 	var (
 		refs, model, spec, dt string
 		strat, backend        string
-		devices, tp           int
+		devices, tp, shard    int
 		sequence              bool
 		gptSize               string
 		asJSON                bool
@@ -47,7 +47,7 @@ reference file, and compares it with the same run on one device.`,
 			if err != nil {
 				return err
 			}
-			dist := parity.Dist{Strategy: strat, Devices: devices, Backend: backend, TP: tp, Sequence: sequence}
+			dist := parity.Dist{Strategy: strat, Devices: devices, Backend: backend, TP: tp, Sequence: sequence, ShardSize: shard}
 			if cmd.Flags().Changed("gpt") {
 				return paritySized(cmd.OutOrStdout(), gptSize, c, dist, asJSON)
 			}
@@ -66,6 +66,7 @@ reference file, and compares it with the same run on one device.`,
 	cmd.Flags().StringVar(&strat, "strategy", "single", "strategy: "+strings.Join(strategy.Names(), ", ")+" (the global batch is split evenly over the ranks)")
 	cmd.Flags().IntVar(&devices, "devices", 1, "ranks")
 	cmd.Flags().IntVar(&tp, "tp", 1, "tensor-parallel ranks per mesh row (divides --devices; the gpt's heads split over them)")
+	cmd.Flags().IntVar(&shard, "shard-size", 0, "with --strategy hsdp: data-parallel ranks that split the state (divides them)")
 	cmd.Flags().BoolVar(&sequence, "sequence-parallel", false, "with --tp: keep the activations between split Linears as each rank's share of the sequence")
 	cmd.Flags().StringVar(&gptSize, "gpt", "", "a gpt of layers,width,heads,context (e.g. 2,32,8,8) from seeded weights instead of a reference model")
 	cmd.Flags().StringVar(&backend, "comm", "local", "collectives: local (ranks as goroutines) or mpi (one process per rank, under mpirun; --devices 0 takes mpirun's size)")

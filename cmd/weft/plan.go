@@ -105,9 +105,21 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank%s, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
 			mib(k.Bytes), process, k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
 	}
+	if t := p.Traffic; t != nil && p.Devices > 1 {
+		fmt.Fprintf(out, "plan: each rank sends %.2f MiB a step to ranks on its host and %.2f MiB to other hosts (%d ranks a host%s)\n",
+			mib(t.InsideHost), mib(t.BetweenHosts), t.RanksPerHost, shardGroups(p))
+	}
 	for _, w := range p.Warnings {
 		fmt.Fprintln(out, "warning:", w)
 	}
+}
+
+// shardGroups says how hsdp groups the ranks, "" for other strategies.
+func shardGroups(p *fabric.Plan) string {
+	if p.ShardSize == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; hsdp shards within groups of %d, all-reduces across %d", p.ShardSize, p.Devices/p.ShardSize)
 }
 
 // meshOf says which ranks the plan's run has: its data-parallel ranks

@@ -15,7 +15,8 @@
 // from every peer together) sends its data with the notices and is done
 // when they arrive: one round trip, where the notices and then MPI's
 // collective would take two or three. A rank that never arrives is named in a
-// comm.PeerError, and ranks making different calls are caught before any
+// comm.PeerError by its rank in the job (MPI_COMM_WORLD's, on a split
+// communicator too) and its host, and ranks making different calls are caught before any
 // data moves. The collective itself is nonblocking (MPI_Ialltoallv,
 // MPI_Iallgather ...), polled with MPI_Test, since a blocking MPI call
 // cannot be interrupted. Both waits end when the call's context is done or
@@ -186,6 +187,7 @@ type conn struct {
 	timeout    time.Duration
 	fuse       int      // Options.Fuse, for sub-communicators
 	hosts      []string // the host each rank runs on (MPI_Get_processor_name)
+	job        []int    // each rank's rank in MPI_COMM_WORLD, which errors name
 	endJob     bool     // Options.EndJob
 
 	seq     int64
@@ -225,23 +227,37 @@ func newConn(l *lib, data uintptr, timeout time.Duration, fuse int) (*conn, erro
 	return c, nil
 }
 
-// shareHosts learns which host every rank runs on, to name it when it is
-// lost.
+// shareHosts learns which host every rank runs on, and its rank in the
+// job, to name them when it is lost: a split communicator's own ranks
+// would not say which process that is.
 func (c *conn) shareHosts() error {
-	var name [maxHostName]byte
-	var n int32
-	if err := c.l.check(c.l.processorName(&name[0], &n)); err != nil {
+	const entry = 4 + maxHostName // the job rank, then the host's name
+	var mine [entry]byte
+	var n, job int32
+	if err := errors.Join(c.l.check(c.l.processorName(&mine[4], &n)), c.l.check(c.l.commRank(c.l.world, &job))); err != nil {
 		return err
 	}
-	all := make([]byte, c.size*maxHostName)
-	if err := c.AllGather(context.Background(), name[:], all); err != nil {
+	binary.LittleEndian.PutUint32(mine[:4], uint32(job))
+	all := make([]byte, c.size*entry)
+	if err := c.AllGather(context.Background(), mine[:], all); err != nil {
 		return err
 	}
 	for p := range c.size {
-		host, _, _ := strings.Cut(string(all[p*maxHostName:(p+1)*maxHostName]), "\x00")
+		e := all[p*entry : (p+1)*entry]
+		host, _, _ := strings.Cut(string(e[4:]), "\x00")
 		c.hosts = append(c.hosts, host)
+		c.job = append(c.job, int(binary.LittleEndian.Uint32(e[:4])))
 	}
 	return nil
+}
+
+// jobRanks are ranks of c as ranks of the job.
+func (c *conn) jobRanks(ranks []int) []int {
+	out := make([]int, len(ranks))
+	for i, r := range ranks {
+		out[i] = c.job[r]
+	}
+	return out
 }
 
 // on names the hosts of ranks, as "host weft-h2" or "hosts a, b".
@@ -257,6 +273,9 @@ func (c *conn) on(ranks []int) string {
 	}
 	return "hosts " + strings.Join(hosts, ", ")
 }
+
+// Hosts is the host each rank runs on (comm.Placer).
+func (c *conn) Hosts() []string { return c.hosts }
 
 func (c *conn) Rank() int { return c.rank }
 func (c *conn) Size() int { return c.size }
@@ -390,7 +409,7 @@ func (c *conn) Close() error {
 	state.Lock()
 	defer state.Unlock()
 	if lost := new(comm.PeerError); c.endJob && errors.As(c.err, &lost) {
-		fmt.Fprintf(os.Stderr, "weft: rank %d on %s: ending the job: %v\n", c.rank, c.hosts[c.rank], c.err)
+		fmt.Fprintf(os.Stderr, "weft: rank %d on %s: ending the job: %v\n", c.job[c.rank], c.hosts[c.rank], c.err)
 		c.l.abort(c.l.world, 1)
 	}
 	if c.stuck {
@@ -619,10 +638,10 @@ func (c *conn) arrive(ctx context.Context, cl call.Call, data func(p int) []byte
 				missing = append(missing, i/2)
 			}
 		}
-		return &comm.PeerError{Ranks: missing, Reason: fmt.Sprintf("did not join %s within %v (%s)", cl.Collective, c.timeout, c.on(missing))}
+		return &comm.PeerError{Ranks: c.jobRanks(missing), Reason: fmt.Sprintf("did not join %s within %v (%s)", cl.Collective, c.timeout, c.on(missing))}
 	case err == ctx.Err():
 		c.abandon(pending)
-		return fmt.Errorf("mpi: rank %d: %w", c.rank, err)
+		return fmt.Errorf("mpi: rank %d: %w", c.job[c.rank], err)
 	}
 	return fmt.Errorf("mpi: notice: %w", err)
 }

@@ -120,6 +120,8 @@ type Dist struct {
 	// Sequence adds sequence parallelism to TP (models.TensorPlan's
 	// sequence-parallel plan).
 	Sequence bool
+	// ShardSize is hsdp's shard group (train.Placement's).
+	ShardSize int
 }
 
 // RankReport is what one rank held and sent at the end of a replay.
@@ -251,7 +253,7 @@ func replayRank(src source, steps int, spec precision.Spec, d Dist, c comm.Commu
 		Sharding:    d.Options,
 		OnNonFinite: fabric.TrainOnNonFinite, // as PyTorch does: the reference runs go on after a NaN
 	}
-	f, closeMesh, err := train.NewFabric(context.Background(), c, train.Placement{Model: src.name, TP: d.TP, SequenceParallel: d.Sequence}, cfg)
+	f, closeMesh, err := train.NewFabric(context.Background(), c, train.Placement{Model: src.name, TP: d.TP, SequenceParallel: d.Sequence, ShardSize: d.ShardSize}, cfg)
 	if err != nil {
 		return nil, err
 	}
