@@ -29,20 +29,29 @@ type Mesh struct {
 // into its rows and columns; every rank of world must call it. world stays
 // as it was; the mesh's communicators are its own, closed by Close.
 func NewMesh(ctx context.Context, world Communicator, tp int) (*Mesh, error) {
-	n := world.Size()
+	n, r := world.Size(), world.Rank()
 	if tp < 1 || n%tp != 0 {
 		return nil, fmt.Errorf("comm: mesh: tensor-parallel size %d does not divide %d ranks (accepted: %s)", tp, n, divisors(n))
 	}
-	r := world.Rank()
-	m := &Mesh{DP: n / tp, TP: tp, Row: r / tp, Col: r % tp}
-	var err error
-	if m.Tensor, err = world.Split(ctx, m.Row, m.Col); err != nil {
-		return nil, fmt.Errorf("comm: mesh: the tensor-parallel groups: %w", err)
+	tensor, data, err := splitGrid(ctx, world, tp, "mesh: the tensor-parallel groups", "mesh: the data-parallel groups")
+	if err != nil {
+		return nil, err
 	}
-	if m.Data, err = world.Split(ctx, m.Col, m.Row); err != nil {
-		return nil, errors.Join(fmt.Errorf("comm: mesh: the data-parallel groups: %w", err), m.Tensor.Close())
+	return &Mesh{DP: n / tp, TP: tp, Row: r / tp, Col: r % tp, Tensor: tensor, Data: data}, nil
+}
+
+// splitGrid splits c's ranks as a grid of cols columns, rank r at row r/cols
+// and column r%cols, into its row (cols adjacent ranks) and its column;
+// rows and cols name the two kinds of group in an error.
+func splitGrid(ctx context.Context, c Communicator, cols int, rows, columns string) (row, col Communicator, err error) {
+	r := c.Rank()
+	if row, err = c.Split(ctx, r/cols, r%cols); err != nil {
+		return nil, nil, fmt.Errorf("comm: %s: %w", rows, err)
 	}
-	return m, nil
+	if col, err = c.Split(ctx, r%cols, r/cols); err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("comm: %s: %w", columns, err), row.Close())
+	}
+	return row, col, nil
 }
 
 // Close closes the mesh's communicators.
@@ -82,16 +91,11 @@ func NewHybrid(ctx context.Context, c Communicator, shard int) (*Hybrid, error) 
 	if shard < 1 || n%shard != 0 {
 		return nil, fmt.Errorf("comm: hybrid: shard size %d does not divide %d ranks (accepted: %s)", shard, n, divisors(n))
 	}
-	r := c.Rank()
-	h := &Hybrid{}
-	var err error
-	if h.Shard, err = c.Split(ctx, r/shard, r%shard); err != nil {
-		return nil, fmt.Errorf("comm: hybrid: the shard groups: %w", err)
+	sh, replica, err := splitGrid(ctx, c, shard, "hybrid: the shard groups", "hybrid: the replica groups")
+	if err != nil {
+		return nil, err
 	}
-	if h.Replica, err = c.Split(ctx, r%shard, r/shard); err != nil {
-		return nil, errors.Join(fmt.Errorf("comm: hybrid: the replica groups: %w", err), h.Shard.Close())
-	}
-	return h, nil
+	return &Hybrid{Shard: sh, Replica: replica}, nil
 }
 
 // Close closes the hybrid's groups.

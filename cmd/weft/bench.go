@@ -67,13 +67,7 @@ func benchGEMMCmd(f *benchFlags) *cobra.Command {
 		Use:   "gemm",
 		Short: "Measure weft's GEMMs beside OpenBLAS, GFLOP/s per size",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rep benchReport
-			if err := f.gemm(cmd, &rep); err != nil {
-				return err
-			}
-			return f.print(cmd, rep)
-		},
+		RunE:  f.reporting(f.gemm),
 	}
 	f.bindGEMM(cmd.Flags())
 	f.bindMinTime(cmd.Flags())
@@ -96,13 +90,7 @@ n=1024 measured in the same run; cores busy (process CPU time over wall time of
 the timed steps); the allocator's peak (tensor.Memory().Peak) and the peak RSS
 (VmHWM), both from just before the model is built.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rep benchReport
-			if err := f.step(cmd, &rep); err != nil {
-				return err
-			}
-			return f.print(cmd, rep)
-		},
+		RunE: f.reporting(f.step),
 	}
 	f.bindStep(cmd.Flags())
 	f.bindMinTime(cmd.Flags())
@@ -128,6 +116,18 @@ measures those ranks, wherever they run.`,
 	}
 	cmd.Flags().StringVar(&f.backend, "comm", "", "measure only this backend (mpi: run under mpirun)")
 	return cmd
+}
+
+// reporting is the RunE of a subcommand whose measure fills a report
+// that it prints.
+func (f *benchFlags) reporting(measure func(*cobra.Command, *benchReport) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		var rep benchReport
+		if err := measure(cmd, &rep); err != nil {
+			return err
+		}
+		return f.print(cmd, rep)
+	}
 }
 
 // bindGEMM binds the GEMM measurement's flags.
