@@ -67,22 +67,22 @@ func (p Peak) inProcess(ranks int) int64 {
 	return int64(ranks)*(p.State+p.Grads+p.Gathered+p.Activations) + p.Transient + p.Scratch
 }
 
-// Unit is a sharding unit as strategy.DefaultUnits picks them, with its
+// planUnit is a sharding unit as strategy.DefaultUnits picks them, with its
 // parameters in forward order.
-type Unit struct {
+type planUnit struct {
 	Path   string
 	Module nn.Module
 	Params []nn.NamedParam
 }
 
-// Units walks m as strategy.NewRank does with strategy.DefaultUnits: in
+// planUnits walks m as strategy.NewRank does with strategy.DefaultUnits: in
 // pre-order, lists have no forward of their own, and a parameter belongs
 // to the first unit that holds it.
-func Units(m nn.Module) []Unit {
+func planUnits(m nn.Module) []planUnit {
 	seen := map[*autograd.Var]bool{}
-	var units []Unit
+	var units []planUnit
 	for _, su := range strategy.Units(m, nil) {
-		u := Unit{Path: su.Path, Module: su.Module}
+		u := planUnit{Path: su.Path, Module: su.Module}
 		for _, p := range nn.Parameters(su.Module) {
 			if !seen[p.Var] {
 				seen[p.Var] = true
@@ -266,7 +266,7 @@ func kernelScratch(op autograd.Op, out *tensor.Tensor, in []*autograd.Var) int64
 // of devices takes, on meta tensors, in res's scopes and tensors' layout
 // (nil if whole), as TrainStep runs them (with noGrad, as EvalShare does),
 // and returns the pass cut at units' boundaries and the logits.
-func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, noGrad bool, units []Unit) ([]segment, *tensor.Tensor, error) {
+func metaPass(m Model, res *precision.Resolution, tensors *parallel.Layout, global data.Batch, devices int, noGrad bool, units []planUnit) ([]segment, *tensor.Tensor, error) {
 	b, err := metaShare(global, devices)
 	if err != nil {
 		return nil, nil, err
@@ -328,7 +328,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 	if !ok {
 		return fmt.Errorf("fabric: plan: %T has no forward over a batch", p.model)
 	}
-	units := Units(m)
+	units := planUnits(m)
 	micro := max(p.MicroBatches, 1)
 	segs, logits, err := metaPass(m, p.res, p.tensors, global, p.Devices*micro, false, units)
 	if err != nil {
@@ -354,7 +354,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 
 // stepSim accounts what each parameter of m, in units, costs a rank over
 // a step of the plan's strategy.
-func (p *Plan) stepSim(m Model, units []Unit) *stepSim {
+func (p *Plan) stepSim(m Model, units []planUnit) *stepSim {
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
 	sim := &stepSim{sh: st.Sharding, n: p.shardRanks(), dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
@@ -481,7 +481,7 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 // run predicts the peak over the forward (segs, in order), the loss, the
 // backward (segs reversed), the optimizer step and an evaluation's forward
 // (eval) after it.
-func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor, ranks int) *Peak {
+func (s *stepSim) run(segs, eval []segment, units []planUnit, logits *tensor.Tensor, ranks int) *Peak {
 	base := Peak{State: s.all.state + s.frozen}
 	for _, sg := range segs {
 		base.Saved += sg.kept()
@@ -516,7 +516,7 @@ func (s *stepSim) run(segs, eval []segment, units []Unit, logits *tensor.Tensor,
 // at what.
 type walk struct {
 	*stepSim
-	modules []Unit // the units' modules, for the moments' names
+	modules []planUnit // the units' modules, for the moments' names
 	best    Peak
 	// process is the most a process of ranks holds (Peak.Process).
 	ranks   int
