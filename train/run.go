@@ -139,6 +139,11 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	defer stop.release()
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
+		if c.backend() == "mpi" && cm.Size() > 1 {
+			if err := checkSharedOut(stop.work, c.Out, cm); err != nil {
+				return err
+			}
+		}
 		r := &rankRun{c: c, t: s.t, plan: plan, comm: cm, obs: quiet{}, report: obs, counts: i == 0, stop: stop}
 		sums[i], err = r.run(s.pol, s.scaling, s.info, resume)
 		return err

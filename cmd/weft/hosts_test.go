@@ -190,3 +190,18 @@ func TestHostsHSDPRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestHostsOutNotShared: a run folder each host has a copy of its own
+// (host 2's is a private tmpfs) is refused at start on every host, in one
+// line, before a step.
+func TestHostsOutNotShared(t *testing.T) {
+	private := t.TempDir()
+	upHosts(t, 2, "--private", private)
+	bin := buildWeft(t)
+	out := filepath.Join(private, "run")
+	res, err := acrossHosts(2, 1, bin, "train", "--config", tinyConfig(t), "--strategy", "ddp", "--devices", "2", "--comm", "mpi", "--out", out).CombinedOutput()
+	want := regexp.MustCompile(`weft: run folder \S+ is not shared: rank [01] does not see rank [01]'s files in it; --out must be on a filesystem every host sees\n`)
+	if err == nil || !want.Match(res) || strings.Contains(string(res), "step 1") {
+		t.Fatalf("a run folder private to each host: %v, want a refusal %q before any step in:\n%s", err, want, res)
+	}
+}
