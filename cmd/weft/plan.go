@@ -100,9 +100,9 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 	if k := p.Peak; k != nil {
 		process := ""
 		if k.RanksInProcess > 1 {
-			process = fmt.Sprintf(" (%.1f MiB a process of %d in-process ranks; under mpirun a process is a rank)", mib(k.Process), k.RanksInProcess)
+			process = fmt.Sprintf(" (%.1f MiB a process of %d in-process ranks, up to %.1f where their transients coincide; under mpirun a process is a rank)", mib(k.Process), k.RanksInProcess, mib(k.ProcessMost))
 		}
-		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank%s, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f of %.1f saved, transient %.1f, scratch %.1f)\n",
+		fmt.Fprintf(out, "plan: the allocator peaks at %.1f MiB a rank%s, at %s (state %.1f, grads %.1f, gathered %.1f, activations %.1f (the forward saves %.1f), transient %.1f, scratch %.1f)\n",
 			mib(k.Bytes), process, k.At, mib(k.State), mib(k.Grads), mib(k.Gathered), mib(k.Activations), mib(k.Saved), mib(k.Transient), mib(k.Scratch))
 	}
 	if t := p.Traffic; t != nil && p.Devices > 1 {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,8 +38,9 @@ func TestPlanPredictsTrainPeak(t *testing.T) {
 			out, code := run(append([]string{"plan", "--json"}, tc.args...)...)
 			var p struct {
 				Peak struct {
-					Bytes   float64
-					Process float64 `json:"process_bytes"`
+					Bytes       float64
+					Process     float64 `json:"process_bytes"`
+					ProcessMost float64 `json:"process_most_bytes"`
 				} `json:"peak_per_rank"`
 			}
 			if err := json.Unmarshal([]byte(out), &p); code != 0 || err != nil || p.Peak.Bytes == 0 {
@@ -48,12 +48,12 @@ func TestPlanPredictsTrainPeak(t *testing.T) {
 			}
 			dir := t.TempDir()
 			train := append([]string{"train", "--steps", "3", "--out", dir}, tc.args...)
-			want, of := p.Peak.Bytes, "a rank"
+			want, most, of := p.Peak.Bytes, p.Peak.Bytes, "a rank"
 			if tc.mpi > 0 {
 				trainUnderMpirun(t, tc.mpi, bin, train)
 			} else {
 				if p.Peak.Process != p.Peak.Bytes {
-					want, of = p.Peak.Process, "the process"
+					want, most, of = p.Peak.Process, p.Peak.ProcessMost, "the process"
 				}
 				out, err := exec.Command(bin, train...).CombinedOutput()
 				if err != nil {
@@ -64,9 +64,11 @@ func TestPlanPredictsTrainPeak(t *testing.T) {
 				}
 			}
 			measured := peakMiB(t, dir) * (1 << 20)
-			t.Logf("predicted %.2f MiB %s, measured %.2f (%+.1f%%)", want/(1<<20), of, measured/(1<<20), 100*(want-measured)/measured)
-			if math.Abs(want-measured) > 0.15*measured {
-				t.Errorf("plan predicts %.2f MiB %s, train measured %.2f", want/(1<<20), of, measured/(1<<20))
+			t.Logf("predicted %.2f-%.2f MiB %s, measured %.2f", want/(1<<20), most/(1<<20), of, measured/(1<<20))
+			// In-process ranks peak anywhere from want (one rank's transients
+			// live) to most (every rank's), as the scheduler interleaves them.
+			if want-measured > 0.15*measured || measured-most > 0.15*measured {
+				t.Errorf("plan predicts %.2f-%.2f MiB %s, train measured %.2f", want/(1<<20), most/(1<<20), of, measured/(1<<20))
 			}
 		})
 	}
