@@ -115,21 +115,9 @@ func TestHostsLinkDown(t *testing.T) {
 				t.Fatalf("link down: %v\n%s", err, b)
 			}
 			defer exec.Command(hostsScript, "link", "2", "up").Run()
-			select {
-			case err := <-done:
-				if err == nil {
-					t.Fatalf("the job exited 0 after the link went down:\n%s", log.String())
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatalf("mpirun still running 30 s after the link went down:\n%s", log.String())
-			}
+			requireJobEnded(t, "the link went down", log, done)
 			if !lostHost2.MatchString(log.String()) {
 				t.Errorf("no line names an unreachable rank and host (%v):\n%s", lostHost2, log.String())
-			}
-			for _, host := range []string{"weft-h1", "weft-h2"} {
-				if pids, _ := exec.Command("ip", "netns", "pids", host).Output(); len(bytes.TrimSpace(pids)) > 0 {
-					t.Errorf("left running on %s: %s", host, pids)
-				}
 			}
 			local := append(args, tc.local...)
 			straight := t.TempDir()
@@ -145,6 +133,58 @@ func TestHostsLinkDown(t *testing.T) {
 				t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
 			}
 		})
+	}
+}
+
+// requireJobEnded requires the job to exit non-zero within 30 s of what
+// happened, leaving no process on either host.
+func requireJobEnded(t *testing.T, happened string, log *bytes.Buffer, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("the job exited 0 after %s:\n%s", happened, log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("mpirun still running 30 s after %s:\n%s", happened, log.String())
+	}
+	for _, host := range []string{"weft-h1", "weft-h2"} {
+		if pids, _ := exec.Command("ip", "netns", "pids", host).Output(); len(bytes.TrimSpace(pids)) > 0 {
+			t.Errorf("left running on %s: %s", host, pids)
+		}
+	}
+}
+
+// TestHostsKilled: a host whose weft processes are killed (kill -9, as the
+// OOM killer does) ends the job as a dead link does, and the last
+// checkpoint stays resumable.
+func TestHostsKilled(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	args := []string{"train", "--config", tinyConfig(t), "--devices", "4", "--strategy", "fsdp", "--steps", "300", "--save-every", "5"}
+	out := t.TempDir()
+	log, done := startLogged(t, acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--comm-timeout", "5s", "--out", out)...))
+	waitForSteps(t, out, 10, done)
+	pids, err := exec.Command("ip", "netns", "pids", "weft-h2").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, pid := range strings.Fields(string(pids)) {
+		if exe, _ := os.Readlink("/proc/" + pid + "/exe"); exe == bin {
+			exec.Command("kill", "-9", pid).Run()
+			killed++
+		}
+	}
+	if killed != 2 {
+		t.Fatalf("killed %d weft processes on host 2, want its 2 ranks", killed)
+	}
+	requireJobEnded(t, "host 2's ranks were killed", log, done)
+	if killedRank := regexp.MustCompile(`rank [23] with PID \d+ on node \S+ exited on signal 9`); !killedRank.MatchString(log.String()) {
+		t.Errorf("no line names a killed rank of host 2 and its node (%v):\n%s", killedRank, log.String())
+	}
+	if res, code := run(append(args, "--comm", "local", "--out", out, "--resume")...); code != 0 {
+		t.Fatalf("resume after the kill: exit %d\n%s", code, res)
 	}
 }
 
