@@ -140,7 +140,7 @@ func Run(ctx context.Context, c Config, resume bool, obs Observer) (*Summary, er
 	sums := make([]*Summary, len(comms))
 	err = comm.Each(comms, func(i int, cm comm.Communicator) (err error) {
 		if c.backend() == "mpi" && cm.Size() > 1 {
-			if err := checkSharedOut(stop.work, c.Out, cm); err != nil {
+			if err := checkJob(stop.work, c.Out, s.t, cm); err != nil {
 				return err
 			}
 		}

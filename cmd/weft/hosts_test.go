@@ -245,3 +245,42 @@ func TestHostsOutNotShared(t *testing.T) {
 		t.Fatalf("a run folder private to each host: %v, want a refusal %q before any step in:\n%s", err, want, res)
 	}
 }
+
+// TestJobDisagreement: the processes of one mpirun job (two programs, as
+// two hosts with their own installs and data would be) refuse to train
+// when they run different weft binaries or read different data.
+func TestJobDisagreement(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil || testing.Short() {
+		t.Skip("mpirun not installed (apt-get install openmpi-bin libopenmpi-dev) or -short")
+	}
+	bin := buildWeft(t)
+	other := filepath.Join(t.TempDir(), "weft")
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, append(b, 0), 0o755); err != nil { // the same program, other bytes
+		t.Fatal(err)
+	}
+	train := []string{"train", "--config", tinyConfig(t), "--strategy", "ddp", "--devices", "2", "--comm", "mpi"}
+	for _, tc := range []struct {
+		name        string
+		second      string
+		secondExtra []string
+		want        string
+	}{
+		{"binary", other, nil, "weft: rank 1 runs another weft binary than rank 0: every host must run the same build\n"},
+		{"data", bin, []string{"--corpus-part", "net"}, "weft: rank 1 reads other data than rank 0 (its first batches differ): every host must hold the same --data, corpus and tokenizer\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			first := append(append(mpirunArgs(1), bin), append(train, "--out", out)...)
+			second := append(append(mpirunArgs(1), tc.second), append(append(train, "--out", out), tc.secondExtra...)...)
+			res, err := exec.Command(mpirun, append(append(first, ":"), second...)...).CombinedOutput()
+			if err == nil || !strings.Contains(string(res), tc.want) {
+				t.Fatalf("mpirun: %v, want the line %q in:\n%s", err, tc.want, res)
+			}
+		})
+	}
+}
