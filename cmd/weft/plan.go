@@ -15,8 +15,9 @@ import (
 
 func planCmd() *cobra.Command {
 	var (
-		f      runFlags
-		asJSON bool
+		f            runFlags
+		asJSON       bool
+		ranksPerHost int
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -42,7 +43,10 @@ is split as a rank of a mesh row holds it (strategy and bytes are per
 rank of the --devices/T data-parallel ranks), and the split Linears'
 layouts and the group's all-reduces follow; --sequence-parallel adds the
 modules that run on shares of the sequence and counts the
-reduce-scatters and all-gathers that replace the all-reduces.`,
+reduce-scatters and all-gathers that replace the all-reduces. It splits
+what each rank sends a step between the ranks on its host and those on
+others, with the ranks mpirun places on each host: its count under
+mpirun, else --ranks-per-host, else hsdp's --shard-size, else all.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.resolve(cmd.Flags(), cmd.ErrOrStderr())
@@ -53,6 +57,12 @@ reduce-scatters and all-gathers that replace the all-reduces.`,
 			p, err := train.Plan(cmd.Context(), c, warn)
 			if err != nil {
 				return err
+			}
+			if ranksPerHost != 0 {
+				if ranksPerHost < 0 || c.Devices%ranksPerHost != 0 || ranksPerHost%max(c.TP, 1) != 0 {
+					return fmt.Errorf("--ranks-per-host %d: give a count of whole mesh rows (of --tp %d) that divides the %d ranks", ranksPerHost, max(c.TP, 1), c.Devices)
+				}
+				p.PredictTraffic(ranksPerHost, !c.ReshardAfterForward)
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(p)
@@ -66,6 +76,7 @@ reduce-scatters and all-gathers that replace the all-reduces.`,
 	}
 	f.register(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().IntVar(&ranksPerHost, "ranks-per-host", 0, "ranks on each host, to split the traffic between hosts (default: mpirun's count, else all)")
 	return cmd
 }
 

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/weftml/weft/fabric"
 )
 
 // TestPlanTensorParallel: weft plan --tp 2 shows each split Linear's
@@ -83,6 +85,43 @@ func TestPlanSequenceParallel(t *testing.T) {
 	for _, want := range []string{"blocks.0.ln1 sequence ", "ln_f sequence, gathered ", "tok scattered to the sequence ", "blocks.0.qkv column [192 64] [96 64] 24576 ", "sequence parallel: per step, each rank reduce-scatters"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestPlanRanksPerHost: weft plan --ranks-per-host splits each rank's
+// traffic between its host and the others as mpirun would place the
+// ranks: fsdp on 2 hosts of 2 sends two thirds of its gathers and
+// reductions to the other host, hsdp a third of that; a count that splits
+// a mesh row or does not divide the ranks is refused.
+func TestPlanRanksPerHost(t *testing.T) {
+	traffic := func(args ...string) (inside, between int64) {
+		out, code := run(append([]string{"plan", "--json", "--devices", "4"}, args...)...)
+		if code != 0 {
+			t.Fatal(out)
+		}
+		var p struct {
+			Traffic fabric.Traffic `json:"traffic_per_step"`
+		}
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
+			t.Fatalf("%v in %s", err, out)
+		}
+		return p.Traffic.InsideHost, p.Traffic.BetweenHosts
+	}
+	if in, between := traffic("--strategy", "fsdp"); between != 0 || in == 0 {
+		t.Errorf("fsdp on one host: %d bytes inside it, %d between hosts", in, between)
+	}
+	in, fsdp := traffic("--strategy", "fsdp", "--ranks-per-host", "2")
+	if d := fsdp - 2*in; max(d, -d) > fsdp/100 {
+		t.Errorf("fsdp on 2 hosts of 2: %d bytes inside a host, %d between; want twice as many between", in, fsdp)
+	}
+	if _, hsdp := traffic("--strategy", "hsdp", "--shard-size", "2", "--ranks-per-host", "2"); max(3*hsdp-fsdp, fsdp-3*hsdp) > fsdp/100 {
+		t.Errorf("between 2 hosts of 2, hsdp sends %d bytes, fsdp %d; want a third", hsdp, fsdp)
+	}
+	for _, args := range [][]string{{"--ranks-per-host", "3"}, {"--tp", "2", "--ranks-per-host", "1"}} {
+		out, code := run(append([]string{"plan", "--strategy", "fsdp", "--devices", "4"}, args...)...)
+		if code == 0 || !strings.Contains(out, "--ranks-per-host") {
+			t.Errorf("%v: exit %d, %q", args, code, out)
 		}
 	}
 }
