@@ -8,10 +8,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	mpirunjob "github.com/weftml/weft/internal/mpirun"
+	"github.com/weftml/weft/train"
 )
 
 // hostsScript makes and drives the simulated hosts (network namespaces).
@@ -133,6 +135,43 @@ func TestHostsLinkDown(t *testing.T) {
 				t.Fatalf("the resumed run differs from the uninterrupted one (metrics equal %v, weights equal %v)", gotMetrics == wantMetrics, gotState == wantState)
 			}
 		})
+	}
+}
+
+// TestHostsSignal sends SIGTERM to mpirun of an fsdp run on 2 simulated
+// hosts × 2 ranks: every rank must stop at one step boundary, so that the
+// job ends non-zero within 30 s with the stop's checkpoint, leaving no
+// process on either host, and --resume on one host gives the metrics and
+// weights of an uninterrupted run.
+func TestHostsSignal(t *testing.T) {
+	upHosts(t, 2)
+	bin := buildWeft(t)
+	const steps = 3000
+	args := []string{"train", "--config", tinyConfig(t), "--devices", "4", "--strategy", "fsdp", "--steps", strconv.Itoa(steps), "--batch-size", "16", "--save-every", strconv.Itoa(10 * steps)}
+	out := t.TempDir()
+	cmd := acrossHosts(4, 2, bin, append(args, "--comm", "mpi", "--out", out)...)
+	log, done := startLogged(t, cmd)
+	waitForSteps(t, out, 20, done)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	requireJobEnded(t, "SIGTERM to mpirun", log, done)
+	m, _, err := train.LatestCheckpoint(filepath.Join(out, "checkpoints"))
+	if err != nil || m.Step < 20 || m.Step == steps {
+		t.Fatalf("latest checkpoint %v (%v), want the stop's:\n%s", m, err, log.String())
+	}
+	t.Logf("signalled after step 20, stopped after step %d of %d", m.Step, steps)
+	straight := t.TempDir()
+	if res, code := run(append(args, "--comm", "local", "--out", straight)...); code != 0 {
+		t.Fatalf("uninterrupted run: exit %d\n%s", code, res)
+	}
+	if res, code := run(append(args, "--comm", "local", "--out", out, "--resume")...); code != 0 {
+		t.Fatalf("resume after step %d: exit %d\n%s", m.Step, code, res)
+	}
+	gotMetrics, gotState := outcome(t, out, steps)
+	wantMetrics, wantState := outcome(t, straight, steps)
+	if gotMetrics != wantMetrics || gotState != wantState {
+		t.Fatalf("resumed after step %d, the run differs from the uninterrupted one (metrics equal %v, weights equal %v)", m.Step, gotMetrics == wantMetrics, gotState == wantState)
 	}
 }
 
