@@ -57,6 +57,10 @@ type Config struct {
 	// ClipValue, if positive, is the bound TrainStep clamps every gradient
 	// element to before the step (see ClipGradValue).
 	ClipValue float64
+	// ClipNorm, if positive, is the global L2 norm TrainStep scales the
+	// gradients down to before the step (see ClipGradNorm); set it or
+	// ClipValue, not both.
+	ClipNorm float64
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
@@ -118,6 +122,10 @@ func (c Config) check() error {
 		return fmt.Errorf("fabric: gradient sync %d: accepted are SyncAuto, SyncEvery and SyncLast", c.Accumulation.Sync)
 	case c.ClipValue < 0 || math.IsNaN(c.ClipValue) || math.IsInf(c.ClipValue, 0):
 		return fmt.Errorf("fabric: clip value %g: want a positive bound, or 0 for none", c.ClipValue)
+	case c.ClipNorm < 0 || math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0):
+		return fmt.Errorf("fabric: clip norm %g: want a positive bound, or 0 for none", c.ClipNorm)
+	case c.ClipNorm > 0 && c.ClipValue > 0:
+		return fmt.Errorf("fabric: clip norm %g and clip value %g: clip by one of them", c.ClipNorm, c.ClipValue)
 	case c.OnNonFinite < StopOnNonFinite || c.OnNonFinite > TrainOnNonFinite:
 		return fmt.Errorf("fabric: on-non-finite %d: accepted are StopOnNonFinite, SkipNonFinite and TrainOnNonFinite", c.OnNonFinite)
 	}

@@ -359,7 +359,11 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 
 // ClipGradNorm unscales the gradients (once per step) and rescales them so
 // that their global L2 norm is at most maxNorm; it returns the norm before
-// clipping, as torch.nn.utils.clip_grad_norm_ does.
+// clipping, as torch.nn.utils.clip_grad_norm_ does: the gradients are
+// multiplied by min(maxNorm/(norm+1e-6), 1). The norm is that of the
+// gradients as one device holds them, summed over the chunks of every
+// rank when the strategy shards them. A non-finite norm under a loss
+// scaler, whose Step then skips, leaves the gradients as they are.
 func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 	if !(maxNorm > 0) {
 		return 0, fmt.Errorf("fabric: clip norm %g: must be positive", maxNorm)
@@ -373,7 +377,10 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 		return 0, err
 	}
 	norm := math.Sqrt(sq)
-	if coef := maxNorm / (norm + 1e-6); coef < 1 {
+	if !isFinite(norm) && f.plan.ScalesLoss() {
+		return norm, nil
+	}
+	if coef := maxNorm / (norm + 1e-6); !(coef >= 1) { // NaN too, as torch's clamp keeps it
 		for _, p := range params {
 			if p.Var.Grad != nil {
 				p.Var.Grad.ScaleInPlace(coef)

@@ -198,6 +198,7 @@ var resumeSettings = []setting{
 	{"grad-accum", func(c Config) string { return fmt.Sprint(c.GradAccum) }, false},
 	{"grad-sync", func(c Config) string { return c.GradSync }, false},
 	{"clip-value", func(c Config) string { return fmt.Sprint(c.ClipValue) }, false},
+	{"clip-norm", func(c Config) string { return fmt.Sprint(c.ClipNorm) }, false},
 	{"lora-alpha", func(c Config) string { return fmt.Sprint(c.LoRA.Alpha) }, false},
 	{"precision", precisionOf, false},
 	{"loss-scale", func(c Config) string { return c.LossScale }, false},

@@ -130,7 +130,11 @@ type OptimConfig struct {
 	GradAccum int `yaml:"grad_accum"`
 	// ClipValue clamps every gradient element to ±ClipValue before the
 	// step (0: no clipping).
-	ClipValue  float64              `yaml:"clip_value"`
+	ClipValue float64 `yaml:"clip_value"`
+	// ClipNorm scales the gradients down to this global L2 norm before
+	// the step when it is above it, as clip_grad_norm_ does, e.g. 1.0
+	// (0: no clipping); set it or ClipValue.
+	ClipNorm   float64              `yaml:"clip_norm" flat:"-"`
 	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
 }
 

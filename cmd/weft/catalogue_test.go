@@ -203,6 +203,9 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("optim:\n  lr_schedule: {name: step, gamma: 0.5}\n")), "--out", dir}
 	}, nil, 0},
 	{"a negative clip value", func(dir string) []string { return []string{"train", "--clip-value", "-1", "--out", dir} }, nil, 0},
+	{"clipping by norm and by value", func(dir string) []string {
+		return []string{"train", "--clip-norm", "1", "--clip-value", "1", "--out", dir}
+	}, nil, 0},
 	{"loggers without metrics.jsonl", func(dir string) []string { return []string{"train", "--logger", "csv", "--out", dir} }, nil, 0},
 	{"a checkpoint with an optimizer shard missing", func(dir string) []string {
 		shardedRun(dir, "1")

@@ -131,6 +131,7 @@ func bindLoopFlags(fs *pflag.FlagSet, c *train.Config) {
 	fs.IntVar(&c.GradAccum, "grad-accum", c.GradAccum, "split each step's batch into this many micro-batches whose gradients add up before the step")
 	fs.StringVar(&c.GradSync, "grad-sync", c.GradSync, "when accumulated gradients are reduced across ranks: auto (ddp, zero1: after the last micro-batch; zero2, fsdp: after each, keeping them sharded), every, or last (zero2, fsdp: whole gradients on every rank meanwhile)")
 	fs.Float64Var(&c.ClipValue, "clip-value", c.ClipValue, "clamp every gradient element to ±this before the step (0: no clipping)")
+	fs.Float64Var(&c.ClipNorm, "clip-norm", c.ClipNorm, "scale the gradients down to this global L2 norm before the step when above it, as clip_grad_norm_ (0: no clipping)")
 	fs.StringVar(&c.LRSchedule.Name, "lr-schedule", c.LRSchedule.Name, "learning rate per step, --lr its peak: "+strings.Join(optim.ScheduleNames, ", "))
 	fs.IntVar(&c.LRSchedule.Warmup, "warmup-steps", c.LRSchedule.Warmup, "cosine: steps of linear warmup")
 	fs.IntVar(&c.LRSchedule.Decay, "lr-decay-steps", c.LRSchedule.Decay, "cosine: the step at which the rate reaches --min-lr (0: --steps)")
