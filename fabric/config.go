@@ -28,6 +28,14 @@ type Config struct {
 	// LossScaling NoLossScaling refuses float16 compute instead of
 	// scaling its loss.
 	LossScaling precision.LossScaling
+	// EvalPrecision, if set, is the plugin EvalLoss computes in over the
+	// weights as training stores them (Lightning #20606: train in
+	// bf16-mixed, evaluate in 32-true): its input, compute and output
+	// casts for the whole model, in place of training's. Setup refuses
+	// one that converts modules (fp8, quantized), one that stores
+	// weights in another dtype than training does, and training that
+	// converted modules, whose arithmetic an evaluation would still run.
+	EvalPrecision precision.Plugin
 
 	// Strategy names where parameters, gradients and optimizer state live
 	// (strategy.Names: single, ddp, zero1, zero2, fsdp, hsdp); "" is

@@ -28,6 +28,7 @@ type Fabric struct {
 	policy  precision.Policy
 	plan    *precision.Resolution // set by Setup
 	scopes  *precision.Scopes
+	eval    *forwardPrecision // Config.EvalPrecision's, set by Setup
 	scaler  precision.Scaler
 	dist    *strategy.Rank   // nil on one device
 	tensors *parallel.Layout // Config.TensorPlan's, set by Setup
@@ -174,6 +175,9 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 		return err
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
+	if f.eval, err = evalPrecision(m, f.cfg.EvalPrecision, plan); err != nil {
+		return err
+	}
 	if f.distCfg != nil {
 		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.cfg.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)

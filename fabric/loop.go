@@ -154,8 +154,9 @@ func (f *Fabric) dropGrads(ctx context.Context) error {
 }
 
 // EvalLoss is a validation pass: the mean over batches of the
-// cross-entropy of the model on each, as TrainStep computes it, recording
-// nothing for backward; it tells Config.OnValidationEnd. Each
+// cross-entropy of the model on each, as TrainStep computes it (in
+// Config.EvalPrecision, if set), recording nothing for backward; it tells
+// Config.OnValidationEnd. Each
 // batch is this rank's share of a global batch (a Loader's), and every
 // rank must call it with its shares of the same global batches.
 func (f *Fabric) EvalLoss(ctx context.Context, m Model, batches ...data.Batch) (float64, error) {
@@ -181,6 +182,7 @@ func (f *Fabric) evalLoss(ctx context.Context, m Model, share data.Batch) (float
 	if err := f.checkCall("EvalLoss", m, share); err != nil {
 		return 0, err
 	}
+	defer f.eval.enter(f)()
 	b, made := f.cast(share)
 	defer tensor.Free(made)
 	f.tape.NoGrad = true

@@ -201,6 +201,7 @@ var resumeSettings = []setting{
 	{"clip-norm", func(c Config) string { return fmt.Sprint(c.ClipNorm) }, false},
 	{"lora-alpha", func(c Config) string { return fmt.Sprint(c.LoRA.Alpha) }, false},
 	{"precision", precisionOf, false},
+	{"eval-precision", func(c Config) string { return cmp.Or(c.EvalPrecision, "the training precision") }, false},
 	{"loss-scale", func(c Config) string { return c.LossScale }, false},
 	{"strategy", strategyOf, false},
 	{"on-nan", func(c Config) string { return c.OnNaN }, false},

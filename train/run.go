@@ -578,6 +578,10 @@ func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScali
 		ClipNorm:                c.ClipNorm,
 		Seed:                    c.Seed,
 	}
+	var err error
+	if cfg.EvalPrecision, err = c.evalPrecision(); err != nil {
+		return fabric.Config{}, err
+	}
 	hearHooks(&cfg, r.obs)
 	if c.OnNaN == "skip" {
 		cfg.OnNonFinite = fabric.SkipNonFinite

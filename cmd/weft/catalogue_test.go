@@ -228,6 +228,9 @@ var catalogue = []badInput{
 	{"an unknown spec argument", func(string) []string { return []string{"plan", "--precision", "bf16-mixed+fp8(margn=1)"} }, nil, 0},
 	{"a spec argument that is not a number", func(string) []string { return []string{"plan", "--precision", "fp8(history=long)"} }, nil, 0},
 	{"a spec argument out of range", func(string) []string { return []string{"plan", "--precision", "fp8(margin=-1)"} }, nil, 0},
+	{"an eval precision over weights training does not store", func(dir string) []string {
+		return []string{"train", "--precision", "bf16-mixed", "--eval-precision", "bf16-true", "--out", dir}
+	}, nil, 0},
 	{"a loss scaler's backoff out of range", func(string) []string { return []string{"plan", "--precision", "16-mixed(backoff_factor=2)"} }, nil, 0},
 	{"a spec argument not among its values", func(string) []string { return []string{"plan", "--precision", "fp8(algo=mean)"} }, nil, 0},
 	{"a spec argument given twice", func(string) []string { return []string{"plan", "--precision", "fp8(margin=1,margin=2)"} }, nil, 0},

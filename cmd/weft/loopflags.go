@@ -102,6 +102,7 @@ func bindSettings(fs *pflag.FlagSet, c *train.Config, rules *[]string) {
 	fs.Float64Var(&c.Eps, "eps", c.Eps, "AdamW's term added to the denominator")
 	fs.Float64Var(&c.WeightDecay, "weight-decay", c.WeightDecay, "AdamW's decoupled weight decay (0: none)")
 	fs.IntVar(&c.EvalEvery, "eval-every", c.EvalEvery, "steps between validation passes")
+	fs.StringVar(&c.EvalPrecision, "eval-precision", c.EvalPrecision, "compute validation losses in this precision spec over the weights as trained, e.g. 32-true (default: the training precision)")
 	fs.IntVar(&c.SaveEvery, "save-every", c.SaveEvery, "steps between checkpoints")
 	fs.StringVar(&c.Out, "out", c.Out, "run folder")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the data order and initial weights")
