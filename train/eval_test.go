@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,24 +36,13 @@ func TestEvalLeavesTrainingAlone(t *testing.T) {
 // 32-true run from them whose first step moves no weight); a spec the
 // fabric refuses stops the run with one line.
 func TestEvalPrecisionThroughRun(t *testing.T) {
-	run := func(c Config) []Metrics {
-		t.Helper()
-		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := readMetrics(filepath.Join(c.Out, "metrics.jsonl"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ms
-	}
 	mixed := func(eval string) Config {
 		c := tinyConfig(t, "bf16-mixed")
 		c.Steps, c.EvalEvery, c.SaveEvery, c.EvalPrecision = 3, 100, 3, eval
 		return c
 	}
 	trained := mixed("32-true")
-	got, plain := run(trained), run(mixed(""))
+	got, plain := runMetrics(t, trained), runMetrics(t, mixed(""))
 	for s := range got {
 		if got[s].Loss != plain[s].Loss {
 			t.Errorf("step %d: loss %v, without eval precision %v", s, got[s].Loss, plain[s].Loss)
@@ -62,7 +50,7 @@ func TestEvalPrecisionThroughRun(t *testing.T) {
 	}
 	ref := tinyConfig(t, "32-true")
 	ref.InitFrom, ref.Steps, ref.LR, ref.WeightDecay = trained.Out, 1, 1e-300, 0 // an update of 1e-300 rounds away
-	want := run(ref)[0].ValLoss
+	want := runMetrics(t, ref)[0].ValLoss
 	last, bf16 := got[len(got)-1].ValLoss, plain[len(plain)-1].ValLoss
 	if last == nil || want == nil || *last != *want || *last == *bf16 {
 		t.Errorf("last val loss %v; a 32-true evaluation of the weights %v, bf16-mixed's %v", deref(last), deref(want), deref(bf16))

@@ -102,14 +102,7 @@ func TestClipNormThroughRun(t *testing.T) {
 		c := tinyConfig(t, float64Spec)
 		c.Strategy, c.Devices, c.ClipNorm = strategy, devices, clip
 		c.Steps, c.BatchSize, c.EvalEvery, c.SaveEvery = 3, 8, 100, 100
-		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
-			t.Fatal(err)
-		}
-		ms, err := readMetrics(filepath.Join(c.Out, "metrics.jsonl"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ms
+		return runMetrics(t, c)
 	}
 	want, none := run("single", 1, clip), run("single", 1, 0)
 	if want[2].Loss == none[2].Loss || none[0].GradNorm != nil {
@@ -126,6 +119,19 @@ func TestClipNormThroughRun(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runMetrics runs c and returns what it logged in metrics.jsonl.
+func runMetrics(t *testing.T, c Config) []Metrics {
+	t.Helper()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := readMetrics(filepath.Join(c.Out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
 }
 
 // TestJSONLKeepsMetricsFormat: the JSONL logger writes a step's record as
