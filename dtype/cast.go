@@ -185,6 +185,31 @@ func BF16FromF32(x float32) uint16 {
 	return uint16((b + 0x7fff + b>>16&1) >> 16)
 }
 
+// BF16StochasticRound rounds x to bfloat16 stochastically with the random
+// 16 bits r, as torchao's _fp32_to_bf16_sr does for its optimizers'
+// bf16_stochastic_round: x's float32 bits keep their top 16 and go one
+// away from zero when r is below their low 16, so x rounds away from zero
+// with probability low/2^16 and its expectation is x. Inf and ±0 stay, the
+// largest finite numbers may round to inf, and denormals round alike.
+// NaN stays NaN, quieted with its sign kept, as BF16FromF32 leaves it
+// (torchao's bit trick would turn a NaN whose payload lies in the low 16
+// bits alone into inf). The reference loop:
+//
+//	b := math.Float32bits(x)
+//	if b&0x7fffffff > 0x7f800000 { return BF16FromF32(x) }
+//	if uint32(r) < b&0xffff { b += 0x10000 }
+//	return uint16(b >> 16)
+func BF16StochasticRound(x float32, r uint16) uint16 {
+	b := math.Float32bits(x)
+	if b&0x7fffffff > 0x7f800000 {
+		return BF16FromF32(x)
+	}
+	if uint32(r) < b&0xffff {
+		b += 0x10000
+	}
+	return uint16(b >> 16)
+}
+
 // F32FromBF16 returns the value of bfloat16 bits b, exactly.
 func F32FromBF16(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
 

@@ -40,22 +40,23 @@ func f64Batches(n, rows int) []data.Batch {
 }
 
 // accumulated is what a run of TrainSteps left: every rank's losses and
-// rank 0's parameters, whole.
+// gradient norms (with Config.ClipNorm) and rank 0's parameters, whole.
 type accumulated struct {
 	losses [][]float64
+	norms  [][]float64
 	params map[string][]float64
 	stats  []comm.Stats
 }
 
 // trainAccumulating trains the float64 MLP on batches with strategy st
-// over n ranks ("single": one device, no communicator) with
-// accumulation acc.
-func trainAccumulating(t *testing.T, st string, n int, acc fabric.Accumulation, bs []data.Batch) accumulated {
+// over n ranks ("single": one device, no communicator) with cfg's
+// settings (accumulation, clipping).
+func trainAccumulating(t *testing.T, st string, n int, cfg fabric.Config, bs []data.Batch) accumulated {
 	t.Helper()
-	out := accumulated{losses: make([][]float64, n), stats: make([]comm.Stats, n)}
+	out := accumulated{losses: make([][]float64, n), norms: make([][]float64, n), stats: make([]comm.Stats, n)}
 	rank := func(i int, c comm.Communicator) error {
 		m := models.NewMLP(nn.NewInit(1))
-		f, err := pureF64(m, st, c, fabric.Config{Accumulation: acc})
+		f, err := pureF64(m, st, c, cfg)
 		if err != nil {
 			return err
 		}
@@ -65,6 +66,7 @@ func trainAccumulating(t *testing.T, st string, n int, acc fabric.Accumulation, 
 				return err
 			}
 			out.losses[i] = append(out.losses[i], res.Loss)
+			out.norms[i] = append(out.norms[i], res.GradNorm)
 		}
 		if err := f.Gather(); err != nil {
 			return err
@@ -136,7 +138,7 @@ func relDiff(t *testing.T, a, b map[string][]float64) float64 {
 // device, to 1e-9, under every strategy on 2 ranks and every sync choice.
 func TestGradAccumulationIsExact(t *testing.T) {
 	bs := f64Batches(3, 8)
-	want := trainAccumulating(t, "single", 1, fabric.Accumulation{}, bs)
+	want := trainAccumulating(t, "single", 1, fabric.Config{}, bs)
 	for _, st := range strategy.Names() {
 		n := 2
 		if st == "single" {
@@ -145,7 +147,7 @@ func TestGradAccumulationIsExact(t *testing.T) {
 		for _, k := range []int{2, 4} {
 			for _, sync := range []fabric.GradSync{fabric.SyncAuto, fabric.SyncEvery, fabric.SyncLast} {
 				t.Run(fmt.Sprintf("%s/k%d/%v", st, k, sync), func(t *testing.T) {
-					got := trainAccumulating(t, st, n, fabric.Accumulation{MicroBatches: k, Sync: sync}, bs)
+					got := trainAccumulating(t, st, n, fabric.Config{Accumulation: fabric.Accumulation{MicroBatches: k, Sync: sync}}, bs)
 					if d := relDiff(t, got.params, want.params); d > 1e-9 {
 						t.Errorf("weights differ from one batch's by %g relative", d)
 					}
@@ -220,8 +222,8 @@ func TestNoBackwardSyncSkipsReductions(t *testing.T) {
 		{"ddp", comm.AllReduce, fabric.SyncAuto, 1}, {"ddp", comm.AllReduce, fabric.SyncEvery, 4},
 		{"fsdp", comm.ReduceScatter, fabric.SyncAuto, 4}, {"fsdp", comm.ReduceScatter, fabric.SyncLast, 1},
 	} {
-		once := trainAccumulating(t, c.strategy, 2, fabric.Accumulation{}, bs).stats[0]
-		got := trainAccumulating(t, c.strategy, 2, fabric.Accumulation{MicroBatches: 4, Sync: c.sync}, bs).stats[0]
+		once := trainAccumulating(t, c.strategy, 2, fabric.Config{}, bs).stats[0]
+		got := trainAccumulating(t, c.strategy, 2, fabric.Config{Accumulation: fabric.Accumulation{MicroBatches: 4, Sync: c.sync}}, bs).stats[0]
 		key := comm.Key{Collective: c.coll, DType: dtype.F64}
 		if once.Calls[c.coll] == 0 || got.Calls[c.coll] != c.times*once.Calls[c.coll] || got.Bytes[key] != c.times*once.Bytes[key] {
 			t.Errorf("%s sync %v: %d %v calls, %d bytes; one step without accumulation makes %d, %d bytes; want %d times those",
@@ -324,7 +326,7 @@ func TestSkipMidAccumulation(t *testing.T) {
 	vals := bad.X.Float64s()
 	vals[len(vals)-1] = math.NaN() // in the last micro-batch
 	bad.X = tensor.FromFloat64(vals, 8, 32)
-	want := trainAccumulating(t, "single", 1, fabric.Accumulation{}, []data.Batch{good})
+	want := trainAccumulating(t, "single", 1, fabric.Config{}, []data.Batch{good})
 	for _, st := range []string{"single", "ddp", "fsdp"} {
 		n := 2
 		if st == "single" {
@@ -431,7 +433,7 @@ func TestGradAccumulationFP8(t *testing.T) {
 func TestManualAccumulation(t *testing.T) {
 	const k = 4
 	bs := f64Batches(2, 8)
-	want := trainAccumulating(t, "single", 1, fabric.Accumulation{}, bs)
+	want := trainAccumulating(t, "single", 1, fabric.Config{}, bs)
 	for _, st := range []string{"ddp", "fsdp"} {
 		var got map[string][]float64
 		err := comm.Each(local.NewGroup(2, local.Options{}), func(i int, c comm.Communicator) error {

@@ -29,6 +29,18 @@ func (f *Fabric) ClipGradValue(clip float64) error {
 	return nil
 }
 
+// clip clips the step's gradients as Config.ClipValue or ClipNorm says,
+// noting the norm in res.
+func (f *Fabric) clip(res *StepResult) (err error) {
+	switch {
+	case f.cfg.ClipValue > 0:
+		return f.ClipGradValue(f.cfg.ClipValue)
+	case f.cfg.ClipNorm > 0:
+		res.GradNorm, err = f.ClipGradNorm(f.cfg.ClipNorm)
+	}
+	return err
+}
+
 // unscaled unscales the optimizer's gradients, unless this step's are
 // already, and returns its parameters.
 func (f *Fabric) unscaled() ([]nn.NamedParam, error) {

@@ -28,6 +28,14 @@ type Config struct {
 	// LossScaling NoLossScaling refuses float16 compute instead of
 	// scaling its loss.
 	LossScaling precision.LossScaling
+	// EvalPrecision, if set, is the plugin EvalLoss computes in over the
+	// weights as training stores them (Lightning #20606: train in
+	// bf16-mixed, evaluate in 32-true): its input, compute and output
+	// casts for the whole model, in place of training's. Setup refuses
+	// one that converts modules (fp8, quantized), one that stores
+	// weights in another dtype than training does, and training that
+	// converted modules, whose arithmetic an evaluation would still run.
+	EvalPrecision precision.Plugin
 
 	// Strategy names where parameters, gradients and optimizer state live
 	// (strategy.Names: single, ddp, zero1, zero2, fsdp, hsdp); "" is
@@ -57,6 +65,10 @@ type Config struct {
 	// ClipValue, if positive, is the bound TrainStep clamps every gradient
 	// element to before the step (see ClipGradValue).
 	ClipValue float64
+	// ClipNorm, if positive, is the global L2 norm TrainStep scales the
+	// gradients down to before the step (see ClipGradNorm); set it or
+	// ClipValue, not both.
+	ClipNorm float64
 	// OnNonFinite is what TrainStep does with a non-finite loss that no
 	// loss scaler absorbs (StopOnNonFinite unless set).
 	OnNonFinite OnNonFinite
@@ -118,6 +130,10 @@ func (c Config) check() error {
 		return fmt.Errorf("fabric: gradient sync %d: accepted are SyncAuto, SyncEvery and SyncLast", c.Accumulation.Sync)
 	case c.ClipValue < 0 || math.IsNaN(c.ClipValue) || math.IsInf(c.ClipValue, 0):
 		return fmt.Errorf("fabric: clip value %g: want a positive bound, or 0 for none", c.ClipValue)
+	case c.ClipNorm < 0 || math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0):
+		return fmt.Errorf("fabric: clip norm %g: want a positive bound, or 0 for none", c.ClipNorm)
+	case c.ClipNorm > 0 && c.ClipValue > 0:
+		return fmt.Errorf("fabric: clip norm %g and clip value %g: clip by one of them", c.ClipNorm, c.ClipValue)
 	case c.OnNonFinite < StopOnNonFinite || c.OnNonFinite > TrainOnNonFinite:
 		return fmt.Errorf("fabric: on-non-finite %d: accepted are StopOnNonFinite, SkipNonFinite and TrainOnNonFinite", c.OnNonFinite)
 	}

@@ -28,6 +28,7 @@ type Fabric struct {
 	policy  precision.Policy
 	plan    *precision.Resolution // set by Setup
 	scopes  *precision.Scopes
+	eval    *forwardPrecision // Config.EvalPrecision's, set by Setup
 	scaler  precision.Scaler
 	dist    *strategy.Rank   // nil on one device
 	tensors *parallel.Layout // Config.TensorPlan's, set by Setup
@@ -174,6 +175,9 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 		return err
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
+	if f.eval, err = evalPrecision(m, f.cfg.EvalPrecision, plan); err != nil {
+		return err
+	}
 	if f.distCfg != nil {
 		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.cfg.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
@@ -359,7 +363,11 @@ func (f *Fabric) backward(ctx context.Context, loss *autograd.Var) error {
 
 // ClipGradNorm unscales the gradients (once per step) and rescales them so
 // that their global L2 norm is at most maxNorm; it returns the norm before
-// clipping, as torch.nn.utils.clip_grad_norm_ does.
+// clipping, as torch.nn.utils.clip_grad_norm_ does: the gradients are
+// multiplied by min(maxNorm/(norm+1e-6), 1). The norm is that of the
+// gradients as one device holds them, summed over the chunks of every
+// rank when the strategy shards them. A non-finite norm under a loss
+// scaler, whose Step then skips, leaves the gradients as they are.
 func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 	if !(maxNorm > 0) {
 		return 0, fmt.Errorf("fabric: clip norm %g: must be positive", maxNorm)
@@ -373,7 +381,10 @@ func (f *Fabric) ClipGradNorm(maxNorm float64) (float64, error) {
 		return 0, err
 	}
 	norm := math.Sqrt(sq)
-	if coef := maxNorm / (norm + 1e-6); coef < 1 {
+	if !isFinite(norm) && f.plan.ScalesLoss() {
+		return norm, nil
+	}
+	if coef := maxNorm / (norm + 1e-6); !(coef >= 1) { // NaN too, as torch's clamp keeps it
 		for _, p := range params {
 			if p.Var.Grad != nil {
 				p.Var.Grad.ScaleInPlace(coef)

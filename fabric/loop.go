@@ -43,6 +43,9 @@ type StepResult struct {
 	// Skipped is true when the optimizer step was skipped: by the loss
 	// scaler (a non-finite gradient) or by SkipNonFinite.
 	Skipped bool
+	// GradNorm is the global L2 norm of the gradients before clipping,
+	// with Config.ClipNorm; 0 without, or when the step was skipped.
+	GradNorm float64
 	// ParamBytes and GradBytes are what this rank held for parameters and
 	// gradients at the optimizer step.
 	ParamBytes, GradBytes int64
@@ -53,7 +56,7 @@ type StepResult struct {
 // casts the input, runs the forward pass in the precision's scope,
 // computes the cross-entropy of the logits outside it, runs backward
 // through the loss scaler (syncing gradients across ranks), clips the
-// gradients to Config.ClipValue, if set, steps the optimizer and tells the
+// gradients to Config.ClipValue or ClipNorm, if set, steps the optimizer and tells the
 // Config.OnStepEnd; with Config.Accumulation, it does all before the
 // clipping once per micro-batch of the share. Every rank must call it,
 // each with its share of the same global batch.
@@ -97,17 +100,17 @@ func (f *Fabric) trainStep(ctx context.Context, m Model, share data.Batch) (Step
 			return res, nil
 		}
 	}
-	if f.cfg.ClipValue > 0 {
-		if err := f.ClipGradValue(f.cfg.ClipValue); err != nil {
-			return StepResult{}, err
-		}
+	if err := f.clip(&res); err != nil {
+		return StepResult{}, err
 	}
 	res.ParamBytes, res.GradBytes = f.rankBytes()
 	skipped, err := f.step(ctx)
 	if err != nil {
 		return StepResult{}, err
 	}
-	res.Skipped = skipped
+	if skipped {
+		res.Skipped, res.GradNorm = true, 0
+	}
 	return res, nil
 }
 
@@ -151,8 +154,9 @@ func (f *Fabric) dropGrads(ctx context.Context) error {
 }
 
 // EvalLoss is a validation pass: the mean over batches of the
-// cross-entropy of the model on each, as TrainStep computes it, recording
-// nothing for backward; it tells Config.OnValidationEnd. Each
+// cross-entropy of the model on each, as TrainStep computes it (in
+// Config.EvalPrecision, if set), recording nothing for backward; it tells
+// Config.OnValidationEnd. Each
 // batch is this rank's share of a global batch (a Loader's), and every
 // rank must call it with its shares of the same global batches.
 func (f *Fabric) EvalLoss(ctx context.Context, m Model, batches ...data.Batch) (float64, error) {
@@ -178,6 +182,7 @@ func (f *Fabric) evalLoss(ctx context.Context, m Model, share data.Batch) (float
 	if err := f.checkCall("EvalLoss", m, share); err != nil {
 		return 0, err
 	}
+	defer f.eval.enter(f)()
 	b, made := f.cast(share)
 	defer tensor.Free(made)
 	f.tape.NoGrad = true

@@ -2,6 +2,8 @@ package precision
 
 import (
 	"fmt"
+	"math"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +32,10 @@ func argsOf(p Plugin) []arg {
 		return mxArgs
 	case *quant.FourBit:
 		return fourBitArgs
+	case *quant.Int8:
+		return int8Args
+	case MixedScaled:
+		return scalerArgs
 	case *transformerEngine:
 		return transformerEngineArgs
 	}
@@ -50,6 +56,24 @@ var (
 	fourBitArgs = []arg{
 		choiceArg("block", []string{"64", "128", "256", "512", "1024", "2048", "4096"}, []int{64, 128, 256, 512, 1024, 2048, 4096},
 			func(p Plugin) *int { return &p.(*quant.FourBit).BlockSize }),
+		skipArg(func(p Plugin) *[]string { return &p.(*quant.FourBit).Skip }),
+	}
+	// LLM.int8()'s outlier threshold (bitsandbytes' llm_int8_threshold)
+	// and the Linears left in float (llm_int8_skip_modules).
+	int8Args = []arg{
+		floatArg("threshold", "0 (no outlier decomposition) or a positive number", func(x float64) bool { return x >= 0 && float32(x) <= math.MaxFloat32 },
+			func(p Plugin, x float64) { p.(*quant.Int8).Threshold = float32(x) }),
+		skipArg(func(p Plugin) *[]string { return &p.(*quant.Int8).Skip }),
+	}
+	// torch.amp.GradScaler's constructor arguments.
+	scalerArgs = []arg{
+		floatArg("init_scale", "a positive number float32 holds", func(x float64) bool { return float32(x) > 0 && float32(x) <= math.MaxFloat32 },
+			func(p Plugin, x float64) { p.(MixedScaled).SetScale(x) }),
+		floatArg("growth_factor", "a number above 1", func(x float64) bool { return x > 1 && x <= math.MaxFloat64 },
+			func(p Plugin, x float64) { p.(MixedScaled).GrowthFactor = x }),
+		floatArg("backoff_factor", "a number between 0 and 1, both excluded", func(x float64) bool { return x > 0 && x < 1 },
+			func(p Plugin, x float64) { p.(MixedScaled).BackoffFactor = x }),
+		intArg("growth_interval", 1, math.MaxInt32, func(p Plugin) *int { return &p.(MixedScaled).GrowthInterval }),
 	}
 )
 
@@ -67,6 +91,39 @@ func intArg(name string, lo, hi int, field func(Plugin) *int) arg {
 			return nil, "", false
 		}
 		return func(p Plugin) { *field(p) = n }, strconv.Itoa(n), true
+	}}
+}
+
+// floatArg is a number argument that ok accepts (want says which), set
+// on a plugin by set.
+func floatArg(name, want string, ok func(float64) bool, set func(Plugin, float64)) arg {
+	return arg{name: name, want: want, parse: func(v string) (func(Plugin), string, bool) {
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !ok(x) {
+			return nil, "", false
+		}
+		return func(p Plugin) { set(p, x) }, strconv.FormatFloat(x, 'g', -1, 64), true
+	}}
+}
+
+// skipArg is a quantizer's Skip list: module patterns joined by "|"
+// (skip=head|blocks.0.*), or none to quantize every Linear.
+func skipArg(field func(Plugin) *[]string) arg {
+	return arg{name: "skip", want: `module patterns joined by | (as in head|blocks.0.*), or none`, parse: func(v string) (func(Plugin), string, bool) {
+		var patterns []string
+		if v != "none" {
+			patterns = strings.Split(v, "|")
+		}
+		for i, pat := range patterns {
+			patterns[i] = strings.TrimSpace(pat)
+			if _, err := path.Match(strings.ReplaceAll(patterns[i], ".", "/"), ""); patterns[i] == "" || err != nil {
+				return nil, "", false
+			}
+		}
+		if len(patterns) == 0 {
+			return func(p Plugin) { *field(p) = nil }, "none", true
+		}
+		return func(p Plugin) { *field(p) = slices.Clone(patterns) }, strings.Join(patterns, "|"), true
 	}}
 }
 

@@ -306,7 +306,11 @@ func stepsToGrowth(t *testing.T, s precision.Scaler, limit int) (int, float64) {
 
 func TestOptionsGradScaler(t *testing.T) {
 	opts := precision.Options{InitScale: 8, GrowthFactor: 4, BackoffFactor: 0.25, GrowthInterval: 3}
-	for _, spec := range []string{"16-mixed", "16"} {
+	for spec, opts := range map[string]precision.Options{"16-mixed": opts, "16": opts,
+		// The same knobs as the spec's arguments, which win over Options.
+		"16-mixed(init_scale=8,growth_factor=4,backoff_factor=0.25,growth_interval=3)":    {},
+		"16-mixed(init_scale=8, growth_interval=3, growth_factor=4, backoff_factor=0.25)": {InitScale: 2, GrowthInterval: 7},
+	} {
 		p := mustParse(t, spec, opts)
 		if _, ok := p.(precision.LossScaler); !ok || !precision.ScalesLoss(p) {
 			t.Fatalf("%s does not implement LossScaler", spec)
@@ -494,6 +498,7 @@ func TestGradScalerStateRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := precision.NewGradScaler()
+	r.GrowthInterval = 5 // the knobs are the restoring scaler's own, from its spec
 	if err := r.UnmarshalState(b); err != nil {
 		t.Fatal(err)
 	}
@@ -506,6 +511,16 @@ func TestGradScalerStateRoundTrip(t *testing.T) {
 		if n, scale := stepsToGrowth(t, s, 10); n != 3 || scale != 512 {
 			t.Errorf("%s: scale %v after %d more steps, want 512 after 3", name, scale, n)
 		}
+	}
+	// A scaler of other knobs keeps them: a tracker of 2 grows a scale
+	// under an interval of 2 at the next finite step, by its factor 4.
+	other := precision.NewGradScaler()
+	other.GrowthInterval, other.GrowthFactor = 2, 4
+	if err := other.UnmarshalState(b); err != nil || other.GrowthInterval != 2 || other.GrowthFactor != 4 {
+		t.Fatalf("a scaler of interval 2, growth 4 restored %v: interval %d, growth %v", err, other.GrowthInterval, other.GrowthFactor)
+	}
+	if n, scale := stepsToGrowth(t, other, 10); n != 1 || scale != 1024 {
+		t.Errorf("restored tracker 2 under interval 2: scale %v after %d steps, want 1024 after 1", scale, n)
 	}
 	// A scale that is not a float32 power of two survives too.
 	a.SetScale(1234.5)

@@ -177,6 +177,24 @@ func TestSpecArgs(t *testing.T) {
 	if p := mustParse(t, "nf4-dq(block=128)", precision.Options{}).(*quant.FourBit); p.BlockSize != 128 || !p.Double {
 		t.Errorf("nf4-dq(block=128): block %d, double %v", p.BlockSize, p.Double)
 	}
+	if p := mustParse(t, "nf4(skip=none)", precision.Options{}).(*quant.FourBit); p.Skip != nil {
+		t.Errorf("nf4(skip=none): skip %q", p.Skip)
+	}
+	if p := mustParse(t, "int8(threshold=4.5,skip=head|blocks.*.fc)", precision.Options{}).(*quant.Int8); p.Threshold != 4.5 || !slices.Equal(p.Skip, []string{"head", "blocks.*.fc"}) {
+		t.Errorf("int8(threshold=4.5,skip=head|blocks.*.fc): threshold %v, skip %q", p.Threshold, p.Skip)
+	}
+	if p := mustParse(t, "int8-training", precision.Options{}).(*quant.Int8); p.Threshold != quant.DefaultThreshold || !slices.Equal(p.Skip, quant.DefaultSkip) {
+		t.Errorf("int8-training: threshold %v, skip %q; want LLM.int8()'s 6 and %q", p.Threshold, p.Skip, quant.DefaultSkip)
+	}
+	for text, want := range map[string]string{
+		"16-mixed(growth_interval=100, init_scale=1024)": "16-mixed(init_scale=1024,growth_interval=100)",
+		"int8-training(skip= head | fc1 ,threshold=0)":   "int8-training(threshold=0,skip=head|fc1)",
+		"bf16-true+nf4(skip=none,block=64)":              "bf16-true+nf4(block=64,skip=none)",
+	} {
+		if sp, err := precision.ParseSpec(text, precision.Options{}); err != nil || sp.String() != want {
+			t.Errorf("ParseSpec(%s) = %q, %v; want %s", text, sp.String(), err, want)
+		}
+	}
 
 	// Each New applies the arguments to a fresh plugin.
 	sp, err := precision.ParseSpec("fp8(margin=2)", precision.Options{})
@@ -211,6 +229,18 @@ func TestSpecArgsConverted(t *testing.T) {
 	if bw := w.(*quant.Blockwise); bw.BlockSize != 128 {
 		t.Errorf("fc1 quantized in blocks of %d, want 128", bw.BlockSize)
 	}
+	// skip replaces the default (head): int8 quantizes the head and
+	// leaves fc2 in float.
+	m = models.NewMLP(nn.NewInit(1))
+	p := mustParse(t, "int8(skip=fc2)", precision.Options{})
+	if err := precision.ConvertModule(p, m); err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]*nn.Linear{"fc1": m.FC1, "fc2": m.FC2, "head": m.Head} {
+		if _, quantized := quant.WeightOf(l); quantized != (name != "fc2") {
+			t.Errorf("int8(skip=fc2): %s quantized %v", name, quantized)
+		}
+	}
 }
 
 func TestSpecArgsBad(t *testing.T) {
@@ -223,6 +253,17 @@ func TestSpecArgsBad(t *testing.T) {
 		{"fp8(algo=mean)", `precision "fp8(algo=mean)": algo=mean: want max or most_recent`},
 		{"fp8(format=e4m2)", `precision "fp8(format=e4m2)": format=e4m2: want hybrid, e4m3 or e5m2`},
 		{"nf4(block=100)", `precision "nf4(block=100)": block=100: want 64, 128, 256, 512, 1024, 2048 or 4096`},
+		{"16-mixed(init_scale=0)", `precision "16-mixed(init_scale=0)": init_scale=0: want a positive number float32 holds`},
+		{"16-mixed(init_scale=1e39)", `precision "16-mixed(init_scale=1e39)": init_scale=1e39: want a positive number float32 holds`},
+		{"16-mixed(growth_factor=1)", `precision "16-mixed(growth_factor=1)": growth_factor=1: want a number above 1`},
+		{"16-mixed(growth_factor=inf)", `precision "16-mixed(growth_factor=inf)": growth_factor=inf: want a number above 1`},
+		{"16-mixed(backoff_factor=1)", `precision "16-mixed(backoff_factor=1)": backoff_factor=1: want a number between 0 and 1, both excluded`},
+		{"16-mixed(backoff_factor=NaN)", `precision "16-mixed(backoff_factor=NaN)": backoff_factor=NaN: want a number between 0 and 1, both excluded`},
+		{"16-mixed(growth_interval=0)", `precision "16-mixed(growth_interval=0)": growth_interval=0: want an integer from 1 to 2147483647`},
+		{"16-mixed(scale=2)", `precision "16-mixed(scale=2)": unknown argument scale; accepted: init_scale, growth_factor, backoff_factor, growth_interval`},
+		{"int8(threshold=-1)", `precision "int8(threshold=-1)": threshold=-1: want 0 (no outlier decomposition) or a positive number`},
+		{"int8(skip=)", `precision "int8(skip=)": skip=: want module patterns joined by | (as in head|blocks.0.*), or none`},
+		{"nf4(skip=head|[)", `precision "nf4(skip=head|[)": skip=head|[: want module patterns joined by | (as in head|blocks.0.*), or none`},
 		{"fp8(margin)", `precision "fp8(margin)": argument "margin": want ARG=VALUE`},
 		{"fp8()", `precision "fp8()": argument "": want ARG=VALUE`},
 		{"fp8(margin=1,margin=2)", `precision "fp8(margin=1,margin=2)": argument margin given twice`},

@@ -251,6 +251,13 @@ func TrainedParams(p Plugin) (params []nn.NamedParam, ok bool) {
 	return nil, false
 }
 
+// ConvertsModules reports whether p replaces modules' arithmetic (the
+// ModuleConverter role).
+func ConvertsModules(p Plugin) bool {
+	_, ok := role[ModuleConverter](p)
+	return ok
+}
+
 // AgreeOver gives every member of p that must agree with other ranks
 // their reductions.
 func AgreeOver(p Plugin, r comm.Agreement) {

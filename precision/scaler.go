@@ -111,7 +111,7 @@ func (s *GradScaler) Update() {
 	if s.foundInf {
 		s.scale = float32(float64(s.scale) * s.BackoffFactor)
 		s.growthTracker = 0
-	} else if s.growthTracker++; s.growthTracker == s.GrowthInterval {
+	} else if s.growthTracker++; s.growthTracker >= s.GrowthInterval { // above it: a tracker restored under a longer interval
 		if grown := float32(float64(s.scale) * s.GrowthFactor); !math.IsInf(float64(grown), 0) {
 			s.scale = grown
 		}
@@ -133,6 +133,11 @@ func (s *GradScaler) MarshalState() ([]byte, error) {
 	return json.Marshal(scalerState{float64(s.scale), s.GrowthFactor, s.BackoffFactor, s.GrowthInterval, s.growthTracker})
 }
 
+// UnmarshalState restores the scale and the growth tracker. The growth
+// factor, backoff factor and interval stay s's own, those of the spec
+// that built it (16-mixed(growth_interval=100)), which a resume announces
+// when it changed: the state's are checked, not taken, unlike
+// GradScaler.load_state_dict's.
 func (s *GradScaler) UnmarshalState(b []byte) error {
 	var st scalerState
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -143,8 +148,7 @@ func (s *GradScaler) UnmarshalState(b []byte) error {
 		st.GrowthInterval < 1 || st.GrowthTracker < 0 {
 		return fmt.Errorf("precision: grad scaler state %+v: want a finite float32 scale > 0, growth > 1, backoff in (0,1), interval ≥ 1, tracker ≥ 0", st)
 	}
-	s.scale, s.GrowthFactor, s.BackoffFactor = scale, st.GrowthFactor, st.BackoffFactor
-	s.GrowthInterval, s.growthTracker = st.GrowthInterval, st.GrowthTracker
+	s.scale, s.growthTracker = scale, st.GrowthTracker
 	s.unscaled, s.foundInf = false, false
 	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/weftml/weft/models"
 	"github.com/weftml/weft/models/hf"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/precision"
 )
 
 // Config is one training run, its settings grouped by concern. Each group
@@ -130,7 +131,11 @@ type OptimConfig struct {
 	GradAccum int `yaml:"grad_accum"`
 	// ClipValue clamps every gradient element to ±ClipValue before the
 	// step (0: no clipping).
-	ClipValue  float64              `yaml:"clip_value"`
+	ClipValue float64 `yaml:"clip_value"`
+	// ClipNorm scales the gradients down to this global L2 norm before
+	// the step when it is above it, as clip_grad_norm_ does, e.g. 1.0
+	// (0: no clipping); set it or ClipValue.
+	ClipNorm   float64              `yaml:"clip_norm" flat:"-"`
 	LRSchedule optim.ScheduleConfig `yaml:"lr_schedule"` // the learning rate per step, lr its peak
 }
 
@@ -152,6 +157,9 @@ type CheckpointConfig struct {
 type EvalConfig struct {
 	EvalEvery   int `yaml:"every" flat:"eval_every"`     // steps between validation passes (50)
 	EvalBatches int `yaml:"batches" flat:"eval_batches"` // batches per validation pass (8)
+	// EvalPrecision is the spec validation computes in, over the weights
+	// as training stores them, e.g. 32-true ("": the training precision).
+	EvalPrecision string `yaml:"precision" flat:"-"`
 }
 
 // LoRA trains low-rank adapters on the targeted Linears and nothing else
@@ -569,7 +577,23 @@ func (c Config) validate() error {
 	if err := c.validateLoop(); err != nil {
 		return err
 	}
+	if _, err := c.evalPrecision(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// evalPrecision is a plugin of the spec validation computes in, nil for
+// the training precision.
+func (c Config) evalPrecision() (precision.Plugin, error) {
+	if c.EvalPrecision == "" {
+		return nil, nil
+	}
+	p, err := precision.Parse(c.EvalPrecision, precision.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("eval precision: %w", err)
+	}
+	return p, nil
 }
 
 // validateModel refuses a model that is not registered, a language

@@ -110,8 +110,11 @@ checkpoint: {keep_last: 3}
 // with one line naming the setting.
 func TestOptimizerConfig(t *testing.T) {
 	c := Defaults()
-	if _, err := ParseConfig([]byte("optim: {beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0}\n"), &c); err != nil {
+	if _, err := ParseConfig([]byte("optim: {beta1: 0.8, beta2: 0.99, eps: 1e-6, weight_decay: 0, clip_norm: 1.5}\n"), &c); err != nil {
 		t.Fatal(err)
+	}
+	if c.ClipNorm != 1.5 {
+		t.Errorf("clip_norm: 1.5 set %v", c.ClipNorm)
 	}
 	if got, want := c.adamW(), (optim.AdamWConfig{LR: 3e-3, Beta1: 0.8, Beta2: 0.99, Eps: 1e-6}); got != want {
 		t.Errorf("AdamW %+v, want %+v", got, want)

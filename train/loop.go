@@ -38,6 +38,12 @@ func (c Config) validateLoop() error {
 	if c.ClipValue < 0 || math.IsNaN(c.ClipValue) || math.IsInf(c.ClipValue, 0) {
 		return fmt.Errorf("clip_value %g: want a positive bound, or 0 for none", c.ClipValue)
 	}
+	if c.ClipNorm < 0 || math.IsNaN(c.ClipNorm) || math.IsInf(c.ClipNorm, 0) {
+		return fmt.Errorf("clip_norm %g: want a positive bound, or 0 for none", c.ClipNorm)
+	}
+	if c.ClipNorm > 0 && c.ClipValue > 0 {
+		return fmt.Errorf("clip_norm %g and clip_value %g: clip by one of them", c.ClipNorm, c.ClipValue)
+	}
 	if _, err := c.LRSchedule.Build(c.LR, c.Steps); err != nil {
 		return err
 	}
@@ -89,10 +95,10 @@ func openLoggers(c Config, start int) (loggers []fabric.Logger, kept []Metrics, 
 
 // metricColumns are the fields of a step's record, in metrics.jsonl's
 // order.
-var metricColumns = []string{"loss", "loss_scale", "tokens_per_s", "skipped", "val_loss", "peak_alloc_mib", "lr"}
+var metricColumns = []string{"loss", "loss_scale", "tokens_per_s", "skipped", "val_loss", "peak_alloc_mib", "lr", "grad_norm"}
 
 // fields is m as a logged record: the fields of its metrics.jsonl line,
-// without step, Skipped and ValLoss only when set.
+// without step, Skipped, ValLoss and GradNorm only when set.
 func (m Metrics) fields() []fabric.Field {
 	out := []fabric.Field{{Name: "loss", Value: float64(m.Loss)}, {Name: "loss_scale", Value: m.LossScale}, {Name: "tokens_per_s", Value: m.TokensPerS}}
 	if m.Skipped {
@@ -101,5 +107,9 @@ func (m Metrics) fields() []fabric.Field {
 	if m.ValLoss != nil {
 		out = append(out, fabric.Field{Name: "val_loss", Value: float64(*m.ValLoss)})
 	}
-	return append(out, fabric.Field{Name: "peak_alloc_mib", Value: m.PeakAllocMiB}, fabric.Field{Name: "lr", Value: m.LR})
+	out = append(out, fabric.Field{Name: "peak_alloc_mib", Value: m.PeakAllocMiB}, fabric.Field{Name: "lr", Value: m.LR})
+	if m.GradNorm != nil {
+		out = append(out, fabric.Field{Name: "grad_norm", Value: float64(*m.GradNorm)})
+	}
+	return out
 }

@@ -93,12 +93,53 @@ func TestClipValueThroughRun(t *testing.T) {
 	}
 }
 
+// TestClipNormThroughRun: --clip-norm logs each step's gradient norm, and
+// 2 ranks of ddp and fsdp train, in float64, the losses and norms of one
+// device to 1e-9; the clip changes the training.
+func TestClipNormThroughRun(t *testing.T) {
+	const clip = 0.05
+	run := func(strategy string, devices int, clip float64) []Metrics {
+		c := tinyConfig(t, float64Spec)
+		c.Strategy, c.Devices, c.ClipNorm = strategy, devices, clip
+		c.Steps, c.BatchSize, c.EvalEvery, c.SaveEvery = 3, 8, 100, 100
+		return runMetrics(t, c)
+	}
+	want, none := run("single", 1, clip), run("single", 1, 0)
+	if want[2].Loss == none[2].Loss || none[0].GradNorm != nil {
+		t.Errorf("clip %v: losses %v, no clipping %v (norm logged %v): the clip must change the training, and only it log norms", clip, want[2].Loss, none[2].Loss, none[0].GradNorm)
+	}
+	for _, st := range []string{"ddp", "fsdp"} {
+		for s, m := range run(st, 2, clip) {
+			w := want[s]
+			if w.GradNorm == nil || m.GradNorm == nil || !(float64(*w.GradNorm) > clip) {
+				t.Fatalf("%s step %d: norm %v, one device %v; want both logged, above %v", st, s, m.GradNorm, w.GradNorm, clip)
+			}
+			if math.Abs(float64(m.Loss-w.Loss)) > 1e-9*float64(w.Loss) || math.Abs(float64(*m.GradNorm-*w.GradNorm)) > 1e-9*float64(*w.GradNorm) {
+				t.Errorf("%s step %d: loss %v norm %v, one device %v and %v", st, s, m.Loss, *m.GradNorm, w.Loss, *w.GradNorm)
+			}
+		}
+	}
+}
+
+// runMetrics runs c and returns what it logged in metrics.jsonl.
+func runMetrics(t *testing.T, c Config) []Metrics {
+	t.Helper()
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := readMetrics(filepath.Join(c.Out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
 // TestJSONLKeepsMetricsFormat: the JSONL logger writes a step's record as
 // the Metrics struct encodes it, nulls and omitted fields alike.
 func TestJSONLKeepsMetricsFormat(t *testing.T) {
 	val := Float(2.5)
 	for _, m := range []Metrics{
-		{Step: 3, Loss: 1.25, LossScale: 65536, TokensPerS: 1234.5, PeakAllocMiB: 7.75, LR: 3e-4},
+		{Step: 3, Loss: 1.25, LossScale: 65536, TokensPerS: 1234.5, PeakAllocMiB: 7.75, LR: 3e-4, GradNorm: new(Float(0.5))},
 		{Step: 4, Loss: Float(math.NaN()), LossScale: 1, Skipped: true, ValLoss: &val, PeakAllocMiB: 1e-3, LR: 1e-9},
 	} {
 		var got bytes.Buffer
@@ -199,6 +240,8 @@ func TestLoopBadInputs(t *testing.T) {
 		{func(c *Config) { c.GradAccum = 3 }, "batch size 4 does not split into 3 micro-batches"},
 		{func(c *Config) { c.GradSync = "sometimes" }, `grad sync "sometimes": accepted are auto, every, last`},
 		{func(c *Config) { c.ClipValue = -1 }, "clip_value -1"},
+		{func(c *Config) { c.ClipNorm = math.NaN() }, "clip_norm NaN"},
+		{func(c *Config) { c.ClipNorm, c.ClipValue = 1, 1 }, "clip_norm 1 and clip_value 1: clip by one of them"},
 		{func(c *Config) { c.LRSchedule.Name = "linear" }, `lr schedule "linear"`},
 		{func(c *Config) { c.LRSchedule = optim.ScheduleConfig{Name: "step", Gamma: 0.5} }, "every 0"},
 		{func(c *Config) { c.Loggers = []string{"csv"} }, "jsonl is needed"},

@@ -1,6 +1,9 @@
 package train
 
 import (
+	"context"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/weftml/weft/precision"
@@ -35,5 +38,40 @@ func TestConfigSpecArgs(t *testing.T) {
 	}
 	if d := head.(*fp8.Delayed); d.Algo != fp8.AmaxMostRecent || d.HistoryLen != 1024 {
 		t.Errorf("head's fp8 algo %v, history %d; want most_recent and the default 1024", d.Algo, d.HistoryLen)
+	}
+}
+
+// TestScalerKnobsResume: 16-mixed's GradScaler arguments reach the run,
+// and a resume under other knobs announces them and trains with them on
+// the checkpoint's scale: an interval of 1 grows the scale by the new
+// factor at the first finite step.
+func TestScalerKnobsResume(t *testing.T) {
+	c := tinyConfig(t, "16-mixed(init_scale=1024,growth_interval=1000)")
+	c.Steps, c.SaveEvery, c.EvalEvery = 2, 2, 100
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := readMetrics(filepath.Join(c.Out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms[1].Skipped || ms[1].LossScale != 1024 {
+		t.Fatalf("step 1: skipped %v, loss scale %v; want 1024, the init_scale", ms[1].Skipped, ms[1].LossScale)
+	}
+	r := c
+	r.Steps, r.Precision = 3, "16-mixed(growth_factor=4,growth_interval=1)"
+	obs := &warnings{}
+	if _, err := Run(context.Background(), r, true, obs); err != nil {
+		t.Fatal(err)
+	}
+	want := "precision 16-mixed(init_scale=1024,growth_interval=1000) -> 16-mixed(growth_factor=4,growth_interval=1)"
+	if len(obs.lines) != 2 || !strings.Contains(obs.lines[1], want) {
+		t.Errorf("resume said\n%s\nwant a line with %s", strings.Join(obs.lines, "\n"), want)
+	}
+	if ms, err = readMetrics(filepath.Join(c.Out, "metrics.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if ms[2].Skipped || ms[2].LossScale != 4096 {
+		t.Errorf("step 2: skipped %v, loss scale %v; want 4096 (1024 grown by 4)", ms[2].Skipped, ms[2].LossScale)
 	}
 }

@@ -41,6 +41,9 @@ type Metrics struct {
 	// all of them together.
 	PeakAllocMiB float64 `json:"peak_alloc_mib"`
 	LR           float64 `json:"lr"` // the step's learning rate
+	// GradNorm is the gradients' global L2 norm before clipping, logged
+	// with --clip-norm for the steps not skipped.
+	GradNorm *Float `json:"grad_norm,omitempty"`
 }
 
 // Float is a float64 that JSON carries as null when it is inf or NaN.
@@ -331,6 +334,9 @@ func (r *rankRun) step(step int, batches *fabric.Loader, ckpt checkpointer, sum 
 		return false, fmt.Errorf("step %d: %w", step, err)
 	}
 	m := Metrics{Step: step, Loss: Float(res.Loss), Skipped: res.Skipped, LossScale: r.f.LossScale(), LR: r.opt.LR}
+	if c.ClipNorm > 0 && !res.Skipped {
+		m.GradNorm = new(Float(res.GradNorm))
+	}
 	m.TokensPerS = float64(r.t.units) / time.Since(began).Seconds()
 	if step == 0 || (step+1)%c.EvalEvery == 0 || step+1 == c.Steps {
 		if err := r.validate(ctx, step, &m, sum); err != nil {
@@ -569,7 +575,12 @@ func (r *rankRun) fabricConfig(pol precision.Policy, scaling precision.LossScali
 		ActivationCheckpointing: c.ActivationCheckpointing,
 		Accumulation:            fabric.Accumulation{MicroBatches: c.GradAccum, Sync: sync},
 		ClipValue:               c.ClipValue,
+		ClipNorm:                c.ClipNorm,
 		Seed:                    c.Seed,
+	}
+	var err error
+	if cfg.EvalPrecision, err = c.evalPrecision(); err != nil {
+		return fabric.Config{}, err
 	}
 	hearHooks(&cfg, r.obs)
 	if c.OnNaN == "skip" {

@@ -180,14 +180,14 @@ func TestResumeListsChanges(t *testing.T) {
 	}
 	r := c
 	r.Steps, r.LR, r.Seed, r.BatchSize, r.GradAccum = 3, 1e-3, 5, 8, 2
-	r.Beta1, r.WeightDecay = 0.8, 0
+	r.Beta1, r.WeightDecay, r.ClipNorm, r.EvalPrecision = 0.8, 0, 1, "32-true"
 	r.LRSchedule = optim.ScheduleConfig{Name: "cosine", Warmup: 1}
 	obs := &warnings{}
 	if _, err := Run(context.Background(), r, true, obs); err != nil {
 		t.Fatal(err)
 	}
 	ckpt := filepath.Join(c.Out, "checkpoints", stepFolder(2))
-	want := "resume: changed since checkpoint " + ckpt + ": seed 1 -> 5, lr 0.003 -> 0.001, lr-schedule constant -> cosine (warmup 1, to 0.0001 at step 3), beta1 0.9 -> 0.8, weight-decay 0.1 -> 0, batch-size 4 -> 8, grad-accum 1 -> 2"
+	want := "resume: changed since checkpoint " + ckpt + ": seed 1 -> 5, lr 0.003 -> 0.001, lr-schedule constant -> cosine (warmup 1, to 0.0001 at step 3), beta1 0.9 -> 0.8, weight-decay 0.1 -> 0, batch-size 4 -> 8, grad-accum 1 -> 2, clip-norm 0 -> 1, eval-precision the training precision -> 32-true"
 	if len(obs.lines) != 2 || obs.lines[1] != want {
 		t.Errorf("resume with changed settings said\n%s\nwant the resume line and\n%s", strings.Join(obs.lines, "\n"), want)
 	}

@@ -203,6 +203,9 @@ var catalogue = []badInput{
 		return []string{"train", "--config", writeFile(dir, "run.yaml", []byte("optim:\n  lr_schedule: {name: step, gamma: 0.5}\n")), "--out", dir}
 	}, nil, 0},
 	{"a negative clip value", func(dir string) []string { return []string{"train", "--clip-value", "-1", "--out", dir} }, nil, 0},
+	{"clipping by norm and by value", func(dir string) []string {
+		return []string{"train", "--clip-norm", "1", "--clip-value", "1", "--out", dir}
+	}, nil, 0},
 	{"loggers without metrics.jsonl", func(dir string) []string { return []string{"train", "--logger", "csv", "--out", dir} }, nil, 0},
 	{"a checkpoint with an optimizer shard missing", func(dir string) []string {
 		shardedRun(dir, "1")
@@ -225,6 +228,10 @@ var catalogue = []badInput{
 	{"an unknown spec argument", func(string) []string { return []string{"plan", "--precision", "bf16-mixed+fp8(margn=1)"} }, nil, 0},
 	{"a spec argument that is not a number", func(string) []string { return []string{"plan", "--precision", "fp8(history=long)"} }, nil, 0},
 	{"a spec argument out of range", func(string) []string { return []string{"plan", "--precision", "fp8(margin=-1)"} }, nil, 0},
+	{"an eval precision over weights training does not store", func(dir string) []string {
+		return []string{"train", "--precision", "bf16-mixed", "--eval-precision", "bf16-true", "--out", dir}
+	}, nil, 0},
+	{"a loss scaler's backoff out of range", func(string) []string { return []string{"plan", "--precision", "16-mixed(backoff_factor=2)"} }, nil, 0},
 	{"a spec argument not among its values", func(string) []string { return []string{"plan", "--precision", "fp8(algo=mean)"} }, nil, 0},
 	{"a spec argument given twice", func(string) []string { return []string{"plan", "--precision", "fp8(margin=1,margin=2)"} }, nil, 0},
 	{"a spec argument without a value", func(string) []string { return []string{"plan", "--precision", "fp8(margin)"} }, nil, 0},

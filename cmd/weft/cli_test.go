@@ -173,11 +173,11 @@ func TestFlatConfigWarns(t *testing.T) {
 	var f runFlags
 	fs := pflag.NewFlagSet("train", pflag.ContinueOnError)
 	f.register(fs)
-	if err := fs.Parse([]string{"--config", yaml, "--beta2", "0.9", "--eps", "1e-6", "--weight-decay", "0"}); err != nil {
+	if err := fs.Parse([]string{"--config", yaml, "--beta2", "0.9", "--eps", "1e-6", "--weight-decay", "0", "--clip-norm", "1"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := f.resolve(fs, &bytes.Buffer{})
-	if err != nil || c.Beta1 != 0.5 || c.Beta2 != 0.9 || c.Eps != 1e-6 || c.WeightDecay != 0 || c.GPT.Width != 32 {
+	if err != nil || c.Beta1 != 0.5 || c.Beta2 != 0.9 || c.Eps != 1e-6 || c.WeightDecay != 0 || c.ClipNorm != 1 || c.GPT.Width != 32 {
 		t.Errorf("resolved %v, %+v", err, c.OptimConfig)
 	}
 }

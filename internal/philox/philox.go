@@ -26,3 +26,19 @@ func Block(ctr [4]uint32, key [2]uint32) [4]uint32 {
 	}
 	return c
 }
+
+// Uint16s fills dst with the 16-bit words first, first+1, ... of the
+// stream (key, stream): word i is half i%2 (the low 16 bits first) of
+// word i/2%4 of Block([i/8 low, i/8 high, stream[0], stream[1]], key).
+// Any part of the stream is drawn without the words before it, so that
+// ranks holding chunks of a tensor draw the words a whole one would.
+func Uint16s(dst []uint16, key, stream [2]uint32, first uint64) {
+	var block [4]uint32
+	for i := range dst {
+		w := first + uint64(i)
+		if blk := w / 8; i == 0 || w%8 == 0 {
+			block = Block([4]uint32{uint32(blk), uint32(blk >> 32), stream[0], stream[1]}, key)
+		}
+		dst[i] = uint16(block[w/2%4] >> (16 * (w % 2)))
+	}
+}

@@ -22,3 +22,26 @@ func TestKnownAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestUint16s: the stream's words are the blocks' halves, low first, and
+// a part of it drawn from any offset is that part of the whole.
+func TestUint16s(t *testing.T) {
+	key, stream := [2]uint32{0xa4093822, 0x299f31d0}, [2]uint32{7, 3}
+	whole := make([]uint16, 40)
+	Uint16s(whole, key, stream, 0)
+	for i, w := range whole {
+		b := Block([4]uint32{uint32(i / 8), 0, stream[0], stream[1]}, key)
+		if want := uint16(b[i/2%4] >> (16 * (i % 2))); w != want {
+			t.Fatalf("word %d = %04x, want %04x", i, w, want)
+		}
+	}
+	for _, first := range []int{1, 7, 8, 13} {
+		part := make([]uint16, 40-first)
+		Uint16s(part, key, stream, uint64(first))
+		for i, w := range part {
+			if w != whole[first+i] {
+				t.Fatalf("from %d: word %d = %04x, the whole stream's %04x", first, i, w, whole[first+i])
+			}
+		}
+	}
+}
