@@ -227,7 +227,9 @@ func TestSpecArgsBad(t *testing.T) {
 		{"fp8()", `precision "fp8()": argument "": want ARG=VALUE`},
 		{"fp8(margin=1,margin=2)", `precision "fp8(margin=1,margin=2)": argument margin given twice`},
 		{"fp8(margin=1", `precision "fp8(margin=1": want NAME(ARG=VALUE,...) with a closing parenthesis`},
-		{"bf16-mixed(margin=1)", `precision "bf16-mixed(margin=1)": bf16-mixed takes no arguments`},
+		{"bf16-mixed(margin=1)", `precision "bf16-mixed(margin=1)": unknown argument margin; accepted: param_dtype, reduce_dtype`},
+		{"bf16-mixed(param_dtype=float8)", `precision "bf16-mixed(param_dtype=float8)": param_dtype=float8: want bfloat16, float16 or float32`},
+		{"int8(reduce_dtype=float32)", `precision "int8(reduce_dtype=float32)": int8 takes no arguments`},
 		{"test-visits(x=1)", `precision "test-visits(x=1)": test-visits takes no arguments`},
 	} {
 		_, err := precision.ParseSpec("bf16-mixed+"+c.spec, precision.Options{})
