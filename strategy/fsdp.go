@@ -231,6 +231,7 @@ func (r *Rank) settle(u *unit) error {
 		}
 		tensor.Free(*s.slot)
 		r.install(s, v)
+		s.rounded = g.wire.dt != dtype.Invalid
 	}
 	u.gather, u.got = nil, nil
 	return err
@@ -277,6 +278,7 @@ func (r *Rank) release(u *unit) {
 
 // free replaces s's whole parameter by a meta tensor of its shape.
 func (r *Rank) free(s *shard) {
+	s.rounded = false
 	if !(*s.slot).IsMeta() {
 		tensor.Discard((*s.slot))
 		(*s.slot) = tensor.Meta(s.dt, s.shape...)
@@ -310,7 +312,7 @@ func (r *Rank) GatherAll(ctx context.Context) error {
 // Every rank must call it for the same parameters in the same order.
 func (r *Rank) Whole(ctx context.Context, i int) (t *tensor.Tensor, release func(), err error) {
 	s := &r.shards[i]
-	if !(*s.slot).IsMeta() {
+	if !(*s.slot).IsMeta() && !s.rounded {
 		return (*s.slot), func() {}, nil
 	}
 	var padded *tensor.Tensor

@@ -102,6 +102,10 @@ type shard struct {
 	// which regathers for its backward and recompute reuse: an FP8 scale
 	// may have moved since, and the values must be those of the forward.
 	wire *wire
+	// rounded says the whole value was gathered in a narrower format and
+	// decoded (a plain cast's, FP8 codes): what the model computes with,
+	// not the parameter, which Whole gathers exactly instead.
+	rounded bool
 	// codes are the parameter gathered in its FP8 wire format, which a
 	// plugin computes with (Gathers.Use) while the whole value stays meta.
 	codes *tensor.Tensor
