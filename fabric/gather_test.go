@@ -30,13 +30,7 @@ type gptRun struct {
 // trainGPT trains the reference gpt (its head tied if tied) for steps
 // steps of spec under strategy st on c's rank.
 func trainGPT(t *testing.T, spec, st string, c comm.Communicator, tied bool, steps int) (gptRun, error) {
-	cfg := models.ReferenceGPT
-	cfg.TiedHead = tied
-	b := data.Batch{Shape: []int{4, cfg.Context}}
-	for i := range 4 * cfg.Context {
-		b.Tokens = append(b.Tokens, (7*i+3)%cfg.Vocab)
-		b.Targets = append(b.Targets, (5*i+1)%cfg.Vocab)
-	}
+	cfg, b := gptBatch(tied)
 	pol, _, err := precision.ParsePolicy(spec, nil, "auto", precision.Options{})
 	if err != nil {
 		return gptRun{}, err
@@ -70,6 +64,19 @@ func trainGPT(t *testing.T, spec, st string, c comm.Communicator, tied bool, ste
 		run.weights[p.Path] = p.Var.Value.Float32s()
 	}
 	return run, nil
+}
+
+// gptBatch is the reference gpt's config, its head tied if tied, and a
+// batch of 4 sequences for it.
+func gptBatch(tied bool) (models.GPTConfig, data.Batch) {
+	cfg := models.ReferenceGPT
+	cfg.TiedHead = tied
+	b := data.Batch{Shape: []int{4, cfg.Context}}
+	for i := range 4 * cfg.Context {
+		b.Tokens = append(b.Tokens, (7*i+3)%cfg.Vocab)
+		b.Targets = append(b.Targets, (5*i+1)%cfg.Vocab)
+	}
+	return cfg, b
 }
 
 // sameRun says how two runs differ, "" if bit for bit they do not.
