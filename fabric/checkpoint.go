@@ -269,9 +269,10 @@ func (f *Fabric) publish(tmp, dir string, m *checkpoint.Manifest, tensors []chec
 }
 
 // whole is parameter i, value v, as the checkpoint stores it: whole, and
-// under FSDP gathered only when the writer reaches it.
+// under FSDP gathered only when the writer reaches it, exactly (v may be
+// whole as its gather rounded it, strategy.Rank.Whole).
 func (f *Fabric) whole(ctx context.Context, name string, i int, v *tensor.Tensor) checkpoint.Tensor {
-	if !v.IsMeta() || f.dist == nil {
+	if f.dist == nil {
 		return stored(name, v)
 	}
 	return checkpoint.Tensor{Name: name, DType: v.DType(), Shape: v.Shape(), Load: func() ([]byte, func(), error) {

@@ -58,22 +58,79 @@ type distConfig struct {
 	comm comm.Communicator
 }
 
-// gathers asks each parameter's plugin how FSDP gathers it: its wire
-// format, and whether it computes with the gathered codes as they are.
-func gathers(plan *precision.Resolution) strategy.Gathers {
-	plugins := map[string]precision.Plugin{}
+// comms asks each parameter's plugin how a strategy moves it: its FSDP
+// wire format (gatherFormat), whether it computes with the gathered codes
+// as they are, and the dtype its gradient is reduced in.
+func comms(plan *precision.Resolution) strategy.Comms {
+	type param struct {
+		scope precision.Scope
+		p     nn.Param
+	}
+	params := map[string]param{}
 	for _, s := range plan.Scopes {
 		for _, p := range s.Module.Params() {
-			plugins[nn.Join(s.Path, p.Name)] = s.Plugin
+			params[nn.Join(s.Path, p.Name)] = param{s, p}
 		}
 	}
-	return strategy.Gathers{
-		Format: func(path string) (dtype.DType, float32, bool) { return precision.GatherFormat(plugins[path], path) },
-		Use: func(path string, codes, chunk *tensor.Tensor, scale float32) bool {
-			return precision.UseGathered(plugins[path], path, codes, chunk, scale)
+	tied := tiedParams(plan)
+	return strategy.Comms{
+		Format: func(path string) (dtype.DType, float32, bool) {
+			q := params[path]
+			return gatherFormat(q.scope, q.p, tied)
 		},
-		Drop: func(path string) { precision.DropGathered(plugins[path], path) },
+		Use: func(path string, codes, chunk *tensor.Tensor, scale float32) bool {
+			return precision.UseGathered(params[path].scope.Plugin, path, codes, chunk, scale)
+		},
+		Drop:   func(path string) { precision.DropGathered(params[path].scope.Plugin, path) },
+		Reduce: func(path string) (dtype.DType, bool) { return precision.ReduceDType(params[path].scope.Plugin, path) },
 	}
+}
+
+// gatherFormat is the wire format FSDP gathers parameter p of s's module
+// in (precision.Scope.GatherFormat), but for a parameter the model reads
+// outside its module too (tied, a gpt's token embedding as its head),
+// whose other readers may compute with it exactly: that one travels as
+// its plugin asks, else in its storage dtype.
+func gatherFormat(s precision.Scope, p nn.Param, tied map[*autograd.Var]bool) (dtype.DType, float32, bool) {
+	if tied[p.Var] {
+		return precision.GatherFormat(s.Plugin, nn.Join(s.Path, p.Name))
+	}
+	return s.GatherFormat(p.Name)
+}
+
+// gathersSome is check, if not nil, then a check that refuses a precision
+// asking for parameter all-gathers in a dtype of its own (param_dtype)
+// under strategy st if st gathers no parameters: it would change nothing.
+func gathersSome(st strategy.Info, check func(*precision.Resolution) error) func(*precision.Resolution) error {
+	return func(res *precision.Resolution) error {
+		if check != nil {
+			if err := check(res); err != nil {
+				return err
+			}
+		}
+		for _, s := range res.Scopes {
+			for _, q := range s.Module.Params() {
+				if dt, scale, ok := precision.GatherFormat(s.Plugin, nn.Join(s.Path, q.Name)); ok && scale == 0 && !st.Sharding.Parameters {
+					return fmt.Errorf("precision %s gathers parameters in %s (param_dtype), but strategy %s gathers none; use fsdp or hsdp, or drop param_dtype", s.Plugin.Name(), dt, st.Name)
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// tiedParams are the parameters of the modules plan's model reads outside
+// themselves (strategy.TiedModel).
+func tiedParams(plan *precision.Resolution) map[*autograd.Var]bool {
+	tied := map[*autograd.Var]bool{}
+	if t, ok := plan.Scopes[0].Module.(strategy.TiedModel); ok {
+		for _, m := range t.Tied() {
+			for _, p := range nn.Parameters(m) {
+				tied[p.Var] = true
+			}
+		}
+	}
+	return tied
 }
 
 // rankBytes is what this rank holds now for parameters and gradients.
@@ -164,6 +221,9 @@ func (f *Fabric) setupModule(m nn.Module, check func(*precision.Resolution) erro
 // convert is setupModule past its checks: the precision's conversion of
 // m, its materialisation and its hand-over to the strategy.
 func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) error {
+	if f.distCfg != nil {
+		check = gathersSome(f.distCfg.info, check)
+	}
 	plan, err := prepare(m, f.policy, f.cfg.LossScaling, check)
 	if err != nil {
 		return err
@@ -179,7 +239,7 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 		return err
 	}
 	if f.distCfg != nil {
-		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, gathers(plan), f.cfg.Sharding); err != nil {
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, comms(plan), f.cfg.Sharding); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		plan.AgreeOver(f.dist)

@@ -250,13 +250,7 @@ func TestFSDPComputesWithFP8Codes(t *testing.T) {
 // device (float64, to 1e-12): the embedding is no unit of its own, so it
 // stays whole where the head reads it (strategy.TiedModel).
 func TestFSDPTiedHead(t *testing.T) {
-	cfg := models.ReferenceGPT
-	cfg.TiedHead = true
-	b := data.Batch{Shape: []int{4, cfg.Context}}
-	for i := range 4 * cfg.Context {
-		b.Tokens = append(b.Tokens, (7*i+3)%cfg.Vocab)
-		b.Targets = append(b.Targets, (5*i+1)%cfg.Vocab)
-	}
+	cfg, b := gptBatch(true)
 	train := func(st string, c comm.Communicator, empty bool) ([]float64, error) {
 		pol, _, err := precision.ParsePolicy("64-true", nil, "auto", precision.Options{})
 		if err != nil {

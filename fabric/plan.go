@@ -168,7 +168,11 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if devices < 1 {
 		return nil, fmt.Errorf("--devices %d: must be at least 1", devices)
 	}
-	res, err := prepare(m, pol, scaling, nil)
+	var check func(*precision.Resolution) error
+	if devices > 1 || st.Sharding.OptimizerState { // as New places a strategy
+		check = gathersSome(st, nil)
+	}
+	res, err := prepare(m, pol, scaling, check)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +193,7 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 func (p *Plan) account(sh strategy.Sharding, n int) {
 	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	ranks := ranks{sh: sh, n: n}
+	ranks := ranks{sh: sh, n: n, tied: tiedParams(p.res)}
 	p.Modules, p.BytesPerRank = nil, Bytes{}
 	for _, s := range p.res.Scopes {
 		mp := ranks.planModule(s, state, setsState)
@@ -210,8 +214,9 @@ func (p *Plan) listAdapters(res *precision.Resolution) {
 
 // ranks is how a strategy splits what a module holds over n ranks.
 type ranks struct {
-	sh strategy.Sharding
-	n  int
+	sh   strategy.Sharding
+	n    int
+	tied map[*autograd.Var]bool // tiedParams
 }
 
 func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
@@ -267,11 +272,14 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		}
 		mp.Params += v.Len()
 		formats = appendNew(formats, v.DType().String())
-		on := v.DType()
-		if dt, _, ok := precision.GatherFormat(s.Plugin, nn.Join(s.Path, p.Name)); ok && rk.sh.Parameters && rk.n > 1 {
+		on, reduced := v.DType(), v.DType()
+		if dt, _, ok := gatherFormat(s, p, rk.tied); ok && rk.sh.Parameters && rk.n > 1 {
 			on = dt
 		}
-		wire = appendNew(appendNew(wire, on.String()), v.DType().String())
+		if dt, ok := precision.ReduceDType(s.Plugin, nn.Join(s.Path, p.Name)); ok && rk.n > 1 {
+			reduced = dt
+		}
+		wire = appendNew(appendNew(wire, on.String()), reduced.String())
 		moments := int64(v.Bytes())
 		if setsState {
 			moments = int64(state.StorageBytes(v.Len()))

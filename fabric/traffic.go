@@ -2,6 +2,7 @@ package fabric
 
 import (
 	"cmp"
+	"slices"
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
@@ -17,6 +18,37 @@ type Traffic struct {
 	RanksPerHost int   `json:"ranks_per_host"` // ranks of the run on each host, mesh rows whole
 	InsideHost   int64 `json:"inside_host"`
 	BetweenHosts int64 `json:"between_hosts"`
+	// Gathers and Reductions split that between the parameter
+	// all-gathers (FSDP's before each use, ZeRO's after the step) and
+	// the gradient reductions, by the dtype they travel in, largest
+	// first.
+	Gathers    []DTypeTraffic `json:"gathers,omitempty"`
+	Reductions []DTypeTraffic `json:"reductions,omitempty"`
+}
+
+// DTypeTraffic is what travels in one dtype: the parameter elements and
+// the bytes a rank sends of them in a step, to every host (FP8 scales
+// count under float32, beside their codes).
+type DTypeTraffic struct {
+	DType  string `json:"dtype"`
+	Params int64  `json:"params"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// addTo adds params elements and bytes in dt to list.
+func addTo(list []DTypeTraffic, dt dtype.DType, params, bytes int64) []DTypeTraffic {
+	i := slices.IndexFunc(list, func(d DTypeTraffic) bool { return d.DType == dt.String() })
+	if i < 0 {
+		i, list = len(list), append(list, DTypeTraffic{DType: dt.String()})
+	}
+	list[i].Params += params
+	list[i].Bytes += bytes
+	return list
+}
+
+// byParams orders list by its params, most first.
+func byParams(list []DTypeTraffic) {
+	slices.SortStableFunc(list, func(a, b DTypeTraffic) int { return cmp.Compare(b.Params, a.Params) })
 }
 
 // ShardWithin tells the plan of a hybrid strategy (hsdp) that its state
@@ -66,22 +98,28 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 		chunk := int64(strategy.Chunk(par.elems, par.block, shard))
 		switch {
 		case st.Sharding.Parameters:
-			sent.add(gathers, chunk*int64(par.wire.Bits())/8+par.scale)
+			t.Gathers = addTo(t.Gathers, par.wire, int64(par.elems), sent.add(gathers, chunk*int64(par.wire.Bits())/8))
+			if par.scale > 0 {
+				t.Gathers = addTo(t.Gathers, dtype.F32, 0, sent.add(gathers, par.scale))
+			}
 		case st.Sharding.OptimizerState && par.trains:
-			sent.add(1, chunk*int64(par.stored.Bits())/8) // the updated chunks, after the step
+			t.Gathers = addTo(t.Gathers, par.stored, int64(par.elems), sent.add(1, chunk*int64(par.stored.Bits())/8)) // the updated chunks, after the step
 		}
 		if !par.trains {
 			continue
 		}
-		grad := chunk * int64(par.stored.Bits()) / 8
+		grad := chunk * int64(par.reduced.Bits()) / 8
+		var b int64
 		switch {
 		case st.Sharding.Gradients:
-			sent.add(reductions, grad)
-			replicas.add(reductions, 2*grad/int64(replicas.n))
+			b = sent.add(reductions, grad) + replicas.add(reductions, 2*grad/int64(replicas.n))
 		default:
-			sent.add(reductions, 2*grad)
+			b = sent.add(reductions, 2*grad)
 		}
+		t.Reductions = addTo(t.Reductions, par.reduced, int64(par.elems), b)
 	}
+	byParams(t.Gathers)
+	byParams(t.Reductions)
 }
 
 // exchange counts what a rank sends to each peer of a group of n ranks,
@@ -91,19 +129,23 @@ type exchange struct {
 	n, onHost int
 }
 
-// add counts times a collective sending each peer bytes.
-func (e exchange) add(times, bytes int64) {
+// add counts times a collective sending each peer bytes, and returns
+// what that sends in all.
+func (e exchange) add(times, bytes int64) int64 {
 	if e.n <= 1 {
-		return
+		return 0
 	}
-	e.t.InsideHost += times * bytes * int64(e.onHost-1)
-	e.t.BetweenHosts += times * bytes * int64(e.n-e.onHost)
+	in, out := times*bytes*int64(e.onHost-1), times*bytes*int64(e.n-e.onHost)
+	e.t.InsideHost += in
+	e.t.BetweenHosts += out
+	return in + out
 }
 
 // planParam is what a strategy moves of one parameter or frozen weight.
 type planParam struct {
 	elems, block int
 	stored, wire dtype.DType // its storage, and its gathers' format
+	reduced      dtype.DType // its gradient's reductions
 	scale        int64       // bytes of an FP8 gather's scale
 	trains       bool
 }
@@ -112,6 +154,7 @@ type planParam struct {
 // whole blocks), as the strategy shards them.
 func (p *Plan) params() []planParam {
 	var out []planParam
+	tied := tiedParams(p.res)
 	for _, s := range p.res.Scopes {
 		for _, fz := range nn.FrozenOf(s.Module) {
 			codes := *fz.Value
@@ -119,9 +162,15 @@ func (p *Plan) params() []planParam {
 		}
 		for _, q := range s.Module.Params() {
 			v := q.Var.Value
-			par := planParam{elems: v.Len(), block: 1, stored: v.DType(), wire: v.DType(), trains: q.Var.RequiresGrad()}
-			if dt, _, ok := precision.GatherFormat(s.Plugin, nn.Join(s.Path, q.Name)); ok {
-				par.wire, par.scale = dt, 4
+			par := planParam{elems: v.Len(), block: 1, stored: v.DType(), wire: v.DType(), reduced: v.DType(), trains: q.Var.RequiresGrad()}
+			if dt, scale, ok := gatherFormat(s, q, tied); ok {
+				par.wire = dt
+				if scale != 0 {
+					par.scale = 4 // a float32 beside the codes
+				}
+			}
+			if dt, ok := precision.ReduceDType(s.Plugin, nn.Join(s.Path, q.Name)); ok {
+				par.reduced = dt
 			}
 			out = append(out, par)
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/precision/fp8"
 	"github.com/weftml/weft/precision/quant"
 )
@@ -34,10 +35,14 @@ func argsOf(p Plugin) []arg {
 		return fourBitArgs
 	case *quant.Int8:
 		return int8Args
-	case MixedScaled:
-		return scalerArgs
 	case *transformerEngine:
 		return transformerEngineArgs
+	case *True:
+		return trueArgs
+	case *Mixed:
+		return mixedArgs
+	case MixedScaled:
+		return mixedScaledArgs
 	}
 	return nil
 }
@@ -76,6 +81,24 @@ var (
 		intArg("growth_interval", 1, math.MaxInt32, func(p Plugin) *int { return &p.(MixedScaled).GrowthInterval }),
 	}
 )
+
+// FSDP2's MixedPrecisionPolicy (CommPolicy) on the plugins that train
+// the parameters themselves.
+var (
+	trueArgs        = commArgs(func(p Plugin) *CommPolicy { return &p.(*True).Comm })
+	mixedArgs       = commArgs(func(p Plugin) *CommPolicy { return &p.(*Mixed).Comm })
+	mixedScaledArgs = append(slices.Clip(scalerArgs), commArgs(func(p Plugin) *CommPolicy { return &p.(MixedScaled).Mixed.Comm })...)
+)
+
+// commArgs are FSDP2's param_dtype and reduce_dtype, spelled as
+// PyTorch's dtypes are.
+func commArgs(policy func(Plugin) *CommPolicy) []arg {
+	names, dts := []string{"bfloat16", "float16", "float32"}, []dtype.DType{dtype.BF16, dtype.F16, dtype.F32}
+	return []arg{
+		choiceArg("param_dtype", names, dts, func(p Plugin) *dtype.DType { return &policy(p).ParamDType }),
+		choiceArg("reduce_dtype", names, dts, func(p Plugin) *dtype.DType { return &policy(p).ReduceDType }),
+	}
+}
 
 // formatArg is an FP8 recipe's format, named as Transformer Engine's
 // recipe.Format members are.
@@ -144,13 +167,17 @@ func choiceArg[T any](name string, names []string, values []T, field func(Plugin
 // sample into a setter for a fresh plugin of the spec and the arguments'
 // canonical spelling, in the table's order. The arguments belong to the
 // plugin when it takes any (transformer-engine), else to its first member
-// that does.
+// that does but for FSDP2's policy (bf16-fp8's are the recipe's: spell
+// bf16-mixed(reduce_dtype=float32)+fp8 for the policy).
 func parseArgs(sample Plugin, text string) (set func(Plugin), canonical string, err error) {
 	member := -1
 	table := argsOf(sample)
 	for i, m := range Members(sample) {
 		if table != nil {
 			break
+		}
+		if _, policy := m.(commPolicied); policy && m != sample {
+			continue
 		}
 		if table = argsOf(m); table != nil {
 			member = i

@@ -48,6 +48,8 @@ var exclusiveRoles = []struct {
 	{"optimizer state", claimOf(func(o OptimizerStater) dtype.DType { return o.OptimizerStateDType() }), false},
 	{"input casting", claimOf(func(c InputCaster) dtype.DType { return c.InputDType() }), true},
 	{"output casting", claimOf(func(c OutputCaster) dtype.DType { return c.OutputDType() }), true},
+	{"parameter gathers", commClaim[GatherQuantizer]("param_dtype", func(c CommPolicy) dtype.DType { return c.ParamDType }), false},
+	{"gradient reductions", commClaim[GradReducer]("reduce_dtype", func(c CommPolicy) dtype.DType { return c.ReduceDType }), false},
 }
 
 // claimOf builds a claim function for role R, describing the claim by the

@@ -12,12 +12,21 @@ import (
 // too), and floating outputs are cast to float32 for the loss.
 type True struct {
 	DType dtype.DType
+	Comm  CommPolicy // the spec's param_dtype and reduce_dtype
 }
 
 func (p True) Name() string              { return trueNames[p.DType] }
 func (p True) InputDType() dtype.DType   { return p.DType }
 func (p True) OutputDType() dtype.DType  { return dtype.F32 }
 func (p True) StorageDType() dtype.DType { return p.DType }
+
+// GatherFormat is Comm's param_dtype (the GatherQuantizer role).
+func (p True) GatherFormat(string) (dtype.DType, float32, bool) { return p.Comm.gatherFormat() }
+
+// ReduceDType is Comm's reduce_dtype (the GradReducer role).
+func (p True) ReduceDType(string) (dtype.DType, bool) { return p.Comm.reduceDType() }
+
+func (p True) commPolicy() CommPolicy { return p.Comm }
 
 var trueNames = map[dtype.DType]string{dtype.F64: "64-true", dtype.F32: "32-true", dtype.F16: "16-true", dtype.BF16: "bf16-true"}
 
@@ -36,6 +45,7 @@ func (p Pure) StorageDType() dtype.DType { return p.DType }
 // floating inputs cast to DType and outputs to float32.
 type Mixed struct {
 	DType dtype.DType
+	Comm  CommPolicy // the spec's param_dtype and reduce_dtype
 }
 
 func (p *Mixed) Name() string {
@@ -43,6 +53,16 @@ func (p *Mixed) Name() string {
 }
 func (p *Mixed) InputDType() dtype.DType  { return p.DType }
 func (p *Mixed) OutputDType() dtype.DType { return dtype.F32 }
+
+// GatherFormat is Comm's param_dtype (the GatherQuantizer role); without
+// one, Scope.GatherFormat gathers the weights autocast rounds anyway in
+// DType.
+func (p *Mixed) GatherFormat(string) (dtype.DType, float32, bool) { return p.Comm.gatherFormat() }
+
+// ReduceDType is Comm's reduce_dtype (the GradReducer role).
+func (p *Mixed) ReduceDType(string) (dtype.DType, bool) { return p.Comm.reduceDType() }
+
+func (p *Mixed) commPolicy() CommPolicy { return p.Comm }
 
 // CastInput follows CUDA autocast: low precision for GEMM-like ops, float32
 // for numerically sensitive ones, anything else in its inputs' dtype
@@ -78,4 +98,47 @@ var lowPrecisionOps = map[autograd.Op]bool{
 // rms_norm, which HF's Llama computes in float32 under any autocast.
 var float32Ops = map[autograd.Op]bool{
 	autograd.OpLayerNorm: true, autograd.OpRMSNorm: true, autograd.OpSoftmax: true, autograd.OpCrossEntropy: true,
+}
+
+// CommPolicy is PyTorch FSDP2's MixedPrecisionPolicy for the parameters a
+// plugin governs, as the spec arguments param_dtype and reduce_dtype set
+// it ("bf16-mixed(param_dtype=bfloat16,reduce_dtype=float32)"). Its zero
+// value asks for nothing: parameters travel as Scope.GatherFormat says and
+// gradients in their own dtype.
+type CommPolicy struct {
+	// ParamDType is the dtype every parameter is all-gathered in under a
+	// strategy that shards parameters (fsdp, hsdp): each rank rounds its
+	// chunk to it (to nearest even) and casts the whole back to the
+	// parameter's storage dtype, in which the model computes; Invalid for
+	// none.
+	ParamDType dtype.DType
+	// ReduceDType is the dtype gradients are reduced in: each rank casts
+	// its gradient to it, the ranks sum in it, and the mean is cast back
+	// to the gradient's dtype once; Invalid for their own.
+	ReduceDType dtype.DType
+}
+
+func (c CommPolicy) gatherFormat() (dtype.DType, float32, bool) {
+	return c.ParamDType, 0, c.ParamDType != dtype.Invalid
+}
+
+func (c CommPolicy) reduceDType() (dtype.DType, bool) {
+	return c.ReduceDType, c.ReduceDType != dtype.Invalid
+}
+
+// commPolicied is a plugin that takes param_dtype and reduce_dtype.
+type commPolicied interface{ commPolicy() CommPolicy }
+
+// commClaim is what member p claims of role, FSDP2's policy (see
+// exclusiveRoles): a plugin that takes the arguments claims the role only
+// if its argument is set, any other plugin of role R by implementing it.
+func commClaim[R any](arg string, dt func(CommPolicy) dtype.DType) func(Plugin) (string, bool) {
+	return func(p Plugin) (string, bool) {
+		if c, ok := p.(commPolicied); ok {
+			d := dt(c.commPolicy())
+			return arg + "=" + d.String(), d != dtype.Invalid
+		}
+		_, ok := p.(R)
+		return "", ok
+	}
 }

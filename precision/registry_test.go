@@ -260,7 +260,7 @@ func TestSpecArgsBad(t *testing.T) {
 		{"16-mixed(backoff_factor=1)", `precision "16-mixed(backoff_factor=1)": backoff_factor=1: want a number between 0 and 1, both excluded`},
 		{"16-mixed(backoff_factor=NaN)", `precision "16-mixed(backoff_factor=NaN)": backoff_factor=NaN: want a number between 0 and 1, both excluded`},
 		{"16-mixed(growth_interval=0)", `precision "16-mixed(growth_interval=0)": growth_interval=0: want an integer from 1 to 2147483647`},
-		{"16-mixed(scale=2)", `precision "16-mixed(scale=2)": unknown argument scale; accepted: init_scale, growth_factor, backoff_factor, growth_interval`},
+		{"16-mixed(scale=2)", `precision "16-mixed(scale=2)": unknown argument scale; accepted: init_scale, growth_factor, backoff_factor, growth_interval, param_dtype, reduce_dtype`},
 		{"int8(threshold=-1)", `precision "int8(threshold=-1)": threshold=-1: want 0 (no outlier decomposition) or a positive number`},
 		{"int8(skip=)", `precision "int8(skip=)": skip=: want module patterns joined by | (as in head|blocks.0.*), or none`},
 		{"nf4(skip=head|[)", `precision "nf4(skip=head|[)": skip=head|[: want module patterns joined by | (as in head|blocks.0.*), or none`},
@@ -268,7 +268,9 @@ func TestSpecArgsBad(t *testing.T) {
 		{"fp8()", `precision "fp8()": argument "": want ARG=VALUE`},
 		{"fp8(margin=1,margin=2)", `precision "fp8(margin=1,margin=2)": argument margin given twice`},
 		{"fp8(margin=1", `precision "fp8(margin=1": want NAME(ARG=VALUE,...) with a closing parenthesis`},
-		{"bf16-mixed(margin=1)", `precision "bf16-mixed(margin=1)": bf16-mixed takes no arguments`},
+		{"bf16-mixed(margin=1)", `precision "bf16-mixed(margin=1)": unknown argument margin; accepted: param_dtype, reduce_dtype`},
+		{"bf16-mixed(param_dtype=float8)", `precision "bf16-mixed(param_dtype=float8)": param_dtype=float8: want bfloat16, float16 or float32`},
+		{"int8(reduce_dtype=float32)", `precision "int8(reduce_dtype=float32)": unknown argument reduce_dtype; accepted: threshold, skip`},
 		{"test-visits(x=1)", `precision "test-visits(x=1)": test-visits takes no arguments`},
 	} {
 		_, err := precision.ParseSpec("bf16-mixed+"+c.spec, precision.Options{})

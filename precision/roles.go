@@ -108,12 +108,24 @@ type RankAgreer interface {
 	AgreeOver(r comm.Agreement)
 }
 
-// GatherQuantizer picks a narrower wire format for the all-gathers of a
-// parameter (FSDP): FP8 recipes send their Linears' weights as FP8 bytes
-// with the scale the next forward pass casts them with. If no plugin
-// implements it, parameters are gathered in their storage dtype.
+// GatherQuantizer picks the wire format of the all-gathers of a parameter
+// (FSDP): FP8 recipes send their Linears' weights as FP8 bytes with the
+// scale the next forward pass casts them with; a scale of 0 asks for a
+// plain cast to dt (to nearest even), which the receivers cast back to the
+// parameter's storage dtype, as param_dtype does (CommPolicy). If no
+// plugin implements it, or all decline (ok false), parameters are gathered
+// as Scope.GatherFormat derives from the compute role.
 type GatherQuantizer interface {
 	GatherFormat(param string) (dt dtype.DType, scale float32, ok bool)
+}
+
+// GradReducer picks the dtype a parameter's gradient is reduced in
+// (FSDP2's reduce_dtype, CommPolicy): the gradient is cast to it before
+// the reduce-scatter or all-reduce and the mean cast back once after. If
+// no plugin implements it, or it declines (ok false), gradients are
+// reduced in their own dtype.
+type GradReducer interface {
+	ReduceDType(param string) (dt dtype.DType, ok bool)
 }
 
 // A GatherUser computes with a parameter gathered in its GatherFormat as
@@ -158,6 +170,52 @@ func GatherFormat(p Plugin, path string) (dt dtype.DType, scale float32, ok bool
 			if dt, scale, ok = g.GatherFormat(path); ok {
 				return dt, scale, true
 			}
+		}
+	}
+	return dtype.Invalid, 0, false
+}
+
+// ReduceDType returns the dtype p wants the gradient of the parameter at
+// path reduced in; ok is false for the gradient's own.
+func ReduceDType(p Plugin, path string) (dt dtype.DType, ok bool) {
+	if g, ok := role[GradReducer](p); ok {
+		return g.ReduceDType(path)
+	}
+	return dtype.Invalid, false
+}
+
+// GatherFormat returns the wire format of the all-gathers of s's module's
+// parameter param: the one its plugin asks for (GatherFormat), else, for
+// a Linear or Conv2d whose arithmetic is its own, the dtype autocast
+// rounds the parameter to where that is narrower than its storage: the
+// GEMM would round it so anyway, so the gather halves its bytes and
+// changes no value the model computes with (bf16-mixed gathers its
+// Linears' weights and biases in bfloat16, its LayerNorms' and
+// Embeddings' in float32). ok is false for the storage dtype.
+func (s Scope) GatherFormat(param string) (dt dtype.DType, scale float32, ok bool) {
+	if dt, scale, ok = GatherFormat(s.Plugin, nn.Join(s.Path, param)); ok {
+		return dt, scale, true
+	}
+	var op autograd.Op
+	switch m := s.Module.(type) {
+	case *nn.Linear:
+		if m.GEMM != nil || m.Split != nil && param == "bias" { // a split may add the bias after its reduction
+			return dtype.Invalid, 0, false
+		}
+		op = autograd.OpLinear
+	case *nn.Conv2d:
+		op = autograd.OpConv2d
+	default:
+		return dtype.Invalid, 0, false
+	}
+	a := Autocast(s.Plugin)
+	for _, q := range s.Module.Params() {
+		if q.Name != param || a == nil {
+			continue
+		}
+		stored := q.Var.Value.DType()
+		if dt := a.CastInput(op, stored); (dt == dtype.BF16 || dt == dtype.F16) && dt.Bits() < stored.Bits() {
+			return dt, 0, true
 		}
 	}
 	return dtype.Invalid, 0, false

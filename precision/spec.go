@@ -29,14 +29,14 @@ type Options struct {
 
 // specs builds each canonical spec string's plugin, in Lightning's order.
 var specs = []spec{
-	{"64-true", func(Options) Plugin { return True{DType: dtype.F64} }},
-	{"32-true", func(Options) Plugin { return True{DType: dtype.F32} }},
+	{"64-true", func(Options) Plugin { return &True{DType: dtype.F64} }},
+	{"32-true", func(Options) Plugin { return &True{DType: dtype.F32} }},
 	{"16-mixed", func(o Options) Plugin {
 		return MixedScaled{Mixed: &Mixed{DType: dtype.F16}, GradScaler: o.gradScaler()}
 	}},
 	{"bf16-mixed", func(Options) Plugin { return &Mixed{DType: dtype.BF16} }},
-	{"16-true", func(Options) Plugin { return True{DType: dtype.F16} }},
-	{"bf16-true", func(Options) Plugin { return True{DType: dtype.BF16} }},
+	{"16-true", func(Options) Plugin { return &True{DType: dtype.F16} }},
+	{"bf16-true", func(Options) Plugin { return &True{DType: dtype.BF16} }},
 	{"fp8", func(Options) Plugin { return fp8.NewDelayed() }},
 	{"fp8-current", func(Options) Plugin { return fp8.NewCurrent() }},
 	{"fp8-mx", func(Options) Plugin { return fp8.NewMX() }},
@@ -283,6 +283,11 @@ func parseOne(text string, opts Options) (Spec, error) {
 		p := base()
 		set(p)
 		return p, nil
+	}
+	if p, _ := build(); len(Members(p)) > 1 { // an argument may claim a role another member holds
+		if _, err := Compose(Members(p)...); err != nil {
+			return Spec{}, fmt.Errorf("precision %q: %w", text, err)
+		}
 	}
 	return Spec{name: strings.TrimSpace(name) + "(" + canonArgs + ")", build: build}, nil
 }

@@ -53,13 +53,16 @@ func (r *Rank) Guard(fn func() error) (err error) {
 	return fn()
 }
 
-// wire is a parameter's all-gather format: its storage dtype (fp8 false)
-// or dt with the sender's scale.
+// wire is a parameter's all-gather format: its storage dtype (dt
+// Invalid), dt with the sender's scale (FP8 codes), or a plain cast to dt
+// (scale 0), which the receivers cast back.
 type wire struct {
-	fp8   bool
 	dt    dtype.DType
 	scale float32
 }
+
+// codes reports whether w sends codes cast with a scale.
+func (w wire) codes() bool { return w.dt != dtype.Invalid && w.scale != 0 }
 
 // Scoper returns the Scoper of one pass: it opens inner's scope for every
 // module (inner may be nil) and, around each unit, gathers, frees and
@@ -158,8 +161,10 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 			wires = append(wires, *s.wire)
 		default: // read here, not on the link: the plugin's scale is the forward's
 			w := wire{}
-			if r.gathers.Format != nil {
-				w.dt, w.scale, w.fp8 = r.gathers.Format(r.path(i))
+			if r.comms.Format != nil && s.full != nil { // frozen codes travel as they are
+				if dt, scale, ok := r.comms.Format(r.path(i)); ok && (dt != s.dt || scale != 0) {
+					w = wire{dt: dt, scale: scale}
+				}
 			}
 			s.wire = &w
 			wires = append(wires, w)
@@ -173,9 +178,12 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
 		for k, i := range todo {
 			chunk, g := r.shards[i].local.Value, &got[i]
-			if g.wire = wires[k]; g.wire.fp8 {
+			switch g.wire = wires[k]; {
+			case g.wire.codes():
 				g.value, g.scales, err = r.gatherCodes(ctx, c, chunk, g.wire.dt, g.wire.scale)
-			} else {
+			case g.wire.dt != dtype.Invalid:
+				g.value, err = r.gatherCast(ctx, c, chunk, g.wire.dt)
+			default:
 				g.value, err = r.gatherAs(ctx, c, chunk)
 			}
 			if err != nil {
@@ -187,7 +195,8 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 }
 
 // gathered is what a unit's gather brought of one parameter: its padded
-// whole value, or its FP8 codes with every rank's scale.
+// whole value (a plain cast's, cast back), or its FP8 codes with every
+// rank's scale.
 type gathered struct {
 	wire   wire
 	value  *tensor.Tensor
@@ -212,16 +221,17 @@ func (r *Rank) settle(u *unit) error {
 			continue
 		}
 		s := &r.shards[i]
-		if g.wire.fp8 && r.use(i, g) {
+		if g.wire.codes() && r.use(i, g) {
 			continue
 		}
 		v := g.value
-		if g.wire.fp8 {
+		if g.wire.codes() {
 			v = decode(g.value, g.scales, s.chunk, s.dt)
 			tensor.Free(g.value)
 		}
 		tensor.Free(*s.slot)
 		r.install(s, v)
+		s.rounded = g.wire.dt != dtype.Invalid
 	}
 	u.gather, u.got = nil, nil
 	return err
@@ -230,7 +240,7 @@ func (r *Rank) settle(u *unit) error {
 // use offers parameter i's gathered codes to its plugin, which takes them
 // only cast with one scale: every rank's (ranks agree on FP8 scales).
 func (r *Rank) use(i int, g gathered) bool {
-	if r.gathers.Use == nil {
+	if r.comms.Use == nil {
 		return false
 	}
 	for _, sc := range g.scales {
@@ -240,7 +250,7 @@ func (r *Rank) use(i int, g gathered) bool {
 	}
 	s := &r.shards[i]
 	codes := view(g.value, s.n, s.shape)
-	if !r.gathers.Use(r.path(i), codes, s.local.Value, g.wire.scale) {
+	if !r.comms.Use(r.path(i), codes, s.local.Value, g.wire.scale) {
 		if codes != g.value {
 			tensor.FreeView(codes)
 		}
@@ -258,7 +268,7 @@ func (r *Rank) release(u *unit) {
 	for _, i := range u.params {
 		s := &r.shards[i]
 		if s.codes != nil {
-			r.gathers.Drop(r.path(i))
+			r.comms.Drop(r.path(i))
 			tensor.Discard(s.codes)
 			s.codes = nil
 		}
@@ -268,6 +278,7 @@ func (r *Rank) release(u *unit) {
 
 // free replaces s's whole parameter by a meta tensor of its shape.
 func (r *Rank) free(s *shard) {
+	s.rounded = false
 	if !(*s.slot).IsMeta() {
 		tensor.Discard((*s.slot))
 		(*s.slot) = tensor.Meta(s.dt, s.shape...)
@@ -301,7 +312,7 @@ func (r *Rank) GatherAll(ctx context.Context) error {
 // Every rank must call it for the same parameters in the same order.
 func (r *Rank) Whole(ctx context.Context, i int) (t *tensor.Tensor, release func(), err error) {
 	s := &r.shards[i]
-	if !(*s.slot).IsMeta() {
+	if !(*s.slot).IsMeta() && !s.rounded {
 		return (*s.slot), func() {}, nil
 	}
 	var padded *tensor.Tensor
@@ -339,6 +350,20 @@ func (r *Rank) gatherCodes(ctx context.Context, c comm.Communicator, chunk *tens
 		return nil, nil, err
 	}
 	return all, scales.Float32s(), nil
+}
+
+// gatherCast all-gathers chunk rounded to dt (to nearest even) into a
+// padded whole of chunk's dtype, cast back: what a rank holding the whole
+// parameter would see of it rounded to dt.
+func (r *Rank) gatherCast(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, dt dtype.DType) (*tensor.Tensor, error) {
+	narrow := chunk.To(dt)
+	all, err := r.gatherAs(ctx, c, narrow)
+	tensor.Free(narrow)
+	if err != nil {
+		return nil, err
+	}
+	defer tensor.Free(all)
+	return all.To(chunk.DType()), nil
 }
 
 // decode returns padded codes, chunks of per elements each cast with its

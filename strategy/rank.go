@@ -37,12 +37,12 @@ type Rank struct {
 	params          []nn.NamedParam
 	// shards are the parameters', in params' order, then the frozen
 	// weights' (FSDP), whose paths frozen lists.
-	shards  []shard
-	frozen  []string
-	units   []unit
-	unitOf  map[any]int // a unit's module → its index in units
-	root    unit        // the parameters outside every unit
-	gathers Gathers
+	shards []shard
+	frozen []string
+	units  []unit
+	unitOf map[any]int // a unit's module → its index in units
+	root   unit        // the parameters outside every unit
+	comms  Comms
 	// step is the context of the running step (see stepContext).
 	step context.Context
 	// noSync leaves gradients unreduced (see SetGradientSync).
@@ -53,18 +53,24 @@ type Rank struct {
 	gathered map[dtype.DType]int64
 }
 
-// Gathers is what precision decides of FSDP's parameter all-gathers (its
-// GatherQuantizer and GatherUser roles); the zero value gathers every
-// parameter in its storage dtype and decodes nothing.
-type Gathers struct {
+// Comms is what precision decides of a strategy's communication: FSDP's
+// parameter all-gathers (its GatherQuantizer and GatherUser roles) and
+// the dtype gradients are reduced in (GradReducer); the zero value
+// gathers every parameter and reduces every gradient in its own dtype and
+// decodes nothing.
+type Comms struct {
 	// Format picks a parameter's wire dtype and the scale it is cast with
-	// (FP8 weights); ok false: its storage dtype.
+	// (FP8 weights; 0: a plain cast, which the receivers cast back to its
+	// storage dtype); ok false: its storage dtype.
 	Format func(path string) (dt dtype.DType, scale float32, ok bool)
 	// Use offers a parameter's gathered codes, whole, cast with scale, and
 	// this rank's chunk, to the plugin that computes with them as they are
 	// (the weight then is never decoded); Drop tells it they are freed.
 	Use  func(path string, codes, chunk *tensor.Tensor, scale float32) bool
 	Drop func(path string)
+	// Reduce picks the dtype a parameter's gradient is summed over ranks
+	// in; ok false: its own.
+	Reduce func(path string) (dt dtype.DType, ok bool)
 }
 
 // Options are the choices a strategy leaves to its user.
@@ -96,9 +102,16 @@ type shard struct {
 	// which regathers for its backward and recompute reuse: an FP8 scale
 	// may have moved since, and the values must be those of the forward.
 	wire *wire
+	// rounded says the whole value was gathered in a narrower format and
+	// decoded (a plain cast's, FP8 codes): what the model computes with,
+	// not the parameter, which Whole gathers exactly instead.
+	rounded bool
 	// codes are the parameter gathered in its FP8 wire format, which a
 	// plugin computes with (Gathers.Use) while the whole value stays meta.
 	codes *tensor.Tensor
+	// reduceIn is the dtype its gradient is summed over ranks in (Invalid:
+	// the gradient's own).
+	reduceIn dtype.DType
 	// reduced is the gradient a unit's reduction produced this pass (the
 	// full mean, or this rank's chunk of it), written by the link's
 	// goroutine and installed by SyncGrads once every reduction is done.
@@ -110,10 +123,10 @@ type shard struct {
 }
 
 // NewRank prepares rank c.Rank() of strategy info over m's parameters,
-// which must be identical on every rank; gathers says how FSDP gathers
-// them. Under FSDP the parameters are freed but for this rank's chunks.
-func NewRank(info Info, c comm.Communicator, m nn.Module, gathers Gathers, opts Options) (*Rank, error) {
-	r := &Rank{Info: info, opts: opts, comm: c, group: c, params: nn.Parameters(m), gathers: gathers, gathered: map[dtype.DType]int64{}}
+// which must be identical on every rank; comms says how they
+// travel. Under FSDP the parameters are freed but for this rank's chunks.
+func NewRank(info Info, c comm.Communicator, m nn.Module, comms Comms, opts Options) (*Rank, error) {
+	r := &Rank{Info: info, opts: opts, comm: c, group: c, params: nn.Parameters(m), comms: comms, gathered: map[dtype.DType]int64{}}
 	if info.Hybrid {
 		h := opts.Hybrid
 		if h == nil || h.Shard.Size()*h.Replica.Size() != c.Size() {
@@ -131,7 +144,13 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, gathers Gathers, opts 
 		if v.IsMeta() && (!info.Sharding.Parameters || p.Var.Init == nil) {
 			return nil, fmt.Errorf("strategy %s: %s has a shape and no values; only fsdp initialises parameters built on shapes alone (nn.Meta), and only those with an initialiser", info.Name, p.Path)
 		}
-		r.shards = append(r.shards, newShard(p.Var, &p.Var.Value, 1, size))
+		s := newShard(p.Var, &p.Var.Value, 1, size)
+		if comms.Reduce != nil {
+			if dt, ok := comms.Reduce(p.Path); ok && dt != s.dt {
+				s.reduceIn = dt
+			}
+		}
+		r.shards = append(r.shards, s)
 	}
 	if info.Sharding.Parameters { // frozen weights are sharded too, after the parameters
 		nn.Walk(m, func(path string, mod nn.Module) {

@@ -23,7 +23,7 @@ func TestAgreementsFollowTheStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	group := local.NewGroup(2, local.Options{Timeout: time.Minute})
-	r, err := strategy.NewRank(info, group[0], nn.NewLinear(nn.NewInit(1), 4, 4, false), strategy.Gathers{}, strategy.Options{})
+	r, err := strategy.NewRank(info, group[0], nn.NewLinear(nn.NewInit(1), 4, 4, false), strategy.Comms{}, strategy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

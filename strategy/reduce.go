@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weftml/weft/comm"
+	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -40,10 +41,17 @@ func (r *Rank) reduce(ctx context.Context, params []int) {
 	})
 }
 
-// reduceOne reduces g, which it owns, into s.reduced; under hsdp the
-// shard group's reduce-scatter is then summed over the replicas.
+// reduceOne reduces g, which it owns, into s.reduced, in s.reduceIn if
+// set; under hsdp the shard group's reduce-scatter is then summed over
+// the replicas.
 func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *tensor.Tensor) error {
 	inv := 1 / float64(r.comm.Size())
+	own := g.DType()
+	if s.reduceIn != dtype.Invalid && s.reduceIn != own {
+		cast := g.To(s.reduceIn)
+		tensor.Discard(g)
+		g = cast
+	}
 	dt := g.DType()
 	var out *tensor.Tensor
 	if r.Info.Sharding.Gradients {
@@ -74,6 +82,11 @@ func (r *Rank) reduceOne(ctx context.Context, c comm.Communicator, s *shard, g *
 		}
 	}
 	out.ScaleInPlace(inv)
+	if dt != own { // the mean, rounded back once
+		back := out.To(own)
+		tensor.Free(out)
+		out = back
+	}
 	if s.reduced == nil {
 		s.reduced = out
 		return nil

@@ -235,7 +235,13 @@ var catalogue = []badInput{
 	{"a spec argument not among its values", func(string) []string { return []string{"plan", "--precision", "fp8(algo=mean)"} }, nil, 0},
 	{"a spec argument given twice", func(string) []string { return []string{"plan", "--precision", "fp8(margin=1,margin=2)"} }, nil, 0},
 	{"a spec argument without a value", func(string) []string { return []string{"plan", "--precision", "fp8(margin)"} }, nil, 0},
-	{"arguments to a spec that takes none", func(string) []string { return []string{"plan", "--precision", "bf16-mixed(margin=1)"} }, nil, 0},
+	{"arguments to a spec that takes none", func(string) []string { return []string{"plan", "--precision", "int8(margin=1)"} }, nil, 0},
+	{"param_dtype under a strategy that gathers no parameters", func(string) []string {
+		return []string{"plan", "--precision", "bf16-mixed(param_dtype=bfloat16)", "--strategy", "ddp", "--devices", "2"}
+	}, nil, 0},
+	{"param_dtype beside an FP8 recipe's gathers", func(string) []string {
+		return []string{"plan", "--precision", "bf16-mixed(param_dtype=bfloat16)+fp8", "--strategy", "fsdp", "--devices", "2"}
+	}, nil, 0},
 	{"a spec's arguments without the closing parenthesis", func(string) []string { return []string{"plan", "--precision", "fp8(margin=1"} }, nil, 0},
 	{"a bad spec argument in a per-module rule", func(string) []string {
 		return []string{"plan", "--precision-for", "blocks.*=nf4(block=100)"}

@@ -120,9 +120,47 @@ func printPlanTo(out io.Writer, model string, p *fabric.Plan) {
 		fmt.Fprintf(out, "plan: each rank sends %.2f MiB a step to ranks on its host and %.2f MiB to other hosts (%d ranks a host%s)\n",
 			mib(t.InsideHost), mib(t.BetweenHosts), t.RanksPerHost, shardGroups(p))
 	}
+	if t := p.Traffic; t != nil && p.Devices > 1 && len(t.Gathers)+len(t.Reductions) > 0 {
+		fmt.Fprintf(out, "plan: %s", p.Strategy)
+		for i, d := range [][]fabric.DTypeTraffic{t.Gathers, t.Reductions} {
+			if len(d) == 0 {
+				continue
+			}
+			if i == 1 && len(t.Gathers) > 0 {
+				fmt.Fprint(out, ";")
+			}
+			fmt.Fprintf(out, " %s %s: %.2f MiB a step", []string{"gathers", "reduces"}[i], dtypeShares(d), mib(sumBytes(d)))
+		}
+		fmt.Fprintln(out)
+	}
 	for _, w := range p.Warnings {
 		fmt.Fprintln(out, "warning:", w)
 	}
+}
+
+// dtypeShares names the dtypes of d, with the parameter elements each
+// carries where there are several: "bfloat16 (393216 params) and float32 (41216)".
+func dtypeShares(d []fabric.DTypeTraffic) string {
+	if len(d) == 1 {
+		return d[0].DType
+	}
+	parts := make([]string, len(d))
+	for i, x := range d {
+		parts[i] = fmt.Sprintf("%s (%d)", x.DType, x.Params)
+		if i == 0 {
+			parts[i] = fmt.Sprintf("%s (%d params)", x.DType, x.Params)
+		}
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+// sumBytes is the bytes d sends in all.
+func sumBytes(d []fabric.DTypeTraffic) int64 {
+	var b int64
+	for _, x := range d {
+		b += x.Bytes
+	}
+	return b
 }
 
 // shardGroups says how hsdp groups the ranks, "" for other strategies.
