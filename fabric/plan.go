@@ -7,6 +7,7 @@ import (
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
@@ -168,7 +169,7 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if devices < 1 {
 		return nil, fmt.Errorf("--devices %d: must be at least 1", devices)
 	}
-	res, err := prepare(m, pol, scaling, nil)
+	res, err := prepare(m, pol, scaling, func(res *precision.Resolution) error { return stateBlocksFit(res, st, false) })
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +190,8 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 func (p *Plan) account(sh strategy.Sharding, n int) {
 	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	ranks := ranks{sh: sh, n: n}
+	block, _ := precision.OptimizerBlock(p.res.Root)
+	ranks := ranks{sh: sh, n: n, stateBlock: block}
 	p.Modules, p.BytesPerRank = nil, Bytes{}
 	for _, s := range p.res.Scopes {
 		mp := ranks.planModule(s, state, setsState)
@@ -212,6 +214,8 @@ func (p *Plan) listAdapters(res *precision.Resolution) {
 type ranks struct {
 	sh strategy.Sharding
 	n  int
+	// stateBlock is the block of 8-bit optimizer state (0: float moments).
+	stateBlock int
 }
 
 func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
@@ -273,7 +277,10 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		}
 		wire = appendNew(appendNew(wire, on.String()), v.DType().String())
 		moments := int64(v.Bytes())
-		if setsState {
+		switch {
+		case rk.stateBlock > 0: // a code an element, a float32 a block
+			moments = int64(v.Len() + 4*dynamic.Blocks(v.Len(), rk.stateBlock))
+		case setsState:
 			moments = int64(state.StorageBytes(v.Len()))
 		}
 		mp.BytesPerRank.add(Bytes{
