@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/tensor"
@@ -214,6 +215,9 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 			}
 			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
 		}
+		if st.Quantized() { // 8-bit codes: their blocks' constants (never sharded, checkOptimizerState)
+			moments = append(moments, stored("optim."+p.Path+".exp_avg_absmax", st.ExpAvgAbsmax), stored("optim."+p.Path+".exp_avg_sq_absmax", st.ExpAvgSqAbsmax))
+		}
 	}
 	return params, moments, nil
 }
@@ -363,7 +367,10 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 		return nil
 	}
 	like := p.Var.Value
-	if f.stateDType != dtype.Invalid {
+	switch {
+	case f.stateBlock > 0: // 8-bit codes
+		like = tensor.Meta(dtype.I8, like.Shape()...)
+	case f.stateDType != dtype.Invalid:
 		like = tensor.Meta(f.stateDType, like.Shape()...)
 	}
 	like = f.wholeLike(p, like)
@@ -379,6 +386,16 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 	}
 	if !avg || !avgSq {
 		return nil
+	}
+	if f.stateBlock > 0 {
+		blocks := tensor.Meta(dtype.F32, dynamic.Blocks(p.Var.Value.Len(), f.stateBlock))
+		var ok bool
+		if st.ExpAvgAbsmax, ok, err = fit.take("optim."+p.Path+".exp_avg_absmax", blocks, "optimizer moments", read); err != nil || !ok {
+			return err
+		}
+		if st.ExpAvgSqAbsmax, ok, err = fit.take("optim."+p.Path+".exp_avg_sq_absmax", blocks, "optimizer moments", read); err != nil || !ok {
+			return err
+		}
 	}
 	if st.ExpAvg, err = f.shareOf(p, st.ExpAvg); err != nil {
 		return err

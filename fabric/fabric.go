@@ -42,6 +42,9 @@ type Fabric struct {
 	// stateDType is the optimizer-state dtype the precision set (Invalid:
 	// each parameter's own).
 	stateDType dtype.DType
+	// stateBlock is the block of the 8-bit optimizer state the precision
+	// set (0: moments in stateDType).
+	stateBlock int
 	steps      int // steps taken, skipped ones too
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
@@ -179,7 +182,7 @@ func (f *Fabric) Setup(m nn.Module, opt optim.Optimizer) error {
 	if isNil(opt) {
 		return errors.New("fabric: Setup: the optimizer is nil; pass one over the model's parameters")
 	}
-	if err := f.setupModule(m, func(res *precision.Resolution) error { _, _, err := stateDType(res, opt); return err }); err != nil {
+	if err := f.setupModule(m, func(res *precision.Resolution) error { return f.checkOptimizerState(res, opt) }); err != nil {
 		return err
 	}
 	return f.SetupOptimizers(opt)
@@ -263,13 +266,16 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 	case f.opt != nil:
 		return errors.New("fabric: SetupOptimizers called twice: the fabric steps one optimizer")
 	}
-	dt, sets, err := stateDType(f.plan, opt)
-	if err != nil {
+	if err := f.checkOptimizerState(f.plan, opt); err != nil {
 		return err
 	}
-	if sets {
+	if dt, sets := precision.OptimizerStateDType(f.plan.Root); sets {
 		opt.(stateDTyper).SetStateDType(dt)
 		f.stateDType = dt
+	}
+	if block, sets := precision.OptimizerBlock(f.plan.Root); sets {
+		opt.(stateBlocker).SetStateBlock(block)
+		f.stateBlock = block
 	}
 	if f.dist != nil {
 		opt.SetParams(f.dist.OptimizerParams())
@@ -309,14 +315,48 @@ func (f *Fabric) ready(call string) error {
 // stateDTyper is an optimizer whose state dtype the precision can set.
 type stateDTyper interface{ SetStateDType(dtype.DType) }
 
-// stateDType is the optimizer-state dtype res's precision sets, if it sets
-// one; an error if opt cannot hold it.
-func stateDType(res *precision.Resolution, opt optim.Optimizer) (dtype.DType, bool, error) {
-	dt, sets := precision.OptimizerStateDType(res.Root)
-	if _, ok := opt.(stateDTyper); sets && !ok {
-		return 0, false, fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", res.Root.Name(), opt)
+// stateBlocker is an optimizer that can keep its state in 8-bit blocks.
+type stateBlocker interface{ SetStateBlock(int) }
+
+// checkOptimizerState is an error if opt cannot hold the optimizer state
+// res's precision sets (a dtype, or 8-bit blocks), or if this fabric's
+// strategy would cut 8-bit blocks: sharded optimizer state and tensor
+// parallelism split a parameter's moments where its blocks need not end,
+// which would tie a checkpoint's absmax constants to the device count.
+func (f *Fabric) checkOptimizerState(res *precision.Resolution, opt optim.Optimizer) error {
+	name := res.Root.Name()
+	if _, sets := precision.OptimizerStateDType(res.Root); sets {
+		if _, ok := opt.(stateDTyper); !ok {
+			return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", name, opt)
+		}
 	}
-	return dt, sets, nil
+	if _, sets := precision.OptimizerBlock(res.Root); !sets {
+		return nil
+	}
+	if _, ok := opt.(stateBlocker); !ok {
+		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit optimizer state, which %T cannot hold", name, opt)
+	}
+	var st strategy.Info
+	if f.distCfg != nil {
+		st = f.distCfg.info
+	}
+	return stateBlocksFit(res, st, f.tensors != nil)
+}
+
+// stateBlocksFit is an error if res's precision keeps 8-bit blockwise
+// optimizer state that strategy st (zero1, zero2, fsdp) or tensor
+// parallelism would split: their chunks need not end where blocks do.
+func stateBlocksFit(res *precision.Resolution, st strategy.Info, tensorParallel bool) error {
+	if _, sets := precision.OptimizerBlock(res.Root); !sets {
+		return nil
+	}
+	switch {
+	case st.Sharding.OptimizerState:
+		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit blockwise optimizer state, which strategy %s cannot shard yet; use single or ddp", res.Root.Name(), st.Name)
+	case tensorParallel:
+		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit blockwise optimizer state, which tensor parallelism cannot split yet; drop the tensor plan", res.Root.Name())
+	}
+	return nil
 }
 
 // Tape is the tape ops are recorded on; compute the loss on it, outside

@@ -9,6 +9,7 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
@@ -363,7 +364,8 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 func (p *Plan) stepSim(m Model, units []planUnit) *stepSim {
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	sim := &stepSim{sh: st.Sharding, n: p.shardRanks(), dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
+	block, _ := precision.OptimizerBlock(p.res.Root)
+	sim := &stepSim{stateBlock: block, sh: st.Sharding, n: p.shardRanks(), dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
 	unitOf := map[*autograd.Var]int{}
 	for i, u := range units {
 		for _, q := range u.Params {
@@ -439,6 +441,7 @@ type stepSim struct {
 	// forward runs with the earlier ones' gradients held.
 	accumulates bool
 	frozen      int64
+	stateBlock  int // of 8-bit optimizer state (0: float moments)
 	all         paramBytes
 	units       []unitBytes
 	root        unitBytes // parameters outside every unit
@@ -460,6 +463,11 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	}
 	b := paramBytes{whole: tensor.PoolBytes(dt, chunk*size), grad: tensor.PoolBytes(dt, n), padded: tensor.PoolBytes(dt, chunk*size)}
 	b.state = 2 * tensor.PoolBytes(sd, part)
+	if s.stateBlock > 0 { // codes and absmax; the step decodes m and v to float32
+		b.state = 2 * (tensor.PoolBytes(dtype.I8, part) + tensor.PoolBytes(dtype.F32, dynamic.Blocks(part, s.stateBlock)))
+		b.optimizer += 2 * tensor.PoolBytes(dtype.F32, part)
+		sd = dtype.F32
+	}
 	switch {
 	case s.sh.Parameters:
 		b.state += tensor.PoolBytes(dt, chunk)

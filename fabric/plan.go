@@ -7,6 +7,7 @@ import (
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
@@ -168,9 +169,9 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if devices < 1 {
 		return nil, fmt.Errorf("--devices %d: must be at least 1", devices)
 	}
-	var check func(*precision.Resolution) error
+	check := func(res *precision.Resolution) error { return stateBlocksFit(res, st, false) }
 	if devices > 1 || st.Sharding.OptimizerState { // as New places a strategy
-		check = gathersSome(st, nil)
+		check = gathersSome(st, check)
 	}
 	res, err := prepare(m, pol, scaling, check)
 	if err != nil {
@@ -193,7 +194,8 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 func (p *Plan) account(sh strategy.Sharding, n int) {
 	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	ranks := ranks{sh: sh, n: n, tied: tiedParams(p.res)}
+	block, _ := precision.OptimizerBlock(p.res.Root)
+	ranks := ranks{sh: sh, n: n, tied: tiedParams(p.res), stateBlock: block}
 	p.Modules, p.BytesPerRank = nil, Bytes{}
 	for _, s := range p.res.Scopes {
 		mp := ranks.planModule(s, state, setsState)
@@ -217,6 +219,8 @@ type ranks struct {
 	sh   strategy.Sharding
 	n    int
 	tied map[*autograd.Var]bool // tiedParams
+	// stateBlock is the block of 8-bit optimizer state (0: float moments).
+	stateBlock int
 }
 
 func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
@@ -281,7 +285,10 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		}
 		wire = appendNew(appendNew(wire, on.String()), reduced.String())
 		moments := int64(v.Bytes())
-		if setsState {
+		switch {
+		case rk.stateBlock > 0: // a code an element, a float32 a block
+			moments = int64(v.Len() + 4*dynamic.Blocks(v.Len(), rk.stateBlock))
+		case setsState:
 			moments = int64(state.StorageBytes(v.Len()))
 		}
 		mp.BytesPerRank.add(Bytes{

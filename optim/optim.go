@@ -3,10 +3,12 @@
 package optim
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
 )
@@ -53,6 +55,11 @@ type AdamWConfig struct {
 	// StateDType stores the moments in this dtype; Invalid (the zero
 	// value) keeps each parameter's own dtype, as PyTorch does.
 	StateDType dtype.DType
+	// StateBlock, when positive, keeps the moments as 8-bit codes with a
+	// float32 absmax a block of StateBlock elements (256), as
+	// bitsandbytes' AdamW8bit does (see AdamState); StateDType is then
+	// unused.
+	StateBlock int
 }
 
 // check names the first hyperparameter out of its range: a learning
@@ -69,6 +76,8 @@ func (c AdamWConfig) check() error {
 		return fmt.Errorf("eps %v: want a number >= 0 (1e-8)", c.Eps)
 	case math.IsNaN(c.WeightDecay) || math.IsInf(c.WeightDecay, 0):
 		return fmt.Errorf("weight decay %v: want a finite number (0.1)", c.WeightDecay)
+	case c.StateBlock < 0:
+		return fmt.Errorf("state block %d: want 0 (moments in a float dtype) or a block size (256)", c.StateBlock)
 	}
 	return nil
 }
@@ -85,7 +94,17 @@ type AdamState struct {
 	Step     int
 	ExpAvg   *tensor.Tensor // m
 	ExpAvgSq *tensor.Tensor // v
+	// ExpAvgAbsmax and ExpAvgSqAbsmax are set when the moments are 8-bit
+	// (AdamWConfig.StateBlock): ExpAvg and ExpAvgSq then hold one code a
+	// element, raw bytes in int8 tensors of the parameter's shape (m's of
+	// dynamic.Signed, v's of dynamic.Unsigned), and these the float32
+	// absmax of each block, [dynamic.Blocks(n, StateBlock)]. A moment is
+	// its code's value times its block's absmax.
+	ExpAvgAbsmax, ExpAvgSqAbsmax *tensor.Tensor
 }
+
+// Quantized reports whether the moments are 8-bit codes.
+func (s *AdamState) Quantized() bool { return s.ExpAvgAbsmax != nil }
 
 func NewAdamW(params []nn.NamedParam, cfg AdamWConfig) (*AdamW, error) {
 	if err := cfg.check(); err != nil {
@@ -111,6 +130,9 @@ func (o *AdamW) SetState(path string, st *AdamState) error {
 		if !st.ExpAvg.SameShape(p.Var.Value) || !st.ExpAvgSq.SameShape(p.Var.Value) || st.Step < 0 {
 			return fmt.Errorf("optim: state for %s has shape %v, the parameter %v", path, st.ExpAvg.Shape(), p.Var.Value.Shape())
 		}
+		if err := o.checkFormat(st, p.Var.Value.Len()); err != nil {
+			return fmt.Errorf("optim: state for %s: %w", path, err)
+		}
 		o.state[path] = st
 		return nil
 	}
@@ -124,17 +146,12 @@ func (o *AdamW) Step() {
 		}
 		st := o.state[p.Path]
 		if st == nil {
-			dt := o.StateDType
-			if dt == dtype.Invalid {
-				dt = p.Var.Value.DType()
-			}
-			shape := p.Var.Value.Shape()
-			st = &AdamState{ExpAvg: tensor.New(dt, shape...), ExpAvgSq: tensor.New(dt, shape...)}
+			st = o.newState(p.Var.Value)
 			o.state[p.Path] = st
 		}
 		st.Step++
 		t := float64(st.Step)
-		tensor.AdamWStep(p.Var.Value, p.Var.Grad, st.ExpAvg, st.ExpAvgSq, tensor.AdamWScalars{
+		s := tensor.AdamWScalars{
 			Decay:       1 - o.LR*o.WeightDecay,
 			Lerp:        1 - o.Beta1,
 			Beta2:       o.Beta2,
@@ -142,20 +159,78 @@ func (o *AdamW) Step() {
 			BC2Sqrt:     math.Sqrt(1 - math.Pow(o.Beta2, t)),
 			Eps:         o.Eps,
 			NegStepSize: -o.LR / (1 - math.Pow(o.Beta1, t)),
-		})
+		}
+		if st.Quantized() {
+			tensor.AdamW8Step(p.Var.Value, p.Var.Grad, tensor.Moments8{
+				M: st.ExpAvg, V: st.ExpAvgSq, MAbsmax: st.ExpAvgAbsmax, VAbsmax: st.ExpAvgSqAbsmax, Block: o.StateBlock,
+			}, s)
+		} else {
+			tensor.AdamWStep(p.Var.Value, p.Var.Grad, st.ExpAvg, st.ExpAvgSq, s)
+		}
 	}
+}
+
+// newState is the zero state of a parameter of value v: moments in the
+// state dtype, or 8-bit codes of 0 with absmax 0.
+func (o *AdamW) newState(v *tensor.Tensor) *AdamState {
+	shape := v.Shape()
+	if o.StateBlock > 0 {
+		st := &AdamState{ExpAvg: tensor.New(dtype.I8, shape...), ExpAvgSq: tensor.New(dtype.I8, shape...)}
+		fillBytes(st.ExpAvg.Data(), dynamic.Signed.Nearest(0))
+		fillBytes(st.ExpAvgSq.Data(), dynamic.Unsigned.Nearest(0))
+		blocks := dynamic.Blocks(v.Len(), o.StateBlock)
+		st.ExpAvgAbsmax, st.ExpAvgSqAbsmax = tensor.New(dtype.F32, blocks), tensor.New(dtype.F32, blocks)
+		return st
+	}
+	dt := o.StateDType
+	if dt == dtype.Invalid {
+		dt = v.DType()
+	}
+	return &AdamState{ExpAvg: tensor.New(dt, shape...), ExpAvgSq: tensor.New(dt, shape...)}
+}
+
+func fillBytes(b []byte, c byte) {
+	for i := range b {
+		b[i] = c
+	}
+}
+
+// checkFormat says how st, the state of a parameter of n elements, is not
+// in the format o keeps: 8-bit codes and their absmax, or float moments.
+func (o *AdamW) checkFormat(st *AdamState, n int) error {
+	if o.StateBlock == 0 {
+		if st.Quantized() {
+			return errors.New("8-bit moments, where this AdamW keeps them in a float dtype")
+		}
+		return nil
+	}
+	blocks := dynamic.Blocks(n, o.StateBlock)
+	switch {
+	case !st.Quantized() || st.ExpAvgSqAbsmax == nil:
+		return fmt.Errorf("moments in %s, where this AdamW keeps 8-bit codes in blocks of %d", st.ExpAvg.DType(), o.StateBlock)
+	case st.ExpAvg.DType() != dtype.I8 || st.ExpAvgSq.DType() != dtype.I8:
+		return fmt.Errorf("8-bit moments in %s and %s, want int8 codes", st.ExpAvg.DType(), st.ExpAvgSq.DType())
+	case st.ExpAvgAbsmax.DType() != dtype.F32 || st.ExpAvgSqAbsmax.DType() != dtype.F32 ||
+		st.ExpAvgAbsmax.Len() != blocks || st.ExpAvgSqAbsmax.Len() != blocks:
+		return fmt.Errorf("absmax %v and %v, want float32[%d] (blocks of %d)", st.ExpAvgAbsmax, st.ExpAvgSqAbsmax, blocks, o.StateBlock)
+	}
+	return nil
 }
 
 // SetStateDType stores moments created from now on in dt (the precision's
 // optimizer-state role).
 func (o *AdamW) SetStateDType(dt dtype.DType) { o.StateDType = dt }
 
+// SetStateBlock keeps moments created from now on as 8-bit codes in
+// blocks of block elements (the precision's 8-bit optimizer-state role).
+func (o *AdamW) SetStateBlock(block int) { o.StateBlock = block }
+
 // Underflow explains how an update of the parameter at path can produce
 // NaN: an eps that rounds to zero in the moments' dtype makes sqrt(v)+eps
 // zero wherever v is, and the update m/(sqrt(v)+eps) becomes 0/0 or m/0.
 func (o *AdamW) Underflow(path string) error {
 	st := o.state[path]
-	if st == nil || o.Eps <= 0 {
+	if st == nil || o.Eps <= 0 || st.Quantized() {
 		return nil
 	}
 	if dt := st.ExpAvgSq.DType(); dt.Bits() <= 16 && dt.Round(float32(o.Eps)) == 0 {

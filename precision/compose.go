@@ -45,11 +45,20 @@ var exclusiveRoles = []struct {
 	{"loss scaling", claimOf[LossScaler](nil), false},
 	{"storage", claimOf(func(s StorageOwner) dtype.DType { return s.StorageDType() }), false},
 	{"compute (autocast)", claimOf[Autocaster](nil), false},
-	{"optimizer state", claimOf(func(o OptimizerStater) dtype.DType { return o.OptimizerStateDType() }), false},
+	{"optimizer state", claimOptimizerState, false},
 	{"input casting", claimOf(func(c InputCaster) dtype.DType { return c.InputDType() }), true},
 	{"output casting", claimOf(func(c OutputCaster) dtype.DType { return c.OutputDType() }), true},
 	{"parameter gathers", commClaim[GatherQuantizer]("param_dtype", func(c CommPolicy) dtype.DType { return c.ParamDType }), false},
 	{"gradient reductions", commClaim[GradReducer]("reduce_dtype", func(c CommPolicy) dtype.DType { return c.ReduceDType }), false},
+}
+
+// claimOptimizerState claims the optimizer-state role for a plugin that
+// picks the moments' dtype or keeps them in 8 bits.
+func claimOptimizerState(p Plugin) (string, bool) {
+	if q, ok := p.(OptimizerQuantizer); ok {
+		return fmt.Sprintf("8-bit blockwise, blocks of %d", q.OptimizerBlock()), true
+	}
+	return claimOf(func(o OptimizerStater) dtype.DType { return o.OptimizerStateDType() })(p)
 }
 
 // claimOf builds a claim function for role R, describing the claim by the

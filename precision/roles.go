@@ -82,6 +82,15 @@ type OptimizerStater interface {
 	OptimizerStateDType() dtype.DType
 }
 
+// OptimizerQuantizer keeps Adam's moments as 8-bit codes with a float32
+// absmax a block of OptimizerBlock elements, as bitsandbytes' blockwise
+// 8-bit optimizers do (optim.AdamState). It holds the optimizer-state
+// role, as OptimizerStater does: a composition holds one or the other. If
+// no plugin implements it, the moments are float tensors.
+type OptimizerQuantizer interface {
+	OptimizerBlock() int
+}
+
 // Trainer trains only the parameters it lists (LoRA's adapters, which it
 // adds to the modules it converts): the fabric stops gradients at every
 // other parameter of the model, so that they take no gradient or
@@ -298,6 +307,15 @@ func OptimizerStateDType(p Plugin) (dt dtype.DType, ok bool) {
 		return o.OptimizerStateDType(), true
 	}
 	return dtype.Invalid, false
+}
+
+// OptimizerBlock returns the block size p keeps 8-bit optimizer state
+// in; ok is false when the moments are float tensors.
+func OptimizerBlock(p Plugin) (block int, ok bool) {
+	if o, ok := role[OptimizerQuantizer](p); ok {
+		return o.OptimizerBlock(), true
+	}
+	return 0, false
 }
 
 // TrainedParams returns the only parameters p trains (Trainer's); ok is

@@ -56,6 +56,8 @@ var specs = []spec{
 	{"fp4-dq", func(Options) Plugin { return quant.NewFourBit(quant.FP4, true) }},
 	{"int8", func(Options) Plugin { return quant.NewInt8(false) }},
 	{"int8-training", func(Options) Plugin { return quant.NewInt8(true) }},
+	// bitsandbytes' 8-bit blockwise AdamW state, to join to a spec with +.
+	{"adamw8bit", func(Options) Plugin { return AdamW8bit{} }},
 }
 
 // spec is a built-in spec name and its builder.

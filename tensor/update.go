@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/internal/vec"
 )
 
@@ -31,6 +32,32 @@ func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
 	} else {
 		adamW[float32](p, g, m, v, s)
 	}
+}
+
+// Moments8 are AdamW's moments as bitsandbytes' 8-bit blockwise optimizers
+// keep them: one code a element (raw bytes in int8 tensors of the
+// parameter's shape), m's of dynamic.Signed and v's of dynamic.Unsigned,
+// and one float32 absmax a block of Block elements.
+type Moments8 struct {
+	M, V             *Tensor // int8 codes
+	MAbsmax, VAbsmax *Tensor // float32, [dynamic.Blocks(n, Block)]
+	Block            int
+}
+
+// AdamW8Step is AdamWStep over moments held as 8-bit codes: it decodes m
+// and v to float32 (code value × absmax), runs AdamWStep on them and
+// encodes them again with each block's new absmax (dynamic.Quantize). The
+// float32 copies are pool scratch, given back before it returns.
+func AdamW8Step(p, g *Tensor, st Moments8, s AdamWScalars) {
+	n := p.Len()
+	m, v := empty(dtype.F32, n), empty(dtype.F32, n)
+	dynamic.Dequantize(dynamic.Signed, st.M.data, st.MAbsmax.f32(), st.Block, m.f32())
+	dynamic.Dequantize(dynamic.Unsigned, st.V.data, st.VAbsmax.f32(), st.Block, v.f32())
+	AdamWStep(p, g, m, v, s)
+	dynamic.Quantize(dynamic.Signed, m.f32(), st.Block, st.M.data, st.MAbsmax.f32())
+	dynamic.Quantize(dynamic.Unsigned, v.f32(), st.Block, st.V.data, st.VAbsmax.f32())
+	Free(m)
+	Free(v)
 }
 
 func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {

@@ -19,8 +19,13 @@ import (
 // spec precision.Specs lists.
 var matrixCompositions = []string{
 	"bf16-mixed+fp8", "bf16-mixed+fp8-current", "16-mixed+fp8-mx", "bf16-true+nf4-dq",
-	"params=float32,compute=bfloat16,output=float32",
+	"params=float32,compute=bfloat16,output=float32", "bf16-mixed+adamw8bit",
 }
+
+// blocksUnsharded is the documented refusal of 8-bit blockwise optimizer
+// state (adamw8bit) under a strategy that shards optimizer state, whose
+// chunks need not end where the state's blocks do.
+const blocksUnsharded = "keeps 8-bit blockwise optimizer state, which strategy %s cannot shard yet"
 
 // matrixRules give each model per-module precisions, as the hybrid's
 // 'vision.**=16-mixed' under bf16-true does.
@@ -155,6 +160,9 @@ func TestProductMatrix(t *testing.T) {
 			}
 			if first.err != "" {
 				if strings.Contains(first.err, float16Eps) && storesFloat16(t, c) {
+					return
+				}
+				if strings.Contains(first.err, fmt.Sprintf(blocksUnsharded, c.strategy)) && strings.Contains(c.precision, "adamw8bit") {
 					return
 				}
 				t.Fatal(first.err)

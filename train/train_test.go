@@ -88,10 +88,11 @@ func straightAndResumed(t *testing.T, c Config, half int) string {
 }
 
 // TestResumeIsExact: 20 steps straight and 10 + resume 10 give bit-identical
-// losses, loss scales included (scaler state), in bf16 (AdamW state) and
-// with FP8 delayed scaling (amax histories).
+// losses, loss scales included (scaler state), in bf16 (AdamW state),
+// with FP8 delayed scaling (amax histories) and with 8-bit AdamW state
+// (codes and absmax constants).
 func TestResumeIsExact(t *testing.T) {
-	for _, spec := range []string{"32-true", "16-mixed", "bf16-true", "bf16-mixed+fp8"} {
+	for _, spec := range []string{"32-true", "16-mixed", "bf16-true", "bf16-mixed+fp8", "bf16-mixed+adamw8bit"} {
 		t.Run(spec, func(t *testing.T) {
 			straight := tinyConfig(t, spec)
 			sameLosses(t, straight.Out, straightAndResumed(t, straight, 10))
@@ -455,4 +456,28 @@ func TestShardUnitsAreExact(t *testing.T) {
 	if got := run(func(c *Config) { c.ShardUnits = []string{"block.*"} }); !strings.Contains(got.err, `shard units "block.*": matches no module; nearest: `) {
 		t.Errorf("a pattern naming nothing: %q", got.err)
 	}
+}
+
+// TestAdamW8bitTrains: the gpt trains under bf16-mixed+adamw8bit to
+// finite losses whose last five average below the first.
+func TestAdamW8bitTrains(t *testing.T) {
+	c := tinyConfig(t, "bf16-mixed+adamw8bit")
+	c.Steps, c.LR = 40, 1e-2
+	if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
+		t.Fatal(err)
+	}
+	ls := losses(t, c.Out)
+	var tail float64
+	for _, l := range ls[len(ls)-5:] {
+		tail += l / 5
+	}
+	for i, l := range ls {
+		if math.IsNaN(l) || math.IsInf(l, 0) {
+			t.Fatalf("step %d: loss %v", i, l)
+		}
+	}
+	if !(tail < ls[0]) {
+		t.Errorf("losses %v: want the last five's mean below the first", ls)
+	}
+	t.Logf("loss %.4f at step 1, %.4f over the last five of %d", ls[0], tail, len(ls))
 }

@@ -3,9 +3,9 @@ package quant
 import (
 	"math"
 	"slices"
-	"sort"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -41,8 +41,10 @@ type Blockwise struct {
 // a Blockwise tensor (quantize_4bit with compress_statistics): their mean
 // Offset is subtracted, and the rest is quantized blockwise, NestedBlockSize
 // at a time, to the nearest value of bitsandbytes' signed dynamic 8-bit map
-// (create_dynamic_map, 256 values in [-0.993, 1]). Block b's absmax decodes
-// to map[Codes[b]]·Absmax[b/NestedBlockSize] + Offset, in float32.
+// (dynamic.Signed, 256 values in [-0.993, 1]), each scaled by the
+// reciprocal of its block's scale as bitsandbytes' reference does. Block
+// b's absmax decodes to map[Codes[b]]·Absmax[b/NestedBlockSize] + Offset,
+// in float32.
 type Nested struct {
 	Codes  []uint8   // one per block of the 4-bit tensor
 	Absmax []float32 // one per NestedBlockSize codes
@@ -122,7 +124,7 @@ func nest(absmax []float32) *Nested {
 	scales := blockAbsmax(centred, NestedBlockSize)
 	codes := make([]uint8, len(centred))
 	for i, v := range centred {
-		codes[i] = nearestDynamic(v * (1 / scales[i/NestedBlockSize]))
+		codes[i] = dynamic.Signed.Nearest(v * (1 / scales[i/NestedBlockSize]))
 	}
 	return &Nested{Codes: codes, Absmax: scales, Offset: offset}
 }
@@ -131,7 +133,7 @@ func nest(absmax []float32) *Nested {
 func (n *Nested) absmax() []float32 {
 	out := make([]float32, len(n.Codes))
 	for i, c := range n.Codes {
-		out[i] = dynamicMap[c]*n.Absmax[i/NestedBlockSize] + n.Offset
+		out[i] = dynamic.Signed.Value(c)*n.Absmax[i/NestedBlockSize] + n.Offset
 	}
 	return out
 }
@@ -211,59 +213,3 @@ func (q *Blockwise) Format() string {
 
 // Shape returns the shape of the tensor q stands for.
 func (q *Blockwise) Shape() []int { return q.shape }
-
-// dynamicMap is bitsandbytes' signed dynamic 8-bit data type
-// (create_dynamic_map(signed=True) in bitsandbytes/functional.py, after
-// Dettmers 2015): for each exponent e in 0..6, the 2^e midpoints of
-// torch.linspace(0.1, 1, 2^e+1) times 10^(e-6), with both signs, then 0
-// and 1, sorted. The values follow torch's float32 arithmetic bit for bit
-// (the tests hold a dump of the table bitsandbytes builds): linspace's CPU
-// kernel, whose start + step·i the compiler contracts to a fused
-// multiply-add, then the midpoints in float32, then the product with the
-// power of ten rounded to float32.
-var dynamicMap = func() (m [256]float32) {
-	vals := []float32{0, 1}
-	for e := range 7 {
-		points := linspace(0.1, 1, 1<<e+1)
-		scale := float32(math.Pow10(e - 6))
-		for i := range len(points) - 1 {
-			v := scale * ((points[i] + points[i+1]) / 2)
-			vals = append(vals, v, -v)
-		}
-	}
-	slices.Sort(vals)
-	copy(m[:], vals)
-	return m
-}()
-
-// linspace is torch.linspace(start, end, n) in float32 on the CPU: start +
-// step·i up to half way, end - step·(n-1-i) after, each a fused
-// multiply-add. Done in float64, which holds these sums exactly for n ≤ 2^7,
-// the float32 rounding is the only one.
-func linspace(start, end float32, n int) []float32 {
-	step := (end - start) / float32(n-1)
-	out := make([]float32, n)
-	for i := range out {
-		if i < n/2 {
-			out[i] = float32(math.FMA(float64(step), float64(i), float64(start)))
-		} else {
-			out[i] = float32(math.FMA(-float64(step), float64(n-1-i), float64(end)))
-		}
-	}
-	return out
-}
-
-// nearestDynamic returns the index of the dynamicMap value nearest x
-// clamped to [-1, 1], the lower index on a tie and 0 for NaN, as the
-// argmin of bitsandbytes' reference quantize_blockwise does.
-func nearestDynamic(x float32) uint8 {
-	if x != x {
-		return 0
-	}
-	x = min(max(x, -1), 1)
-	i := sort.Search(len(dynamicMap), func(i int) bool { return dynamicMap[i] >= x })
-	if i == 0 || i < len(dynamicMap) && x-dynamicMap[i-1] > dynamicMap[i]-x {
-		return uint8(i)
-	}
-	return uint8(i - 1)
-}

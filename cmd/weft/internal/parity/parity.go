@@ -322,6 +322,9 @@ func rankReport(f *fabric.Fabric, opt *optim.AdamW, world comm.Communicator, rep
 	for _, p := range opt.Params() {
 		if st := opt.State(p.Path); st != nil {
 			report.OptimizerBytes += int64(st.ExpAvg.Bytes() + st.ExpAvgSq.Bytes())
+			if st.Quantized() {
+				report.OptimizerBytes += int64(st.ExpAvgAbsmax.Bytes() + st.ExpAvgSqAbsmax.Bytes())
+			}
 		}
 	}
 	report.Sent = sentBytes(world.Stats())
