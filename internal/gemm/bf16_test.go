@@ -6,11 +6,15 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/par"
 )
 
 // fmaRef is fmaDAZ computed with big.Float: x·y+s exactly, rounded to 24
@@ -365,4 +369,40 @@ func testRound(t *testing.T, d dtype.DType) {
 			}
 		}
 	})
+}
+
+// jobFunc is a function as a helper's job.
+type jobFunc func()
+
+func (f jobFunc) Do() { f() }
+
+// TestBF16TimingWaitsForNothing: calls that reach the "auto" path while
+// it times the two (on a helper, whose split timing product drains the
+// other calls queued behind it and so runs them inside the timing) go
+// ahead on the widen path rather than wait for the timing, which then
+// waited for itself.
+func TestBF16TimingWaitsForNothing(t *testing.T) {
+	if len(BF16Paths()) < 2 || runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("one bfloat16 path, or one core: nothing is timed, or nothing splits")
+	}
+	prev := bf16Choice.Load()
+	defer bf16Choice.Store(prev)
+	if err := SetBF16Path(PathAuto); err != nil {
+		t.Fatal(err)
+	}
+	bf16Timed.Store(untimed)
+	const calls = 32
+	var wg sync.WaitGroup
+	wg.Add(calls)
+	jobs := par.Hire(1)
+	for range calls {
+		jobs <- jobFunc(func() { BF16Path(); wg.Done() })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("calls during the timing of the bfloat16 paths did not return within a minute")
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +23,16 @@ const (
 const BF16Env = "WEFT_GEMM_BF16"
 
 var (
-	bf16Choice  atomic.Value // string: PathDot, PathWiden or PathAuto
-	bf16Fastest = sync.OnceValue(measureBF16)
+	bf16Choice atomic.Value // string: PathDot, PathWiden or PathAuto
+	bf16Timed  atomic.Int32 // auto's progress: untimed, timing, or the path it chose
+)
+
+// The states of bf16Timed.
+const (
+	untimed int32 = iota
+	timing
+	timedDot
+	timedWiden
 )
 
 // setBF16FromEnv sets the path BF16Env names, once the kernels are chosen.
@@ -83,6 +90,25 @@ func bf16Dot() bool {
 		return false
 	}
 	return single.bf16.fn != nil && bf16Fastest() == PathDot
+}
+
+// bf16Fastest returns the path auto chose, timing both on its first call.
+// A call while the timing runs, on another goroutine or on the timing's
+// own (a helper's job that it drains), takes the widen path meanwhile
+// rather than wait for it, which could wait for itself: every path gives
+// the same bits.
+func bf16Fastest() string {
+	switch bf16Timed.Load() {
+	case timedDot:
+		return PathDot
+	case untimed:
+		if bf16Timed.CompareAndSwap(untimed, timing) {
+			p := measureBF16()
+			bf16Timed.Store(map[string]int32{PathDot: timedDot, PathWiden: timedWiden}[p])
+			return p
+		}
+	}
+	return PathWiden
 }
 
 // measureBF16 returns the faster path on this machine: the best of three
