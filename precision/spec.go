@@ -40,6 +40,9 @@ var specs = []spec{
 	{"fp8", func(Options) Plugin { return fp8.NewDelayed() }},
 	{"fp8-current", func(Options) Plugin { return fp8.NewCurrent() }},
 	{"fp8-mx", func(Options) Plugin { return fp8.NewMX() }},
+	// torchao's rowwise recipes.
+	{"fp8-rowwise", func(Options) Plugin { return fp8.NewRowwise(false) }},
+	{"fp8-rowwise-gw-hp", func(Options) Plugin { return fp8.NewRowwise(true) }},
 	// Lightning's TransformerEnginePrecision: weights, inputs and every op
 	// in its dtype (or the fallback argument's), Linear GEMMs in FP8 with
 	// delayed scaling. The members claim disjoint roles, so the

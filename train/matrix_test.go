@@ -18,7 +18,7 @@ import (
 // matrixCompositions are the compositions the README shows, beside every
 // spec precision.Specs lists.
 var matrixCompositions = []string{
-	"bf16-mixed+fp8", "bf16-mixed+fp8-current", "16-mixed+fp8-mx", "bf16-true+nf4-dq",
+	"bf16-mixed+fp8", "bf16-mixed+fp8-current", "16-mixed+fp8-mx", "bf16-mixed+fp8-rowwise", "bf16-true+nf4-dq",
 	"params=float32,compute=bfloat16,output=float32", "bf16-mixed+adamw8bit",
 }
 

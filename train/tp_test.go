@@ -140,11 +140,11 @@ func TestTensorParallelHybrid(t *testing.T) {
 	closeLosses(t, tp.Out, c.Out, 1e-9)
 }
 
-// TestTensorParallelPrecisions: FP8 (transformer-engine) and NF4 frozen
-// weights (each rank quantizing its own shares) train on --tp 2 through
-// weft train: the validation loss falls.
+// TestTensorParallelPrecisions: FP8 (transformer-engine, torchao's rowwise
+// recipes) and NF4 frozen weights (each rank quantizing its own shares)
+// train on --tp 2 through weft train: the validation loss falls.
 func TestTensorParallelPrecisions(t *testing.T) {
-	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq"} {
+	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp"} {
 		t.Run(spec, func(t *testing.T) {
 			c := tinyConfig(t, spec)
 			c.Steps, c.EvalEvery, c.SaveEvery, c.Devices, c.TP = 8, 8, 8, 2, 2

@@ -7,7 +7,8 @@
 // arithmetic through nn.Linear's GEMM hook and claim no storage, autocast
 // or loss scaling, so they compose with any plugin that does. Package
 // precision registers them as the specs "fp8" (Delayed), "fp8-current"
-// (Current) and "fp8-mx" (MX); this package does not import it.
+// (Current), "fp8-mx" (MX), "fp8-rowwise" and "fp8-rowwise-gw-hp"
+// (Rowwise); this package does not import it.
 package fp8
 
 import (

@@ -74,34 +74,42 @@ func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ pass) q
 	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}
-	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt}
+	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, size: BlockSize, round: roundBlock}
 }
 
-// blocks is a matrix to be cast in MX blocks. The blocks follow each GEMM's
-// reduction axis, so a matrix read along its rows by one GEMM and down its
-// columns by another is cast twice, as MXFP8 hardware needs.
+// blocks is a matrix to be cast in blocks that each share a scale. The
+// blocks follow each GEMM's reduction axis, so a matrix read along its rows
+// by one GEMM and down its columns by another is cast twice, as MXFP8 and
+// rowwise-scaled hardware GEMMs need.
 type blocks struct {
 	vals       []float32 // row-major
 	rows, cols int
 	dt         dtype.DType
+	size       int                          // elements of a block along a line; 0: the whole line
+	round      func([]float32, dtype.DType) // replaces a block by the values its cast holds
 }
 
 // along casts the blocks along axis and returns their values in float32:
-// a float32 GEMM over them accumulates the products an MXFP8 GEMM does.
+// a float32 GEMM over them accumulates the products the scaled FP8 GEMM
+// does, since every scale is a power of two.
 func (b blocks) along(axis int) operand {
 	lines, length, lineStride, step := b.rows, b.cols, b.cols, 1
 	if axis == 0 {
 		lines, length, lineStride, step = b.cols, b.rows, 1, b.cols
 	}
+	size := length
+	if b.size > 0 {
+		size = min(b.size, length)
+	}
 	out := make([]float32, len(b.vals))
-	var blk [BlockSize]float32
+	blk := make([]float32, size)
 	for l := range lines {
-		for start := 0; start < length; start += BlockSize {
-			n := min(BlockSize, length-start)
+		for start := 0; start < length; start += size {
+			n := min(size, length-start)
 			for i := range n {
 				blk[i] = b.vals[l*lineStride+(start+i)*step]
 			}
-			roundBlock(blk[:n], b.dt)
+			b.round(blk[:n], b.dt)
 			for i := range n {
 				out[l*lineStride+(start+i)*step] = blk[i]
 			}

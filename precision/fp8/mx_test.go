@@ -47,7 +47,7 @@ func TestBlocksAlong(t *testing.T) {
 	for i := range vals { // magnitudes differ by row and by column, so blocks matter
 		vals[i] = float32(math.Ldexp(rng.NormFloat64(), 3*(i/cols%4)-2*(i%cols%5)))
 	}
-	b := blocks{vals: vals, rows: rows, cols: cols, dt: dtype.E4M3FN}
+	b := blocks{vals: vals, rows: rows, cols: cols, dt: dtype.E4M3FN, size: BlockSize, round: roundBlock}
 	byRow, byCol := b.along(1).t.Float32s(), b.along(0).t.Float32s()
 	if slices.Equal(byRow, byCol) {
 		t.Fatal("the data does not tell blocks along rows from blocks down columns")
