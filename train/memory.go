@@ -19,8 +19,10 @@ type ProcessMemory struct {
 	// system does not say).
 	PeakAlloc, PeakRSS int64
 	// PredictedAlloc is the plan's PeakAlloc (fabric.Plan.Peak): its
-	// rank's, or with in-process ranks the process's (fabric.Peak.Process).
-	PredictedAlloc int64
+	// rank's, or with in-process ranks the process's (fabric.Peak.Process),
+	// and PredictedMost the most it may be where in-process ranks'
+	// transients coincide (fabric.Peak.ProcessMost; else PredictedAlloc).
+	PredictedAlloc, PredictedMost int64
 }
 
 // gatherMemory collects every rank's (peak alloc, peak RSS) on every rank
@@ -35,13 +37,13 @@ func gatherMemory(ctx context.Context, c comm.Communicator, perProcess bool, all
 	if err := c.AllGather(ctx, mine, all); err != nil {
 		return nil, fmt.Errorf("gathering memory peaks: %w", err)
 	}
-	n, want := 1, predicted.Process
+	n, want, most := 1, predicted.Process, predicted.ProcessMost
 	if perProcess {
-		n, want = c.Size(), predicted.Bytes
+		n, want, most = c.Size(), predicted.Bytes, predicted.Bytes
 	}
 	out := make([]ProcessMemory, n)
 	for r := range out {
-		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:])), PredictedAlloc: want}
+		out[r] = ProcessMemory{Rank: r, PeakAlloc: int64(binary.LittleEndian.Uint64(all[16*r:])), PeakRSS: int64(binary.LittleEndian.Uint64(all[16*r+8:])), PredictedAlloc: want, PredictedMost: most}
 	}
 	return out, nil
 }

@@ -100,6 +100,9 @@ func memoryLine(procs []train.ProcessMemory) string {
 	for i, m := range procs {
 		alloc[i] = fmt.Sprintf("%.1f", float64(m.PeakAlloc)/(1<<20))
 		predicted[i] = fmt.Sprintf("%.1f", float64(m.PredictedAlloc)/(1<<20))
+		if m.PredictedMost > m.PredictedAlloc {
+			predicted[i] += fmt.Sprintf("-%.1f", float64(m.PredictedMost)/(1<<20))
+		}
 		rss[i] = fmt.Sprintf("%.1f", float64(m.PeakRSS)/(1<<20))
 	}
 	who := "peak"
