@@ -228,25 +228,7 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 	if dt, ok := precision.StorageDType(s.Plugin); ok {
 		storage = dt
 	}
-	gemm := computeDType(s.Plugin, autograd.OpLinear, storage)
-	gemmName := gemm.String()
-	if l, ok := s.Module.(*nn.Linear); ok {
-		if c, ok := l.GEMM.(nn.CastingGEMM); ok { // FP8: its operands' dtypes, forward/backward
-			fwd, bwd := c.Operands()
-			gemmName = fwd.String() + "/" + bwd.String()
-		}
-	}
-	mp := ModulePlan{
-		Path: s.Path, Kind: s.Kind,
-		Compute: map[string]string{
-			"gemm":        gemmName,
-			"norm":        computeDType(s.Plugin, autograd.OpLayerNorm, storage).String(),
-			"elementwise": computeDType(s.Plugin, autograd.OpGELU, gemm).String(),
-		},
-	}
-	for _, m := range precision.Members(s.Plugin) {
-		mp.Plugins = append(mp.Plugins, m.Name())
-	}
+	mp := computeOf(s, storage)
 	var formats, wire []string
 	if l, ok := s.Module.(*nn.Linear); ok {
 		if w, ok := quant.WeightOf(l); ok {
@@ -304,6 +286,31 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		wire = []string{storage.String()}
 	}
 	mp.Storage, mp.Communication = strings.Join(formats, "/"), strings.Join(wire, "/")
+	return mp
+}
+
+// computeOf is the module plan of s before its bytes: its plugins and the
+// dtype each op class computes in, with storage the module's.
+func computeOf(s precision.Scope, storage dtype.DType) ModulePlan {
+	gemm := computeDType(s.Plugin, autograd.OpLinear, storage)
+	gemmName := gemm.String()
+	if l, ok := s.Module.(*nn.Linear); ok {
+		if c, ok := l.GEMM.(nn.CastingGEMM); ok { // FP8: its operands' dtypes, forward/backward
+			fwd, bwd := c.Operands()
+			gemmName = fwd.String() + "/" + bwd.String()
+		}
+	}
+	mp := ModulePlan{
+		Path: s.Path, Kind: s.Kind,
+		Compute: map[string]string{
+			"gemm":        gemmName,
+			"norm":        computeDType(s.Plugin, autograd.OpLayerNorm, storage).String(),
+			"elementwise": computeDType(s.Plugin, autograd.OpGELU, gemm).String(),
+		},
+	}
+	for _, m := range precision.Members(s.Plugin) {
+		mp.Plugins = append(mp.Plugins, m.Name())
+	}
 	return mp
 }
 
