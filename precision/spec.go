@@ -43,6 +43,8 @@ var specs = []spec{
 	// torchao's rowwise recipes.
 	{"fp8-rowwise", func(Options) Plugin { return fp8.NewRowwise(false) }},
 	{"fp8-rowwise-gw-hp", func(Options) Plugin { return fp8.NewRowwise(true) }},
+	// torchao's MX training recipe in FP4 (E2M1 elements, E8M0 scales).
+	{"mxfp4", func(Options) Plugin { return fp8.NewMXFP4() }},
 	// Lightning's TransformerEnginePrecision: weights, inputs and every op
 	// in its dtype (or the fallback argument's), Linear GEMMs in FP8 with
 	// delayed scaling. The members claim disjoint roles, so the

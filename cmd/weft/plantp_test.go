@@ -96,7 +96,7 @@ func TestPlanSequenceParallel(t *testing.T) {
 // a mesh row or does not divide the ranks is refused.
 func TestPlanRanksPerHost(t *testing.T) {
 	traffic := func(args ...string) (inside, between int64) {
-		out, code := run(append([]string{"plan", "--json", "--devices", "4"}, args...)...)
+		out, code := run(append([]string{"plan", "--json", "--devices", "4", "--precision", "32-true"}, args...)...)
 		if code != 0 {
 			t.Fatal(out)
 		}

@@ -8,7 +8,8 @@
 // or loss scaling, so they compose with any plugin that does. Package
 // precision registers them as the specs "fp8" (Delayed), "fp8-current"
 // (Current), "fp8-mx" (MX), "fp8-rowwise" and "fp8-rowwise-gw-hp"
-// (Rowwise); this package does not import it.
+// (Rowwise), and MX's 4-bit sibling "mxfp4" (MXFP4, E2M1 operands); this
+// package does not import it.
 package fp8
 
 import (
@@ -35,13 +36,15 @@ var (
 	Hybrid = Format{Forward: dtype.E4M3FN, Backward: dtype.E5M2}
 	E4M3   = Format{Forward: dtype.E4M3FN, Backward: dtype.E4M3FN}
 	E5M2   = Format{Forward: dtype.E5M2, Backward: dtype.E5M2}
+	// FP4 is MXFP4's: E2M1 for every operand.
+	FP4 = Format{Forward: dtype.E2M1, Backward: dtype.E2M1}
 )
 
-// valid reports whether both of f's dtypes are 8-bit floats that hold
-// values (E8M0 holds only scales).
+// valid reports whether both of f's dtypes are 8-bit (or, for MXFP4,
+// 4-bit) floats that hold values (E8M0 holds only scales).
 func (f Format) valid() bool {
 	for _, dt := range []dtype.DType{f.Forward, f.Backward} {
-		if dt.Bits() != 8 || !dt.IsFloat() || dt == dtype.E8M0 {
+		if dt.Bits() != 8 && dt != dtype.E2M1 || !dt.IsFloat() || dt == dtype.E8M0 {
 			return false
 		}
 	}

@@ -43,7 +43,7 @@ func (p *MX) ConvertModule(path string, m nn.Module) error {
 		if err := blocksWithinShares(l); err != nil {
 			return err
 		}
-		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{}}
+		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{round: roundBlock}}
 	}
 	p.declines.Note(path, why)
 	return err
@@ -67,14 +67,15 @@ func blocksWithinShares(l *nn.Linear) error {
 	return nil
 }
 
-// blockScaling is MX's quantizer.
-type blockScaling struct{}
+// blockScaling is the quantizer of MX and MXFP4: blocks of BlockSize
+// elements along each GEMM's reduction axis, cast by round.
+type blockScaling struct{ round func([]float32, dtype.DType) }
 
-func (blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ pass) quantized {
+func (b blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ pass) quantized {
 	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}
-	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, size: BlockSize, round: roundBlock}
+	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, size: BlockSize, round: b.round}
 }
 
 // blocks is a matrix to be cast in blocks that each share a scale. The
@@ -132,5 +133,60 @@ func roundBlock(blk []float32, dt dtype.DType) {
 	for i, v := range blk {
 		q := dt.RoundSat(float32(math.Ldexp(float64(v), -e)))
 		blk[i] = float32(math.Ldexp(float64(q), e))
+	}
+}
+
+// MXFP4 is the "mxfp4" plugin: torchao's MX training recipe with
+// elem_dtype float4_e2m1fn_x2 (MXLinearConfig, emulated): the operands of
+// a Linear's three GEMMs in E2M1 blocks of BlockSize along each GEMM's
+// reduction axis, each with a power-of-two scale as torchao's to_mx
+// computes it (ScaleCalculationMode.FLOOR, see roundBlockFP4).
+type MXFP4 struct {
+	Filter   Filter // nil: DefaultFilter
+	declines declined.Log
+}
+
+func NewMXFP4() *MXFP4 { return &MXFP4{} }
+
+func (*MXFP4) Name() string { return "mxfp4" }
+
+// Declined says why ConvertModule left the Linear at path as it was (the
+// precision.ConversionReporter role).
+func (p *MXFP4) Declined(path string) (string, bool) { return p.declines.Why(path) }
+
+// ConvertModule gives m MXFP4 GEMMs if it is an eligible Linear whose
+// tensor-parallel shares, if any, begin on block boundaries.
+func (p *MXFP4) ConvertModule(path string, m nn.Module) error {
+	l, why, err := eligible(m, FP4, p.Filter, p)
+	if l != nil {
+		if err := blocksWithinShares(l); err != nil {
+			return err
+		}
+		l.GEMM = &linear{owner: p, format: FP4, q: blockScaling{round: roundBlockFP4}}
+	}
+	p.declines.Note(path, why)
+	return err
+}
+
+// roundBlockFP4 replaces blk by the values torchao's to_mx holds for it
+// in dt: the scale exponent is amax's float32 exponent field less its bias
+// and less emax(dt) (2 for E2M1), clamped to -127..128; each element is
+// divided by the scale in float32 (a scale below 2^-126 divides as
+// 2^-126, as to_mx clamps it), cast to dt with saturation, and multiplied
+// by 2^e in float32 (2^128 is inf). A block whose amax is NaN is NaN.
+func roundBlockFP4(blk []float32, dt dtype.DType) {
+	amax := amaxOf(blk)
+	if amax != amax {
+		for i := range blk {
+			blk[i] = float32(math.NaN())
+		}
+		return
+	}
+	e := int(math.Float32bits(amax)>>23&0xff) - 127 - math.Ilogb(dt.Max())
+	e = min(max(e, -127), 128)
+	scale := float32(math.Ldexp(1, e))
+	divisor := max(scale, 0x1p-126)
+	for i, v := range blk {
+		blk[i] = dt.RoundSat(v/divisor) * scale
 	}
 }

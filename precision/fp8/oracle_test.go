@@ -1,0 +1,153 @@
+package fp8
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/torchoracle"
+	"github.com/weftml/weft/tensor"
+)
+
+// rowwiseCases are matrices whose rows hold what a cast must get right:
+// random values of several magnitudes, a zero row (amax 0), float32
+// denormals, E4M3 ties at scale 1, ±0, inf and NaN (in one column, so the
+// other columns stay finite), huge and tiny values, and an amax whose
+// scale 448/amax lies just below 8, where float32's log2 rounds up to 3.
+func rowwiseCases() (finite, all [][]float32) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	const cols = 16
+	row := func(scale float64) []float32 {
+		r := make([]float32, cols)
+		for i := range r {
+			r[i] = float32(rng.NormFloat64() * scale)
+		}
+		return r
+	}
+	spread := make([]float32, cols)
+	for i := range spread {
+		spread[i] = float32(math.Ldexp(rng.Float64()+0.5, rng.IntN(31)-20)) * float32(1-2*rng.IntN(2))
+	}
+	ties := []float32{448, -448, 1.0625, 1.1875, -1.0625, 3 * 0x1p-10, 0x1p-10, 0x1p-7 + 0x1p-10, 13, 15, 17, 208, 232, -240, 0.5, 0.5625}
+	denormal := []float32{0x1p-140, -0x1p-149, 0, float32(math.Copysign(0, -1)), 3e-39, 1e-45, -2e-40, 0, 0x1p-127, 0, 0, 0, 0, 0, 0, 0}
+	signs := []float32{float32(math.Copysign(0, -1)), -1e-9, 1e-9, -1, 1, 0, -0.25, 0.25, -3, 3, -1e-6, 1e-6, -100, 100, -7, 7}
+	just := row(1)
+	just[0] = math.Nextafter32(56, 100) // 448/amax rounds to the float32 just below 8
+	for i := 1; i < cols; i++ {
+		just[i] = float32(math.Mod(float64(just[i]), 56))
+	}
+	just[1], just[2] = 3*0x1p-12, -5*0x1p-13 // E4M3 subnormals at scale 8, halfway between two at scale 4
+	finite = [][]float32{row(1), row(1e-3), make([]float32, cols), denormal, ties, signs, row(1e30), row(1e-20), spread, just}
+	inf, nan := row(1), row(1)
+	inf[3], nan[3] = float32(math.Inf(1)), float32(math.NaN())
+	return finite, append(append([][]float32{}, finite...), inf, nan)
+}
+
+// oracleCasts runs testdata/fp8/oracle.py in mode on the matrix whose
+// rows are rows, and returns its values and the n matrices the oracle
+// computes, row-major.
+func oracleCasts(t *testing.T, mode string, rows [][]float32, n int) (vals []float32, out [][]float32) {
+	t.Helper()
+	for _, r := range rows {
+		vals = append(vals, r...)
+	}
+	raw := make([]byte, 0, 4*len(vals))
+	for _, v := range vals {
+		raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
+	}
+	dir := t.TempDir()
+	in, dst := filepath.Join(dir, "in.f32"), filepath.Join(dir, "out.f32")
+	if err := os.WriteFile(in, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	torchoracle.Run(t, "../../testdata/fp8/oracle.py", mode, in, dst, fmt.Sprint(len(rows)), fmt.Sprint(len(rows[0])))
+	b, err := os.ReadFile(dst)
+	if err != nil || len(b) != n*len(raw) {
+		t.Fatalf("oracle output: %d bytes (%v), want %d", len(b), err, n*len(raw))
+	}
+	for i := range n {
+		m := make([]float32, len(vals))
+		for j := range m {
+			m[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*(i*len(vals)+j):]))
+		}
+		out = append(out, m)
+	}
+	return vals, out
+}
+
+// sameBits requires got to hold want's bits (any NaN for a NaN), naming
+// each element that differs by its row and column among cols.
+func sameBits(t *testing.T, what string, vals, got, want []float32, cols int) {
+	t.Helper()
+	for j, g := range got {
+		if w := want[j]; math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+			t.Errorf("%s: element [%d %d] = %v: got %v (%#x), want %v (%#x)", what, j/cols, j%cols, vals[j], g, math.Float32bits(g), w, math.Float32bits(w))
+		}
+	}
+}
+
+// TestRowwiseMatchesOracle casts the rowwiseCases as torchao's rowwise
+// recipe does (one scale per row, per column, and, as rowwise_with_gw_hp
+// casts the weight for the input gradient, per matrix) and requires the
+// values testdata/fp8/oracle.py computes, bit for bit (NaN for NaN).
+func TestRowwiseMatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	finite, all := rowwiseCases()
+	for name, rows := range map[string][][]float32{"finite": finite, "with inf and NaN": all} {
+		t.Run(name, func(t *testing.T) {
+			vals, want := oracleCasts(t, "rowwise", rows, 3)
+			n, cols := len(rows), len(rows[0])
+			x := tensor.FromFloat32(vals, n, cols)
+			w := axiswise{highPrecisionWeightGrad: true}.quantize(roleW, x, dtype.E4M3FN, training)
+			sameBits(t, "per row", vals, w.along(1).t.Float32s(), want[0], cols)
+			sameBits(t, "per column", vals, axiswise{}.quantize(roleX, x, dtype.E4M3FN, training).along(0).t.Float32s(), want[1], cols)
+			sameBits(t, "per matrix", vals, w.along(0).t.Float32s(), want[2], cols)
+		})
+	}
+}
+
+// mxfp4Cases are rows of 40 elements (a block of 32 and one of 8) holding
+// what an MXFP4 cast must get right: random values of several magnitudes,
+// E2M1 ties and saturation at scale 1, a zero block, denormals, an amax
+// whose exponent field is 0 (scale 2^-127, which to_mx divides by as
+// 2^-126), amaxes near float32's largest, inf and NaN.
+func mxfp4Cases() [][]float32 {
+	rng := rand.New(rand.NewPCG(4, 4))
+	const cols = 40
+	row := func(scale float64) []float32 {
+		r := make([]float32, cols)
+		for i := range r {
+			r[i] = float32(rng.NormFloat64() * scale)
+		}
+		return r
+	}
+	ties := row(1)
+	copy(ties, []float32{4, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -5, -0.25, 7, -7, float32(math.Copysign(0, -1))})
+	copy(ties[32:], []float32{6, 5, 0.25, 0.75, -2.5, 3.5, 1.25, 0})
+	tiny := make([]float32, cols)
+	copy(tiny, []float32{0x1p-127, 0x1p-130, -0x1p-128, 3e-39, 1e-45})
+	huge := row(1e38)
+	special := row(1)
+	special[3], special[35] = float32(math.Inf(1)), float32(math.Inf(-1))
+	nan := row(1)
+	nan[5] = float32(math.NaN())
+	return [][]float32{row(1), row(1e-3), row(1e6), ties, make([]float32, cols), tiny, huge, special, nan}
+}
+
+// TestMXFP4MatchesOracle casts the mxfp4Cases in E2M1 blocks along rows
+// and down columns and requires what torchao's to_mx and to_dtype give,
+// as testdata/fp8/oracle.py computes them, bit for bit (NaN for NaN).
+func TestMXFP4MatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	rows := mxfp4Cases()
+	vals, want := oracleCasts(t, "mxfp4", rows, 2)
+	n, cols := len(rows), len(rows[0])
+	q := blockScaling{round: roundBlockFP4}.quantize(roleX, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
+	sameBits(t, "along rows", vals, q.along(1).t.Float32s(), want[0], cols)
+	sameBits(t, "down columns", vals, q.along(0).t.Float32s(), want[1], cols)
+}
