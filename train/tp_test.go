@@ -144,10 +144,11 @@ func TestTensorParallelHybrid(t *testing.T) {
 // recipes) and NF4 frozen weights (each rank quantizing its own shares)
 // train on --tp 2 through weft train: the validation loss falls.
 func TestTensorParallelPrecisions(t *testing.T) {
-	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp"} {
+	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4"} {
 		t.Run(spec, func(t *testing.T) {
 			c := tinyConfig(t, spec)
 			c.Steps, c.EvalEvery, c.SaveEvery, c.Devices, c.TP = 8, 8, 8, 2, 2
+			c.GPT.Width = 64 // shares of whole 32-element MX blocks
 			sum, err := Run(context.Background(), c, false, quiet{})
 			if err != nil {
 				t.Fatal(err)
