@@ -215,8 +215,21 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 			}
 			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
 		}
-		if st.Quantized() { // 8-bit codes: their blocks' constants (never sharded, checkOptimizerState)
-			moments = append(moments, stored("optim."+p.Path+".exp_avg_absmax", st.ExpAvgAbsmax), stored("optim."+p.Path+".exp_avg_sq_absmax", st.ExpAvgSqAbsmax))
+		if !st.Quantized() {
+			continue
+		}
+		// 8-bit codes: their blocks' absmax, a chunk's of whole blocks.
+		for _, mo := range []struct {
+			suffix string
+			t      *tensor.Tensor
+		}{{".exp_avg_absmax", st.ExpAvgAbsmax}, {".exp_avg_sq_absmax", st.ExpAvgSqAbsmax}} {
+			t := mo.t
+			if full && f.shardedOptimizer() {
+				if t, err = f.joinChunks(ctx, t, []int{dynamic.Blocks(p.Var.Value.Len(), f.stateBlock)}); err != nil {
+					return nil, nil, err
+				}
+			}
+			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
 		}
 	}
 	return params, moments, nil
@@ -404,12 +417,38 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 		return err
 	}
 	if f.shardedOptimizer() {
-		whole := [2]*tensor.Tensor{st.ExpAvg, st.ExpAvgSq}
-		st.ExpAvg, st.ExpAvgSq = f.dist.Shard(i, st.ExpAvg), f.dist.Shard(i, st.ExpAvgSq)
-		tensor.Free(whole[0]) // Shard copied this rank's chunk
-		tensor.Free(whole[1])
+		f.shardState(i, st)
 	}
 	return states.SetState(p.Path, st)
+}
+
+// shardState replaces the whole moments of parameter i in st by this
+// rank's chunks. 8-bit codes past the parameter's end take the code of 0,
+// which a zero-padded chunk's optimizer keeps there (its gradient and
+// value are 0), so that every block quantizes as on one device.
+func (f *Fabric) shardState(i int, st *optim.AdamState) {
+	cut := func(t **tensor.Tensor, zero byte) {
+		whole := *t
+		*t = f.dist.Shard(i, whole)
+		if st.Quantized() {
+			index, _ := f.dist.Chunks()
+			codes := (*t).Data()
+			for j := max(whole.Len()-index*len(codes), 0); j < len(codes); j++ {
+				codes[j] = zero
+			}
+		}
+		tensor.Free(whole) // Shard copied this rank's chunk
+	}
+	cut(&st.ExpAvg, dynamic.Signed.Nearest(0))
+	cut(&st.ExpAvgSq, dynamic.Unsigned.Nearest(0))
+	if !st.Quantized() {
+		return
+	}
+	for _, t := range []**tensor.Tensor{&st.ExpAvgAbsmax, &st.ExpAvgSqAbsmax} {
+		whole := *t
+		*t = f.dist.ShardBlocks(i, whole, f.stateBlock)
+		tensor.Free(whole)
+	}
 }
 
 // fromStored is a checkpoint's tensor as a tensor of its own.

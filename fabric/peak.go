@@ -456,7 +456,11 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	if s.dist {
 		size = s.n
 	}
-	chunk := (n + size - 1) / size
+	block := 1
+	if s.stateBlock > 0 && s.sh.OptimizerState { // chunks of whole 8-bit state blocks
+		block = s.stateBlock
+	}
+	chunk := strategy.Chunk(n, block, size)
 	part := n // what the optimizer updates
 	if s.sh.OptimizerState {
 		part = chunk
