@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -202,14 +203,14 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 			t := mo.t
 			switch {
 			case f.tensors != nil:
-				if t, err = f.wholeMoment(ctx, p, t); err != nil {
+				if t, err = f.wholeMoment(ctx, i, p, t); err != nil {
 					return nil, nil, fmt.Errorf("checkpoint: %w", err)
 				}
 				if t != mo.t {
 					*made = append(*made, t)
 				}
 			case full && f.shardedOptimizer():
-				if t, err = f.joinChunks(ctx, t, p.Var.Value.Shape()); err != nil {
+				if t, err = f.joinChunks(ctx, i, 1, t, p.Var.Value.Shape()); err != nil {
 					return nil, nil, err
 				}
 			}
@@ -225,7 +226,7 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 		}{{".exp_avg_absmax", st.ExpAvgAbsmax}, {".exp_avg_sq_absmax", st.ExpAvgSqAbsmax}} {
 			t := mo.t
 			if full && f.shardedOptimizer() {
-				if t, err = f.joinChunks(ctx, t, []int{dynamic.Blocks(p.Var.Value.Len(), f.stateBlock)}); err != nil {
+				if t, err = f.joinChunks(ctx, i, f.stateBlock, t, []int{dynamic.Blocks(p.Var.Value.Len(), f.stateBlock)}); err != nil {
 					return nil, nil, err
 				}
 			}
@@ -235,9 +236,16 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 	return params, moments, nil
 }
 
-// joinChunks gathers every rank's chunk of a sharded moment into the whole
-// tensor of the given shape.
-func (f *Fabric) joinChunks(ctx context.Context, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
+// joinChunks gathers every rank's chunk of a sharded moment of parameter
+// i, one value per block elements of it, into the whole tensor of the
+// given shape. 8-bit state holds no padding: its chunks are padded here.
+func (f *Fabric) joinChunks(ctx context.Context, i, block int, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
+	if _, _, n := f.dist.Part(i); chunk.Len() < n/block {
+		padded := tensor.New(chunk.DType(), n/block)
+		copy(padded.Data(), chunk.Data())
+		defer tensor.Free(padded)
+		chunk = padded
+	}
 	stacked, err := f.dist.JoinChunks(ctx, chunk) // the padded whole
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: gathering optimizer chunks: %w", err)
@@ -423,32 +431,33 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 }
 
 // shardState replaces the whole moments of parameter i in st by this
-// rank's chunks. 8-bit codes past the parameter's end take the code of 0,
-// which a zero-padded chunk's optimizer keeps there (its gradient and
-// value are 0), so that every block quantizes as on one device.
+// rank's chunks; 8-bit codes and their absmax stop where the parameter
+// does (AdamW.SetStateElems).
 func (f *Fabric) shardState(i int, st *optim.AdamState) {
-	cut := func(t **tensor.Tensor, zero byte) {
+	cut := func(t **tensor.Tensor, chunk func(*tensor.Tensor) *tensor.Tensor, n int) {
 		whole := *t
-		*t = f.dist.Shard(i, whole)
-		if st.Quantized() {
-			index, _ := f.dist.Chunks()
-			codes := (*t).Data()
-			for j := max(whole.Len()-index*len(codes), 0); j < len(codes); j++ {
-				codes[j] = zero
-			}
+		*t = chunk(whole)
+		tensor.Free(whole) // chunk copied this rank's
+		if (*t).Len() > n {
+			part := (*t).Flat(0, n)
+			short := part.Clone()
+			tensor.FreeView(part)
+			tensor.Free(*t)
+			*t = short
 		}
-		tensor.Free(whole) // Shard copied this rank's chunk
 	}
-	cut(&st.ExpAvg, dynamic.Signed.Nearest(0))
-	cut(&st.ExpAvgSq, dynamic.Unsigned.Nearest(0))
+	shard := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.Shard(i, t) }
 	if !st.Quantized() {
+		cut(&st.ExpAvg, shard, math.MaxInt)
+		cut(&st.ExpAvgSq, shard, math.MaxInt)
 		return
 	}
-	for _, t := range []**tensor.Tensor{&st.ExpAvgAbsmax, &st.ExpAvgSqAbsmax} {
-		whole := *t
-		*t = f.dist.ShardBlocks(i, whole, f.stateBlock)
-		tensor.Free(whole)
-	}
+	_, n, _ := f.dist.Part(i)
+	blocks := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.ShardBlocks(i, t, f.stateBlock) }
+	cut(&st.ExpAvg, shard, n)
+	cut(&st.ExpAvgSq, shard, n)
+	cut(&st.ExpAvgAbsmax, blocks, dynamic.Blocks(n, f.stateBlock))
+	cut(&st.ExpAvgSqAbsmax, blocks, dynamic.Blocks(n, f.stateBlock))
 }
 
 // fromStored is a checkpoint's tensor as a tensor of its own.

@@ -282,6 +282,13 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 	if f.dist != nil {
 		opt.SetParams(f.dist.OptimizerParams())
 	}
+	if f.stateBlock > 0 && f.shardedOptimizer() { // no 8-bit state for a chunk's padding
+		for i, p := range f.dist.OptimizerParams() {
+			if _, n, chunk := f.dist.Part(i); n < chunk {
+				opt.(stateBlocker).SetStateElems(p.Path, n)
+			}
+		}
+	}
 	f.opt = opt
 	return nil
 }
@@ -317,8 +324,13 @@ func (f *Fabric) ready(call string) error {
 // stateDTyper is an optimizer whose state dtype the precision can set.
 type stateDTyper interface{ SetStateDType(dtype.DType) }
 
-// stateBlocker is an optimizer that can keep its state in 8-bit blocks.
-type stateBlocker interface{ SetStateBlock(int) }
+// stateBlocker is an optimizer that can keep its state in 8-bit blocks,
+// and for a parameter's first elements only (a sharded chunk's, before
+// its padding).
+type stateBlocker interface {
+	SetStateBlock(int)
+	SetStateElems(path string, n int)
+}
 
 // checkOptimizerState is an error if opt cannot hold the optimizer state
 // res's precision sets (a dtype, or 8-bit blocks), or if this fabric's

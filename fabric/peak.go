@@ -467,7 +467,8 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	}
 	b := paramBytes{whole: tensor.PoolBytes(dt, chunk*size), grad: tensor.PoolBytes(dt, n), padded: tensor.PoolBytes(dt, chunk*size)}
 	b.state = 2 * tensor.PoolBytes(sd, part)
-	if s.stateBlock > 0 { // codes and absmax; the step decodes m and v to float32
+	if s.stateBlock > 0 { // codes and absmax, none for padding; the step decodes m and v to float32
+		part = min(part, n)
 		b.state = 2 * (tensor.PoolBytes(dtype.I8, part) + tensor.PoolBytes(dtype.F32, dynamic.Blocks(part, s.stateBlock)))
 		b.optimizer += 2 * tensor.PoolBytes(dtype.F32, part)
 		sd = dtype.F32

@@ -226,18 +226,20 @@ type ranks struct {
 // paramBytes is what a rank holds of trained parameter v (its value, its
 // gradient and AdamW's moments, in state if setsState): the ceil(1/n) of
 // what is sharded, or, under 8-bit optimizer state that is sharded, its
-// chunk of whole blocks (strategy.Options.StateBlock).
+// chunk of whole blocks (strategy.Options.StateBlock), the first rank's,
+// whose state holds the most (none is kept for padding).
 func (rk ranks) paramBytes(v *tensor.Tensor, state dtype.DType, setsState bool) Bytes {
 	perRank := func(b int64, sharded bool) int64 { return strategy.PerRank(b, sharded, rk.n) }
 	if rk.stateBlock > 0 {
 		part := v.Len() // the optimizer's elements
 		if rk.sh.OptimizerState {
-			part = strategy.Chunk(v.Len(), rk.stateBlock, rk.n)
+			chunk := strategy.Chunk(v.Len(), rk.stateBlock, rk.n)
+			part = min(chunk, v.Len()) // the first rank's: state stops where v does
 			perRank = func(b int64, sharded bool) int64 {
 				if !sharded {
 					return b
 				}
-				return b / int64(v.Len()) * int64(part)
+				return b / int64(v.Len()) * int64(chunk)
 			}
 		}
 		return Bytes{ // a code an element, a float32 a block

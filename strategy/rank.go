@@ -217,6 +217,15 @@ func (r *Rank) Shard(i int, t *tensor.Tensor) *tensor.Tensor {
 	return slice(t, r.group.Rank()*s.chunk, s.chunk)
 }
 
+// Part says which elements of the i-th parameter this rank's chunk holds:
+// n from start, fewer than the chunk's length (every rank's) past the
+// parameter's end, none in a chunk of padding alone.
+func (r *Rank) Part(i int) (start, n, chunk int) {
+	s := r.shards[i]
+	start = min(r.group.Rank()*s.chunk, s.n)
+	return start, min(s.chunk, s.n-start), s.chunk
+}
+
 // ShardBlocks returns this rank's share of t, which holds one value per
 // block of block elements of the i-th parameter (an 8-bit moment's absmax;
 // its chunks are whole blocks, Options.StateBlock), zero-padded.
