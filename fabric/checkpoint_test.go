@@ -198,7 +198,8 @@ func onRanks(t *testing.T, n int, fn func(r int, c comm.Communicator) error) {
 // optimizer file per rank and a Full save none, with the moments whole;
 // the sharded checkpoint loaded onto 4 ranks says it resharded, and a Full
 // save from there holds the same moments, byte for byte; both load on one
-// device to the same next loss. 8-bit moments (adamw8bit) reshard so too:
+// device to the same next loss, and the sharded save consolidated holds
+// the full one's tensors. 8-bit moments (adamw8bit) reshard so too:
 // their codes and absmax are the whole parameter's blocks on any count.
 func TestSaveFullOrSharded(t *testing.T) {
 	for _, spec := range []string{"32-true", "bf16-mixed+adamw8bit"} {
@@ -249,6 +250,20 @@ func saveFullOrSharded(t *testing.T, spec string) {
 		y, ok := b.Tensor(name)
 		if !ok || !slices.Equal(x.Data, y.Data) {
 			t.Errorf("%s differs between the full saves of 2 ranks and of 4 ranks resharded", name)
+		}
+	}
+	consolidated := filepath.Join(root, "consolidated.safetensors")
+	if err := checkpoint.Consolidate(sharded, consolidated); err != nil {
+		t.Fatal(err)
+	}
+	joined, err := checkpoint.ReadSafetensors(consolidated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range a.Names() {
+		x, _ := a.Tensor(name)
+		if y, ok := joined.Tensor(name); !ok || !slices.Equal(x.Data, y.Data) {
+			t.Errorf("%s differs between the full save and the sharded one consolidated", name)
 		}
 	}
 	var losses []float64
