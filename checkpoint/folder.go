@@ -179,18 +179,9 @@ func (c *Folder) Moment(name string, shape []int) (Tensor, error) {
 	if len(c.shards) == 0 {
 		return c.Tensor(name)
 	}
-	var whole []byte
-	dt := dtype.Invalid
-	for r, f := range c.shards {
-		t, ok := f.Tensor(name)
-		if !ok && r == 0 {
-			return Tensor{}, fmt.Errorf("checkpoint %s: tensor %s is %w", c.Dir, name, ErrMissing)
-		}
-		if !ok || (dt != dtype.Invalid && t.DType != dt) {
-			return Tensor{}, fmt.Errorf("checkpoint %s: %s lacks %s (or holds it in another dtype)", c.Dir, ShardFile(r), name)
-		}
-		dt = t.DType
-		whole = append(whole, t.Data...)
+	dt, whole, err := c.join(name)
+	if err != nil {
+		return Tensor{}, err
 	}
 	n := 1
 	for _, d := range shape {
@@ -201,6 +192,24 @@ func (c *Folder) Moment(name string, shape []int) (Tensor, error) {
 		return Tensor{}, fmt.Errorf("checkpoint %s: the chunks of %s hold %d bytes, the tensor %d", c.Dir, name, len(whole), size)
 	}
 	return Tensor{Name: name, DType: dt, Shape: shape, Data: whole[:size]}, nil
+}
+
+// join is every rank's chunk of name, in rank order.
+func (c *Folder) join(name string) (dtype.DType, []byte, error) {
+	var whole []byte
+	dt := dtype.Invalid
+	for r, f := range c.shards {
+		t, ok := f.Tensor(name)
+		if !ok && r == 0 {
+			return dt, nil, fmt.Errorf("checkpoint %s: tensor %s is %w", c.Dir, name, ErrMissing)
+		}
+		if !ok || (dt != dtype.Invalid && t.DType != dt) {
+			return dt, nil, fmt.Errorf("checkpoint %s: %s lacks %s (or holds it in another dtype)", c.Dir, ShardFile(r), name)
+		}
+		dt = t.DType
+		whole = append(whole, t.Data...)
+	}
+	return dt, whole, nil
 }
 
 // Consolidate writes checkpoint folder dir as one safetensors file at out:
@@ -224,6 +233,19 @@ func Consolidate(dir, out string) error {
 				return err
 			}
 			tensors = append(tensors, whole)
+		}
+		// 8-bit moments' absmax: the chunks hold whole blocks and none
+		// of padding, so together they are the parameter's.
+		for _, which := range []string{".exp_avg_absmax", ".exp_avg_sq_absmax"} {
+			name := "optim." + path + which
+			if _, ok := ck.shards[0].Tensor(name); !ok {
+				continue
+			}
+			dt, whole, err := ck.join(name)
+			if err != nil {
+				return err
+			}
+			tensors = append(tensors, Tensor{Name: name, DType: dt, Shape: []int{len(whole) / dt.StorageBytes(1)}, Data: whole})
 		}
 	}
 	return WriteSafetensors(out, tensors, map[string]string{"format": Format, "step": fmt.Sprint(ck.Manifest.Step)})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -202,29 +203,49 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 			t := mo.t
 			switch {
 			case f.tensors != nil:
-				if t, err = f.wholeMoment(ctx, p, t); err != nil {
+				if t, err = f.wholeMoment(ctx, i, p, t); err != nil {
 					return nil, nil, fmt.Errorf("checkpoint: %w", err)
 				}
 				if t != mo.t {
 					*made = append(*made, t)
 				}
 			case full && f.shardedOptimizer():
-				if t, err = f.joinChunks(ctx, t, p.Var.Value.Shape()); err != nil {
+				if t, err = f.joinChunks(ctx, i, 1, t, p.Var.Value.Shape()); err != nil {
 					return nil, nil, err
 				}
 			}
 			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
 		}
-		if st.Quantized() { // 8-bit codes: their blocks' constants (never sharded, checkOptimizerState)
-			moments = append(moments, stored("optim."+p.Path+".exp_avg_absmax", st.ExpAvgAbsmax), stored("optim."+p.Path+".exp_avg_sq_absmax", st.ExpAvgSqAbsmax))
+		if !st.Quantized() {
+			continue
+		}
+		// 8-bit codes: their blocks' absmax, a chunk's of whole blocks.
+		for _, mo := range []struct {
+			suffix string
+			t      *tensor.Tensor
+		}{{".exp_avg_absmax", st.ExpAvgAbsmax}, {".exp_avg_sq_absmax", st.ExpAvgSqAbsmax}} {
+			t := mo.t
+			if full && f.shardedOptimizer() {
+				if t, err = f.joinChunks(ctx, i, f.stateBlock, t, []int{dynamic.Blocks(p.Var.Value.Len(), f.stateBlock)}); err != nil {
+					return nil, nil, err
+				}
+			}
+			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
 		}
 	}
 	return params, moments, nil
 }
 
-// joinChunks gathers every rank's chunk of a sharded moment into the whole
-// tensor of the given shape.
-func (f *Fabric) joinChunks(ctx context.Context, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
+// joinChunks gathers every rank's chunk of a sharded moment of parameter
+// i, one value per block elements of it, into the whole tensor of the
+// given shape. 8-bit state holds no padding: its chunks are padded here.
+func (f *Fabric) joinChunks(ctx context.Context, i, block int, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
+	if _, _, n := f.dist.Part(i); chunk.Len() < n/block {
+		padded := tensor.New(chunk.DType(), n/block)
+		copy(padded.Data(), chunk.Data())
+		defer tensor.Free(padded)
+		chunk = padded
+	}
 	stacked, err := f.dist.JoinChunks(ctx, chunk) // the padded whole
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: gathering optimizer chunks: %w", err)
@@ -404,12 +425,39 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 		return err
 	}
 	if f.shardedOptimizer() {
-		whole := [2]*tensor.Tensor{st.ExpAvg, st.ExpAvgSq}
-		st.ExpAvg, st.ExpAvgSq = f.dist.Shard(i, st.ExpAvg), f.dist.Shard(i, st.ExpAvgSq)
-		tensor.Free(whole[0]) // Shard copied this rank's chunk
-		tensor.Free(whole[1])
+		f.shardState(i, st)
 	}
 	return states.SetState(p.Path, st)
+}
+
+// shardState replaces the whole moments of parameter i in st by this
+// rank's chunks; 8-bit codes and their absmax stop where the parameter
+// does (AdamW.SetStateElems).
+func (f *Fabric) shardState(i int, st *optim.AdamState) {
+	cut := func(t **tensor.Tensor, chunk func(*tensor.Tensor) *tensor.Tensor, n int) {
+		whole := *t
+		*t = chunk(whole)
+		tensor.Free(whole) // chunk copied this rank's
+		if (*t).Len() > n {
+			part := (*t).Flat(0, n)
+			short := part.Clone()
+			tensor.FreeView(part)
+			tensor.Free(*t)
+			*t = short
+		}
+	}
+	shard := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.Shard(i, t) }
+	if !st.Quantized() {
+		cut(&st.ExpAvg, shard, math.MaxInt)
+		cut(&st.ExpAvgSq, shard, math.MaxInt)
+		return
+	}
+	_, n, _ := f.dist.Part(i)
+	blocks := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.ShardBlocks(i, t, f.stateBlock) }
+	cut(&st.ExpAvg, shard, n)
+	cut(&st.ExpAvgSq, shard, n)
+	cut(&st.ExpAvgAbsmax, blocks, dynamic.Blocks(n, f.stateBlock))
+	cut(&st.ExpAvgSqAbsmax, blocks, dynamic.Blocks(n, f.stateBlock))
 }
 
 // fromStored is a checkpoint's tensor as a tensor of its own.

@@ -45,6 +45,13 @@ func mlpBatch(i uint64) data.Batch {
 // with c, strategy st over c).
 func mlpFabric(t testing.TB, seed uint64, spec, st string, c comm.Communicator) (*fabric.Fabric, *models.MLP) {
 	t.Helper()
+	f, m, _ := mlpFabricAdamW(t, seed, spec, st, c)
+	return f, m
+}
+
+// mlpFabricAdamW is mlpFabric with the AdamW it steps.
+func mlpFabricAdamW(t testing.TB, seed uint64, spec, st string, c comm.Communicator) (*fabric.Fabric, *models.MLP, *optim.AdamW) {
+	t.Helper()
 	pol, scaling, err := precision.ParsePolicy(spec, nil, "auto", precision.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +65,7 @@ func mlpFabric(t testing.TB, seed uint64, spec, st string, c comm.Communicator) 
 	if err := f.Setup(m, opt); err != nil {
 		t.Fatal(err)
 	}
-	return f, m
+	return f, m, opt
 }
 
 // trainSteps trains on global batches [from, to) and returns the losses.
@@ -191,12 +198,20 @@ func onRanks(t *testing.T, n int, fn func(r int, c comm.Communicator) error) {
 // optimizer file per rank and a Full save none, with the moments whole;
 // the sharded checkpoint loaded onto 4 ranks says it resharded, and a Full
 // save from there holds the same moments, byte for byte; both load on one
-// device to the same next loss.
+// device to the same next loss, and the sharded save consolidated holds
+// the full one's tensors. 8-bit moments (adamw8bit) reshard so too:
+// their codes and absmax are the whole parameter's blocks on any count.
 func TestSaveFullOrSharded(t *testing.T) {
+	for _, spec := range []string{"32-true", "bf16-mixed+adamw8bit"} {
+		t.Run(spec, func(t *testing.T) { saveFullOrSharded(t, spec) })
+	}
+}
+
+func saveFullOrSharded(t *testing.T, spec string) {
 	root := t.TempDir()
 	sharded, full, four := filepath.Join(root, "sharded"), filepath.Join(root, "full"), filepath.Join(root, "four")
 	onRanks(t, 2, func(_ int, c comm.Communicator) error {
-		f, m := mlpFabric(t, 1, "32-true", "zero1", c)
+		f, m := mlpFabric(t, 1, spec, "zero1", c)
 		trainSteps(t, f, m, 0, 2)
 		if err := f.Save(context.Background(), sharded, fabric.SaveOptions{}); err != nil {
 			return err
@@ -211,10 +226,15 @@ func TestSaveFullOrSharded(t *testing.T) {
 	}
 	var notes []string
 	onRanks(t, 4, func(r int, c comm.Communicator) error {
-		f, _ := mlpFabric(t, 5, "32-true", "zero1", c)
+		f, m, opt := mlpFabricAdamW(t, 5, spec, "zero1", c)
 		loaded, err := f.Load(sharded, fabric.LoadOptions{})
 		if err != nil {
 			return err
+		}
+		if opt.StateBlock > 0 {
+			if err := blockChunks(f, opt, m, 4); err != nil {
+				return err
+			}
 		}
 		if r == 0 {
 			notes = loaded.Converted
@@ -232,9 +252,23 @@ func TestSaveFullOrSharded(t *testing.T) {
 			t.Errorf("%s differs between the full saves of 2 ranks and of 4 ranks resharded", name)
 		}
 	}
+	consolidated := filepath.Join(root, "consolidated.safetensors")
+	if err := checkpoint.Consolidate(sharded, consolidated); err != nil {
+		t.Fatal(err)
+	}
+	joined, err := checkpoint.ReadSafetensors(consolidated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range a.Names() {
+		x, _ := a.Tensor(name)
+		if y, ok := joined.Tensor(name); !ok || !slices.Equal(x.Data, y.Data) {
+			t.Errorf("%s differs between the full save and the sharded one consolidated", name)
+		}
+	}
 	var losses []float64
 	for _, dir := range []string{sharded, full} {
-		f, m := mlpFabric(t, 5, "32-true", "", nil)
+		f, m := mlpFabric(t, 5, spec, "", nil)
 		loaded, err := f.Load(dir, fabric.LoadOptions{})
 		if err != nil {
 			t.Fatal(err)

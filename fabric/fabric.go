@@ -242,7 +242,9 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 		return err
 	}
 	if f.distCfg != nil {
-		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, comms(plan), f.cfg.Sharding); err != nil {
+		opts := f.cfg.Sharding
+		opts.StateBlock, _ = precision.OptimizerBlock(plan.Root) // chunks of whole 8-bit state blocks
+		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, comms(plan), opts); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
 		plan.AgreeOver(f.dist)
@@ -280,6 +282,13 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 	if f.dist != nil {
 		opt.SetParams(f.dist.OptimizerParams())
 	}
+	if f.stateBlock > 0 && f.shardedOptimizer() { // no 8-bit state for a chunk's padding
+		for i, p := range f.dist.OptimizerParams() {
+			if _, n, chunk := f.dist.Part(i); n < chunk {
+				opt.(stateBlocker).SetStateElems(p.Path, n)
+			}
+		}
+	}
 	f.opt = opt
 	return nil
 }
@@ -315,14 +324,18 @@ func (f *Fabric) ready(call string) error {
 // stateDTyper is an optimizer whose state dtype the precision can set.
 type stateDTyper interface{ SetStateDType(dtype.DType) }
 
-// stateBlocker is an optimizer that can keep its state in 8-bit blocks.
-type stateBlocker interface{ SetStateBlock(int) }
+// stateBlocker is an optimizer that can keep its state in 8-bit blocks,
+// and for a parameter's first elements only (a sharded chunk's, before
+// its padding).
+type stateBlocker interface {
+	SetStateBlock(int)
+	SetStateElems(path string, n int)
+}
 
 // checkOptimizerState is an error if opt cannot hold the optimizer state
 // res's precision sets (a dtype, or 8-bit blocks), or if this fabric's
-// strategy would cut 8-bit blocks: sharded optimizer state and tensor
-// parallelism split a parameter's moments where its blocks need not end,
-// which would tie a checkpoint's absmax constants to the device count.
+// tensor parallelism would cut 8-bit blocks (strategies that shard
+// optimizer state cut parameters in whole blocks, Options.StateBlock).
 func (f *Fabric) checkOptimizerState(res *precision.Resolution, opt optim.Optimizer) error {
 	name := res.Root.Name()
 	if _, sets := precision.OptimizerStateDType(res.Root); sets {
@@ -336,25 +349,8 @@ func (f *Fabric) checkOptimizerState(res *precision.Resolution, opt optim.Optimi
 	if _, ok := opt.(stateBlocker); !ok {
 		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit optimizer state, which %T cannot hold", name, opt)
 	}
-	var st strategy.Info
-	if f.distCfg != nil {
-		st = f.distCfg.info
-	}
-	return stateBlocksFit(res, st, f.tensors != nil)
-}
-
-// stateBlocksFit is an error if res's precision keeps 8-bit blockwise
-// optimizer state that strategy st (zero1, zero2, fsdp) or tensor
-// parallelism would split: their chunks need not end where blocks do.
-func stateBlocksFit(res *precision.Resolution, st strategy.Info, tensorParallel bool) error {
-	if _, sets := precision.OptimizerBlock(res.Root); !sets {
-		return nil
-	}
-	switch {
-	case st.Sharding.OptimizerState:
-		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit blockwise optimizer state, which strategy %s cannot shard yet; use single or ddp", res.Root.Name(), st.Name)
-	case tensorParallel:
-		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit blockwise optimizer state, which tensor parallelism cannot split yet; drop the tensor plan", res.Root.Name())
+	if f.tensors != nil {
+		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit blockwise optimizer state, which tensor parallelism cannot split yet (a rank's share of a split weight need not be whole blocks); drop the tensor plan", name)
 	}
 	return nil
 }

@@ -456,14 +456,19 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	if s.dist {
 		size = s.n
 	}
-	chunk := (n + size - 1) / size
+	block := 1
+	if s.stateBlock > 0 && s.sh.OptimizerState { // chunks of whole 8-bit state blocks
+		block = s.stateBlock
+	}
+	chunk := strategy.Chunk(n, block, size)
 	part := n // what the optimizer updates
 	if s.sh.OptimizerState {
 		part = chunk
 	}
 	b := paramBytes{whole: tensor.PoolBytes(dt, chunk*size), grad: tensor.PoolBytes(dt, n), padded: tensor.PoolBytes(dt, chunk*size)}
 	b.state = 2 * tensor.PoolBytes(sd, part)
-	if s.stateBlock > 0 { // codes and absmax; the step decodes m and v to float32
+	if s.stateBlock > 0 { // codes and absmax, none for padding; the step decodes m and v to float32
+		part = min(part, n)
 		b.state = 2 * (tensor.PoolBytes(dtype.I8, part) + tensor.PoolBytes(dtype.F32, dynamic.Blocks(part, s.stateBlock)))
 		b.optimizer += 2 * tensor.PoolBytes(dtype.F32, part)
 		sd = dtype.F32

@@ -169,9 +169,9 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 	if devices < 1 {
 		return nil, fmt.Errorf("--devices %d: must be at least 1", devices)
 	}
-	check := func(res *precision.Resolution) error { return stateBlocksFit(res, st, false) }
+	var check func(*precision.Resolution) error
 	if devices > 1 || st.Sharding.OptimizerState { // as New places a strategy
-		check = gathersSome(st, check)
+		check = gathersSome(st, nil)
 	}
 	res, err := prepare(m, pol, scaling, check)
 	if err != nil {
@@ -223,6 +223,42 @@ type ranks struct {
 	stateBlock int
 }
 
+// paramBytes is what a rank holds of trained parameter v (its value, its
+// gradient and AdamW's moments, in state if setsState): the ceil(1/n) of
+// what is sharded, or, under 8-bit optimizer state that is sharded, its
+// chunk of whole blocks (strategy.Options.StateBlock), the first rank's,
+// whose state holds the most (none is kept for padding).
+func (rk ranks) paramBytes(v *tensor.Tensor, state dtype.DType, setsState bool) Bytes {
+	perRank := func(b int64, sharded bool) int64 { return strategy.PerRank(b, sharded, rk.n) }
+	if rk.stateBlock > 0 {
+		part := v.Len() // the optimizer's elements
+		if rk.sh.OptimizerState {
+			chunk := strategy.Chunk(v.Len(), rk.stateBlock, rk.n)
+			part = min(chunk, v.Len()) // the first rank's: state stops where v does
+			perRank = func(b int64, sharded bool) int64 {
+				if !sharded {
+					return b
+				}
+				return b / int64(v.Len()) * int64(chunk)
+			}
+		}
+		return Bytes{ // a code an element, a float32 a block
+			Params:         perRank(int64(v.Bytes()), rk.sh.Parameters),
+			Grads:          perRank(int64(v.Bytes()), rk.sh.Gradients),
+			OptimizerState: adamMoments * int64(part+4*dynamic.Blocks(part, rk.stateBlock)),
+		}
+	}
+	moments := int64(v.Bytes())
+	if setsState {
+		moments = int64(state.StorageBytes(v.Len()))
+	}
+	return Bytes{
+		Params:         perRank(int64(v.Bytes()), rk.sh.Parameters),
+		Grads:          perRank(int64(v.Bytes()), rk.sh.Gradients),
+		OptimizerState: perRank(adamMoments*moments, rk.sh.OptimizerState),
+	}
+}
+
 func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool) ModulePlan {
 	storage := dtype.F32
 	if dt, ok := precision.StorageDType(s.Plugin); ok {
@@ -266,18 +302,7 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 			reduced = dt
 		}
 		wire = appendNew(appendNew(wire, on.String()), reduced.String())
-		moments := int64(v.Bytes())
-		switch {
-		case rk.stateBlock > 0: // a code an element, a float32 a block
-			moments = int64(v.Len() + 4*dynamic.Blocks(v.Len(), rk.stateBlock))
-		case setsState:
-			moments = int64(state.StorageBytes(v.Len()))
-		}
-		mp.BytesPerRank.add(Bytes{
-			Params:         strategy.PerRank(int64(v.Bytes()), rk.sh.Parameters, rk.n),
-			Grads:          strategy.PerRank(int64(v.Bytes()), rk.sh.Gradients, rk.n),
-			OptimizerState: strategy.PerRank(adamMoments*moments, rk.sh.OptimizerState, rk.n),
-		})
+		mp.BytesPerRank.add(rk.paramBytes(v, state, setsState))
 	}
 	if len(formats) == 0 {
 		formats = []string{storage.String()}

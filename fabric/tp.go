@@ -101,14 +101,14 @@ func (f *Fabric) wholeParam(ctx context.Context, i int, p nn.NamedParam) (*tenso
 	return w, err
 }
 
-// wholeMoment is an optimizer moment of parameter p as one device holds
+// wholeMoment is an optimizer moment of parameter i, p, as one device holds
 // it: its chunks joined along the column if the optimizer shards (zero1
 // and up), then gathered along the row if p is split.
-func (f *Fabric) wholeMoment(ctx context.Context, p nn.NamedParam, moment *tensor.Tensor) (*tensor.Tensor, error) {
+func (f *Fabric) wholeMoment(ctx context.Context, i int, p nn.NamedParam, moment *tensor.Tensor) (*tensor.Tensor, error) {
 	share := moment
 	if f.shardedOptimizer() {
 		var err error
-		if share, err = f.joinChunks(ctx, moment, p.Var.Value.Shape()); err != nil { // the share's shape (a stand-in under fsdp)
+		if share, err = f.joinChunks(ctx, i, 1, moment, p.Var.Value.Shape()); err != nil { // the share's shape (a stand-in under fsdp)
 			return nil, err
 		}
 	}

@@ -94,8 +94,13 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 	}
 	sent := exchange{t: t, n: shard, onHost: min(shard, perHost)}
 	replicas := exchange{t: t, n: n / shard, onHost: max(1, min(n/shard, perHost/shard))}
+	stateBlock, _ := precision.OptimizerBlock(p.res.Root)
 	for _, par := range p.params() {
-		chunk := int64(strategy.Chunk(par.elems, par.block, shard))
+		block := par.block
+		if par.trains && stateBlock > 0 && st.Sharding.OptimizerState { // chunks of whole 8-bit state blocks
+			block = stateBlock
+		}
+		chunk := int64(strategy.Chunk(par.elems, block, shard))
 		switch {
 		case st.Sharding.Parameters:
 			t.Gathers = addTo(t.Gathers, par.wire, int64(par.elems), sent.add(gathers, chunk*int64(par.wire.Bits())/8))

@@ -87,6 +87,9 @@ type AdamW struct {
 	AdamWConfig
 	params []nn.NamedParam
 	state  map[string]*AdamState
+	// elems are the parameters whose state covers only their first
+	// elements (SetStateElems).
+	elems map[string]int
 }
 
 // AdamState is one parameter's step count and moments.
@@ -127,10 +130,11 @@ func (o *AdamW) SetState(path string, st *AdamState) error {
 		if p.Path != path {
 			continue
 		}
-		if !st.ExpAvg.SameShape(p.Var.Value) || !st.ExpAvgSq.SameShape(p.Var.Value) || st.Step < 0 {
-			return fmt.Errorf("optim: state for %s has shape %v, the parameter %v", path, st.ExpAvg.Shape(), p.Var.Value.Shape())
+		like := o.stateLike(p)
+		if !st.ExpAvg.SameShape(like) || !st.ExpAvgSq.SameShape(like) || st.Step < 0 {
+			return fmt.Errorf("optim: state for %s has shape %v, the parameter %v", path, st.ExpAvg.Shape(), like.Shape())
 		}
-		if err := o.checkFormat(st, p.Var.Value.Len()); err != nil {
+		if err := o.checkFormat(st, like.Len()); err != nil {
 			return fmt.Errorf("optim: state for %s: %w", path, err)
 		}
 		o.state[path] = st
@@ -146,8 +150,13 @@ func (o *AdamW) Step() {
 		}
 		st := o.state[p.Path]
 		if st == nil {
-			st = o.newState(p.Var.Value)
+			st = o.newState(o.stateLike(p))
 			o.state[p.Path] = st
+		}
+		value, grad := p.Var.Value, p.Var.Grad
+		n, part := o.elems[p.Path]
+		if part {
+			value, grad = value.Flat(0, n), grad.Flat(0, n)
 		}
 		st.Step++
 		t := float64(st.Step)
@@ -161,11 +170,15 @@ func (o *AdamW) Step() {
 			NegStepSize: -o.LR / (1 - math.Pow(o.Beta1, t)),
 		}
 		if st.Quantized() {
-			tensor.AdamW8Step(p.Var.Value, p.Var.Grad, tensor.Moments8{
+			tensor.AdamW8Step(value, grad, tensor.Moments8{
 				M: st.ExpAvg, V: st.ExpAvgSq, MAbsmax: st.ExpAvgAbsmax, VAbsmax: st.ExpAvgSqAbsmax, Block: o.StateBlock,
 			}, s)
 		} else {
-			tensor.AdamWStep(p.Var.Value, p.Var.Grad, st.ExpAvg, st.ExpAvgSq, s)
+			tensor.AdamWStep(value, grad, st.ExpAvg, st.ExpAvgSq, s)
+		}
+		if part {
+			tensor.FreeView(value)
+			tensor.FreeView(grad)
 		}
 	}
 }
@@ -215,6 +228,25 @@ func (o *AdamW) checkFormat(st *AdamState, n int) error {
 		return fmt.Errorf("absmax %v and %v, want float32[%d] (blocks of %d)", st.ExpAvgAbsmax, st.ExpAvgSqAbsmax, blocks, o.StateBlock)
 	}
 	return nil
+}
+
+// SetStateElems keeps the state of the parameter at path for its first n
+// elements only, 1-D, and steps those alone: a sharded chunk whose
+// elements past n are padding (zero, with zero gradients, which AdamW
+// would leave zero), so that its 8-bit state holds no block of padding.
+func (o *AdamW) SetStateElems(path string, n int) {
+	if o.elems == nil {
+		o.elems = map[string]int{}
+	}
+	o.elems[path] = n
+}
+
+// stateLike is a meta tensor of the shape of p's state.
+func (o *AdamW) stateLike(p nn.NamedParam) *tensor.Tensor {
+	if n, ok := o.elems[p.Path]; ok {
+		return tensor.Meta(p.Var.Value.DType(), n)
+	}
+	return tensor.Meta(p.Var.Value.DType(), p.Var.Value.Shape()...)
 }
 
 // SetStateDType stores moments created from now on in dt (the precision's

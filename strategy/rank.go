@@ -85,6 +85,12 @@ type Options struct {
 	// communicator of a Hybrid strategy (hsdp), which needs them; its
 	// caller owns and closes them.
 	Hybrid *comm.Hybrid
+	// StateBlock, when positive, is the block of the optimizer's 8-bit
+	// state (the precision's; the fabric sets it): a strategy that shards
+	// optimizer state then cuts every parameter in whole blocks counted
+	// from its first element, so that a rank's chunk quantizes as those
+	// elements do on one device, whatever the number of ranks.
+	StateBlock int
 }
 
 // shard is one parameter's chunk on this rank.
@@ -97,7 +103,7 @@ type shard struct {
 	dt    dtype.DType
 	shape []int
 	n     int // elements of the parameter
-	chunk int // elements per rank, padded; a multiple of a frozen weight's block
+	chunk int // elements per rank, padded; a multiple of a frozen weight's block (Options.StateBlock's for a parameter)
 	// wire is the format this pass's first gather of the parameter used,
 	// which regathers for its backward and recompute reuse: an FP8 scale
 	// may have moved since, and the values must be those of the forward.
@@ -136,6 +142,10 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, comms Comms, opts Opti
 	}
 	r.link = link{c: r.group}
 	size := r.group.Size()
+	block := 1
+	if info.Sharding.OptimizerState && opts.StateBlock > 0 {
+		block = opts.StateBlock
+	}
 	for _, p := range r.params {
 		v := p.Var.Value
 		if v.DType().Bits() < 8 {
@@ -144,7 +154,7 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, comms Comms, opts Opti
 		if v.IsMeta() && (!info.Sharding.Parameters || p.Var.Init == nil) {
 			return nil, fmt.Errorf("strategy %s: %s has a shape and no values; only fsdp initialises parameters built on shapes alone (nn.Meta), and only those with an initialiser", info.Name, p.Path)
 		}
-		s := newShard(p.Var, &p.Var.Value, 1, size)
+		s := newShard(p.Var, &p.Var.Value, block, size)
 		if comms.Reduce != nil {
 			if dt, ok := comms.Reduce(p.Path); ok && dt != s.dt {
 				s.reduceIn = dt
@@ -205,6 +215,23 @@ func (r *Rank) OptimizerParams() []nn.NamedParam {
 func (r *Rank) Shard(i int, t *tensor.Tensor) *tensor.Tensor {
 	s := r.shards[i]
 	return slice(t, r.group.Rank()*s.chunk, s.chunk)
+}
+
+// Part says which elements of the i-th parameter this rank's chunk holds:
+// n from start, fewer than the chunk's length (every rank's) past the
+// parameter's end, none in a chunk of padding alone.
+func (r *Rank) Part(i int) (start, n, chunk int) {
+	s := r.shards[i]
+	start = min(r.group.Rank()*s.chunk, s.n)
+	return start, min(s.chunk, s.n-start), s.chunk
+}
+
+// ShardBlocks returns this rank's share of t, which holds one value per
+// block of block elements of the i-th parameter (an 8-bit moment's absmax;
+// its chunks are whole blocks, Options.StateBlock), zero-padded.
+func (r *Rank) ShardBlocks(i int, t *tensor.Tensor, block int) *tensor.Tensor {
+	per := r.shards[i].chunk / block
+	return slice(t, r.group.Rank()*per, per)
 }
 
 // Reshard re-cuts this rank's chunks from the whole parameters (at setup,

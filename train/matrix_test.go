@@ -22,11 +22,6 @@ var matrixCompositions = []string{
 	"params=float32,compute=bfloat16,output=float32", "bf16-mixed+adamw8bit",
 }
 
-// blocksUnsharded is the documented refusal of 8-bit blockwise optimizer
-// state (adamw8bit) under a strategy that shards optimizer state, whose
-// chunks need not end where the state's blocks do.
-const blocksUnsharded = "keeps 8-bit blockwise optimizer state, which strategy %s cannot shard yet"
-
 // matrixRules give each model per-module precisions, as the hybrid's
 // 'vision.**=16-mixed' under bf16-true does.
 var matrixRules = map[string]struct {
@@ -160,9 +155,6 @@ func TestProductMatrix(t *testing.T) {
 			}
 			if first.err != "" {
 				if strings.Contains(first.err, float16Eps) && storesFloat16(t, c) {
-					return
-				}
-				if strings.Contains(first.err, fmt.Sprintf(blocksUnsharded, c.strategy)) && strings.Contains(c.precision, "adamw8bit") {
 					return
 				}
 				t.Fatal(first.err)

@@ -255,9 +255,16 @@ func TestNonFiniteLossStops(t *testing.T) {
 
 // TestShardedResume: FSDP on 2 ranks resumes exactly from its own sharded
 // checkpoint, and the same checkpoint loads onto 4 ranks of ZeRO-1 and
-// onto one device, continuing close to the straight run.
+// onto one device, continuing close to the straight run; so do 8-bit
+// AdamW moments (adamw8bit), whose chunks are whole blocks.
 func TestShardedResume(t *testing.T) {
-	straight := tinyConfig(t, "32-true")
+	for _, spec := range []string{"32-true", "32-true+adamw8bit", "bf16-mixed+adamw8bit"} {
+		t.Run(spec, func(t *testing.T) { shardedResume(t, spec) })
+	}
+}
+
+func shardedResume(t *testing.T, spec string) {
+	straight := tinyConfig(t, spec)
 	straight.Strategy, straight.Devices = "fsdp", 2
 	if _, err := Run(context.Background(), straight, false, quiet{}); err != nil {
 		t.Fatal(err)
@@ -268,7 +275,7 @@ func TestShardedResume(t *testing.T) {
 		devices  int
 		exact    bool
 	}{{"fsdp", 2, true}, {"zero1", 4, false}, {"single", 1, false}} {
-		c := tinyConfig(t, "32-true")
+		c := tinyConfig(t, spec)
 		c.Strategy, c.Devices, c.Steps = "fsdp", 2, 10
 		if _, err := Run(context.Background(), c, false, quiet{}); err != nil {
 			t.Fatal(err)
