@@ -279,6 +279,9 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 		opt.(stateBlocker).SetStateBlock(block)
 		f.stateBlock = block
 	}
+	if precision.RoundsStochastically(f.plan.Root) {
+		opt.(stochasticRounder).SetStochasticRound(&optim.StochasticRound{Seed: f.cfg.Seed, Origin: f.origins()})
+	}
 	if f.dist != nil {
 		opt.SetParams(f.dist.OptimizerParams())
 	}
@@ -291,6 +294,21 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 	}
 	f.opt = opt
 	return nil
+}
+
+// origins places each parameter the optimizer updates in the model's
+// parameters, and its chunk in the parameter, for stochastic rounding.
+func (f *Fabric) origins() func(path string) (index, offset int) {
+	type origin struct{ index, offset int }
+	at := map[string]origin{}
+	for i, p := range nn.Parameters(f.model) {
+		o := origin{index: i}
+		if f.dist != nil {
+			o.offset = f.dist.OptimizerOffset(i)
+		}
+		at[p.Path] = o
+	}
+	return func(path string) (int, int) { o := at[path]; return o.index, o.offset }
 }
 
 // isNil reports whether v is nil or holds a nil pointer (a nil *AdamW
@@ -332,6 +350,12 @@ type stateBlocker interface {
 	SetStateElems(path string, n int)
 }
 
+// stochasticRounder is an optimizer that can round bfloat16 parameters
+// stochastically.
+type stochasticRounder interface {
+	SetStochasticRound(*optim.StochasticRound)
+}
+
 // checkOptimizerState is an error if opt cannot hold the optimizer state
 // res's precision sets (a dtype, or 8-bit blocks), or if this fabric's
 // tensor parallelism would cut 8-bit blocks (strategies that shard
@@ -341,6 +365,14 @@ func (f *Fabric) checkOptimizerState(res *precision.Resolution, opt optim.Optimi
 	if _, sets := precision.OptimizerStateDType(res.Root); sets {
 		if _, ok := opt.(stateDTyper); !ok {
 			return fmt.Errorf("fabric: setup: precision %s sets the optimizer-state dtype, which %T cannot hold", name, opt)
+		}
+	}
+	if precision.RoundsStochastically(res.Root) {
+		if _, ok := opt.(stochasticRounder); !ok {
+			return fmt.Errorf("fabric: setup: precision %s rounds parameters stochastically, which %T cannot do", name, opt)
+		}
+		if f.tensors != nil {
+			return fmt.Errorf("fabric: setup: precision %s rounds parameters stochastically, which tensor parallelism cannot split yet; drop the tensor plan", name)
 		}
 	}
 	if _, sets := precision.OptimizerBlock(res.Root); !sets {

@@ -60,6 +60,40 @@ type AdamWConfig struct {
 	// bitsandbytes' AdamW8bit does (see AdamState); StateDType is then
 	// unused.
 	StateBlock int
+	// StochasticRound, if set, rounds the new values of bfloat16
+	// parameters stochastically, as torchao's AdamW with
+	// bf16_stochastic_round=True does (tensor.AdamWStep); nil rounds them
+	// to nearest even.
+	StochasticRound *StochasticRound
+}
+
+// StochasticRound places each parameter in the stream of random bits its
+// stochastic rounding draws: the element at index i of parameter k of
+// the model rounds, at optimizer step t, with word i of Philox stream
+// (t, k) under key Seed (philox.Uint16s), so that ranks updating chunks
+// of a parameter draw the bits one device does and a run resumed at step
+// t draws those of an uninterrupted one.
+type StochasticRound struct {
+	Seed uint64 // the run's seed
+	// Origin gives the parameter at path's index in the model's
+	// parameters and the index in it of the first element the optimizer
+	// holds (0, or a sharded optimizer's chunk's offset); nil takes its
+	// index in the optimizer's parameters and offset 0.
+	Origin func(path string) (index, offset int)
+}
+
+// bits are the random bits of the update at step of the parameter at
+// path, the i-th the optimizer holds.
+func (r *StochasticRound) bits(path string, i, step int) *tensor.StochasticBits {
+	index, offset := i, 0
+	if r.Origin != nil {
+		index, offset = r.Origin(path)
+	}
+	return &tensor.StochasticBits{
+		Key:    [2]uint32{uint32(r.Seed), uint32(r.Seed >> 32)},
+		Stream: [2]uint32{uint32(step), uint32(index)},
+		First:  uint64(offset),
+	}
 }
 
 // check names the first hyperparameter out of its range: a learning
@@ -144,7 +178,7 @@ func (o *AdamW) SetState(path string, st *AdamState) error {
 }
 
 func (o *AdamW) Step() {
-	for _, p := range o.params {
+	for i, p := range o.params {
 		if p.Var.Grad == nil {
 			continue
 		}
@@ -168,6 +202,9 @@ func (o *AdamW) Step() {
 			BC2Sqrt:     math.Sqrt(1 - math.Pow(o.Beta2, t)),
 			Eps:         o.Eps,
 			NegStepSize: -o.LR / (1 - math.Pow(o.Beta1, t)),
+		}
+		if o.StochasticRound != nil {
+			s.Stochastic = o.StochasticRound.bits(p.Path, i, st.Step)
 		}
 		if st.Quantized() {
 			tensor.AdamW8Step(value, grad, tensor.Moments8{
@@ -256,6 +293,10 @@ func (o *AdamW) SetStateDType(dt dtype.DType) { o.StateDType = dt }
 // SetStateBlock keeps moments created from now on as 8-bit codes in
 // blocks of block elements (the precision's 8-bit optimizer-state role).
 func (o *AdamW) SetStateBlock(block int) { o.StateBlock = block }
+
+// SetStochasticRound rounds bfloat16 parameters' new values
+// stochastically with r's bits (the precision's stochastic-rounding role).
+func (o *AdamW) SetStochasticRound(r *StochasticRound) { o.StochasticRound = r }
 
 // Underflow explains how an update of the parameter at path can produce
 // NaN: an eps that rounds to zero in the moments' dtype makes sqrt(v)+eps

@@ -20,6 +20,9 @@ type arg struct {
 	// parse reads v into a setter of the field and v's canonical
 	// spelling; ok is false when v is not accepted.
 	parse func(v string) (set func(Plugin), canon string, ok bool)
+	// refuse, if set, says why the plugin member cannot take the
+	// argument ("" when it can).
+	refuse func(p Plugin) string
 }
 
 // argsOf returns the arguments a plugin member takes, nil for none.
@@ -85,10 +88,23 @@ var (
 // FSDP2's MixedPrecisionPolicy (CommPolicy) on the plugins that train
 // the parameters themselves.
 var (
-	trueArgs        = commArgs(func(p Plugin) *CommPolicy { return &p.(*True).Comm })
+	trueArgs        = append(commArgs(func(p Plugin) *CommPolicy { return &p.(*True).Comm }), stochasticRoundArg)
 	mixedArgs       = commArgs(func(p Plugin) *CommPolicy { return &p.(*Mixed).Comm })
 	mixedScaledArgs = append(slices.Clip(scalerArgs), commArgs(func(p Plugin) *CommPolicy { return &p.(MixedScaled).Mixed.Comm })...)
 )
+
+// stochasticRoundArg is torchao's bf16_stochastic_round, which only
+// bfloat16 parameters take.
+var stochasticRoundArg = func() arg {
+	a := choiceArg("stochastic_round", []string{"false", "true"}, []bool{false, true}, func(p Plugin) *bool { return &p.(*True).Stochastic })
+	a.refuse = func(p Plugin) string {
+		if dt := p.(*True).DType; dt != dtype.BF16 {
+			return fmt.Sprintf("%s stores parameters in %s; stochastic rounding is for bfloat16 ones (bf16-true)", p.Name(), dt)
+		}
+		return ""
+	}
+	return a
+}()
 
 // commArgs are FSDP2's param_dtype and reduce_dtype, spelled as
 // PyTorch's dtypes are.
@@ -186,6 +202,10 @@ func parseArgs(sample Plugin, text string) (set func(Plugin), canonical string, 
 	if table == nil {
 		return nil, "", fmt.Errorf("%s takes no arguments", sample.Name())
 	}
+	target := sample // the member the arguments set
+	if member >= 0 {
+		target = Members(sample)[member]
+	}
 	setters := make([]func(Plugin), len(table))
 	canon := make([]string, len(table))
 	for _, kv := range strings.Split(text, ",") {
@@ -207,6 +227,11 @@ func parseArgs(sample Plugin, text string) (set func(Plugin), canonical string, 
 		}
 		if setters[i], canon[i], ok = table[i].parse(v); !ok {
 			return nil, "", fmt.Errorf("%s=%s: want %s", k, v, table[i].want)
+		}
+		if r := table[i].refuse; r != nil {
+			if why := r(target); why != "" {
+				return nil, "", fmt.Errorf("%s=%s: %s", k, v, why)
+			}
 		}
 		canon[i] = k + "=" + canon[i]
 	}

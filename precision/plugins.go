@@ -14,6 +14,10 @@ import (
 type True struct {
 	DType dtype.DType
 	Comm  CommPolicy // the spec's param_dtype and reduce_dtype
+	// Stochastic is the spec's stochastic_round (bf16-true only): the
+	// optimizer rounds the parameters' new values to bfloat16
+	// stochastically, as torchao's bf16_stochastic_round does.
+	Stochastic bool
 }
 
 func (p True) Name() string              { return trueNames[p.DType] }
@@ -28,6 +32,9 @@ func (p True) GatherFormat(string) (dtype.DType, float32, bool) { return p.Comm.
 func (p True) ReduceDType(string) (dtype.DType, bool) { return p.Comm.reduceDType() }
 
 func (p True) commPolicy() CommPolicy { return p.Comm }
+
+// RoundsStochastically is Stochastic (the StochasticRounder role).
+func (p True) RoundsStochastically() bool { return p.Stochastic }
 
 var trueNames = map[dtype.DType]string{dtype.F64: "64-true", dtype.F32: "32-true", dtype.F16: "16-true", dtype.BF16: "bf16-true"}
 

@@ -243,6 +243,24 @@ func TestSpecArgsConverted(t *testing.T) {
 	}
 }
 
+// TestStochasticRound: bf16-true's stochastic_round reaches the
+// StochasticRounder role, alone or composed; without it, or false, the
+// parameters round to nearest.
+func TestStochasticRound(t *testing.T) {
+	for spec, want := range map[string]bool{
+		"bf16-true(stochastic_round=true)":           true,
+		"bf16-true(stochastic_round=true)+nf4":       true,
+		"bf16-true(stochastic_round=false)":          false,
+		"bf16-true":                                  false,
+		"bf16-mixed":                                 false,
+		"bf16-true(stochastic_round=true)+adamw8bit": true,
+	} {
+		if got := precision.RoundsStochastically(mustParse(t, spec, precision.Options{})); got != want {
+			t.Errorf("%s: RoundsStochastically = %v, want %v", spec, got, want)
+		}
+	}
+}
+
 func TestSpecArgsBad(t *testing.T) {
 	for _, c := range []struct{ spec, want string }{
 		{"fp8(bogus=1)", `precision "fp8(bogus=1)": unknown argument bogus; accepted: margin, history, algo, format`},
@@ -272,6 +290,10 @@ func TestSpecArgsBad(t *testing.T) {
 		{"bf16-mixed(param_dtype=float8)", `precision "bf16-mixed(param_dtype=float8)": param_dtype=float8: want bfloat16, float16 or float32`},
 		{"int8(reduce_dtype=float32)", `precision "int8(reduce_dtype=float32)": unknown argument reduce_dtype; accepted: threshold, skip`},
 		{"test-visits(x=1)", `precision "test-visits(x=1)": test-visits takes no arguments`},
+		{"32-true(stochastic_round=true)", `precision "32-true(stochastic_round=true)": stochastic_round=true: 32-true stores parameters in float32; stochastic rounding is for bfloat16 ones (bf16-true)`},
+		{"16-true(stochastic_round=false)", `precision "16-true(stochastic_round=false)": stochastic_round=false: 16-true stores parameters in float16; stochastic rounding is for bfloat16 ones (bf16-true)`},
+		{"bf16-true(stochastic_round=1)", `precision "bf16-true(stochastic_round=1)": stochastic_round=1: want false or true`},
+		{"bf16-mixed(stochastic_round=true)", `precision "bf16-mixed(stochastic_round=true)": unknown argument stochastic_round; accepted: param_dtype, reduce_dtype`},
 	} {
 		_, err := precision.ParseSpec("bf16-mixed+"+c.spec, precision.Options{})
 		if err == nil || err.Error() != c.want {
@@ -302,6 +324,7 @@ func TestSpecStringRoundTrip(t *testing.T) {
 		{"bf16-mixed + fp8(margin=1)", "bf16-mixed+fp8(margin=1)"},
 		{"transformer-engine(format=e4m3)", "transformer-engine(format=e4m3)"},
 		{"bf16-true+nf4-dq(block=256)", "bf16-true+nf4-dq(block=256)"},
+		{"bf16-true(stochastic_round=TRUE, reduce_dtype=float32)", "bf16-true(reduce_dtype=float32,stochastic_round=true)"},
 		{"bf16-fp8", "bf16-mixed+fp8"},
 		{"16-mixed+test-visits", "16-mixed+test-visits"},
 	} {

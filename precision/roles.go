@@ -91,6 +91,15 @@ type OptimizerQuantizer interface {
 	OptimizerBlock() int
 }
 
+// StochasticRounder has the optimizer round the new values of the
+// bfloat16 parameters it updates stochastically, as torchao's AdamW with
+// bf16_stochastic_round=True does (optim.StochasticRound), when
+// RoundsStochastically is true. If no plugin implements it, or it
+// returns false, they round to nearest even.
+type StochasticRounder interface {
+	RoundsStochastically() bool
+}
+
 // Trainer trains only the parameters it lists (LoRA's adapters, which it
 // adds to the modules it converts): the fabric stops gradients at every
 // other parameter of the model, so that they take no gradient or
@@ -316,6 +325,13 @@ func OptimizerBlock(p Plugin) (block int, ok bool) {
 		return o.OptimizerBlock(), true
 	}
 	return 0, false
+}
+
+// RoundsStochastically reports whether p has the optimizer round
+// bfloat16 parameters stochastically.
+func RoundsStochastically(p Plugin) bool {
+	r, ok := role[StochasticRounder](p)
+	return ok && r.RoundsStochastically()
 }
 
 // TrainedParams returns the only parameters p trains (Trainer's); ok is

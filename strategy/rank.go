@@ -210,6 +210,16 @@ func (r *Rank) OptimizerParams() []nn.NamedParam {
 	return out
 }
 
+// OptimizerOffset is the index, in its whole parameter, of the first
+// element of OptimizerParams()[i]: this rank's chunk's offset, or 0 where
+// the optimizer updates whole parameters.
+func (r *Rank) OptimizerOffset(i int) int {
+	if !r.Info.Sharding.OptimizerState {
+		return 0
+	}
+	return r.group.Rank() * r.shards[i].chunk
+}
+
 // Shard returns this rank's chunk of a tensor shaped like the i-th
 // parameter (1-D, zero-padded), as a sharded optimizer holds its state.
 func (r *Rank) Shard(i int, t *tensor.Tensor) *tensor.Tensor {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/dtype/dynamic"
+	"github.com/weftml/weft/internal/philox"
 	"github.com/weftml/weft/internal/vec"
 )
 
@@ -18,6 +19,18 @@ type AdamWScalars struct {
 	BC2Sqrt     float64 // sqrt(1 - β2^t)
 	Eps         float64
 	NegStepSize float64 // -lr / (1 - β1^t)
+	// Stochastic, if set, rounds a bfloat16 p's new values stochastically
+	// (see StochasticBits); nil rounds them to nearest even.
+	Stochastic *StochasticBits
+}
+
+// StochasticBits are the random bits of torchao's bf16_stochastic_round
+// for one tensor: element i rounds with word First+i of the Philox
+// stream (Key, Stream) (philox.Uint16s), so that a chunk of a parameter
+// whose First is its offset draws the bits the whole parameter would.
+type StochasticBits struct {
+	Key, Stream [2]uint32 // (seed), (optimizer step, parameter index)
+	First       uint64    // index of the tensor's element 0 in its parameter
 }
 
 // AdamWStep updates p, m and v in place with PyTorch 2.11's single-tensor
@@ -26,10 +39,19 @@ type AdamWScalars struct {
 //
 //	p = p·decay; m = m + lerp·(g-m); v = v·β2; v = v + (1-β2)·g·g
 //	d = sqrt(v); d = d/bc2sqrt; d = d + eps; p = p + negStep·(m/d)
+//
+// With s.Stochastic set and p bfloat16, it is torchao's single_param_adam
+// with bf16_stochastic_round instead: every op in float32, the moments
+// rounded to their dtype (to nearest even) only as they are stored, p's
+// update computed from their float32 values and rounded to bfloat16 with
+// dtype.BF16StochasticRound and s.Stochastic's bits.
 func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
-	if p.dtype == dtype.F64 {
+	switch {
+	case s.Stochastic != nil && p.dtype == dtype.BF16:
+		adamWStochastic(p, g, m, v, s)
+	case p.dtype == dtype.F64:
 		adamW[float64](p, g, m, v, s)
-	} else {
+	default:
 		adamW[float32](p, g, m, v, s)
 	}
 }
@@ -85,11 +107,7 @@ func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
 func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScalars) {
 	inVec := func(r rounding[T]) bool { return !r.on || r.dt == dtype.BF16 }
 	if p, ok := any(ps).([]float32); ok && inVec(rp) && inVec(rm) && inVec(rv) {
-		vec.AdamWBF16(p, any(gs).([]float32), any(ms).([]float32), any(vs).([]float32), vec.AdamWParams{
-			Decay: float32(s.Decay), Lerp: float32(s.Lerp), Beta2: float32(s.Beta2),
-			OneMinusBeta2: float32(s.OneMinusB2), BC2Sqrt: float32(s.BC2Sqrt), Eps: float32(s.Eps),
-			NegStep: float32(s.NegStepSize),
-		}, rp.on, rm.on, rv.on)
+		vec.AdamWBF16(p, any(gs).([]float32), any(ms).([]float32), any(vs).([]float32), s.float32s(), rp.on, rm.on, rv.on)
 		return
 	}
 	decay, lerp, b2, omb2 := T(s.Decay), T(s.Lerp), T(s.Beta2), T(s.OneMinusB2)
@@ -130,6 +148,55 @@ func adamWRange[T float](ps, gs, ms, vs []T, rp, rm, rv rounding[T], s AdamWScal
 			p[i] += T(step * (m[i] / d[i]))
 		}
 		rp.all(p)
+	}
+}
+
+// float32s are s in float32, as the kernels of vec take them.
+func (s AdamWScalars) float32s() vec.AdamWParams {
+	return vec.AdamWParams{
+		Decay: float32(s.Decay), Lerp: float32(s.Lerp), Beta2: float32(s.Beta2),
+		OneMinusBeta2: float32(s.OneMinusB2), BC2Sqrt: float32(s.BC2Sqrt), Eps: float32(s.Eps),
+		NegStep: float32(s.NegStepSize),
+	}
+}
+
+// adamWStochastic is AdamWStep over a bfloat16 p rounded stochastically.
+func adamWStochastic(p, g, m, v *Tensor, s AdamWScalars) {
+	ps, gs, ms, vs := get[float32](p), get[float32](g), get[float32](m), get[float32](v)
+	rm, rv := roundTo[float32](m.dtype), roundTo[float32](v.dtype)
+	bits := *s.Stochastic
+	run := func(lo, hi int) {
+		b := bits
+		b.First += uint64(lo)
+		adamWStochasticRange(ps[lo:hi], gs[lo:hi], ms[lo:hi], vs[lo:hi], rm, rv, s, b)
+	}
+	if parallelParts(len(ps)) <= 1 {
+		run(0, len(ps))
+	} else {
+		parallelFor(len(ps), run)
+	}
+	put(p, ps)
+	put(m, ms)
+	put(v, vs)
+	drop(g, gs)
+}
+
+// adamWStochasticRange updates one range of elements, whose bits start at
+// bits.First, over chunks that stay in L1: vec.AdamW in float32, then the
+// moments rounded to nearest and p stochastically.
+func adamWStochasticRange(ps, gs, ms, vs []float32, rm, rv rounding[float32], s AdamWScalars, bits StochasticBits) {
+	params := s.float32s()
+	var r [256]uint16
+	for lo := 0; lo < len(ps); lo += len(r) {
+		hi := min(lo+len(r), len(ps))
+		p, m, v, r := ps[lo:hi], ms[lo:hi], vs[lo:hi], r[:hi-lo]
+		vec.AdamW(p, gs[lo:hi], m, v, params)
+		rm.all(m)
+		rv.all(v)
+		philox.Uint16s(r, bits.Key, bits.Stream, bits.First+uint64(lo))
+		for i, x := range p {
+			p[i] = dtype.F32FromBF16(dtype.BF16StochasticRound(x, r[i]))
+		}
 	}
 }
 

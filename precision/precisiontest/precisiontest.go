@@ -441,6 +441,7 @@ func testNoMutation(t *testing.T, newPlugin func() precision.Plugin) {
 	precision.OutputDType(p)
 	precision.OptimizerStateDType(p)
 	precision.OptimizerBlock(p)
+	precision.RoundsStochastically(p)
 	if c := precision.Autocast(p); c != nil {
 		for _, op := range ops {
 			for _, in := range floats {
