@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -130,6 +131,9 @@ func prepare(m nn.Module, pol precision.Policy, scaling precision.LossScaling, c
 	if err != nil {
 		return nil, err
 	}
+	if err := optimizerRolesAtRoot(res); err != nil {
+		return nil, err
+	}
 	if check != nil {
 		if err := check(res); err != nil {
 			return nil, err
@@ -142,6 +146,35 @@ func prepare(m nn.Module, pol precision.Policy, scaling precision.LossScaling, c
 		freezeAllBut(m, trained)
 	}
 	return res, nil
+}
+
+// optimizerRolesAtRoot refuses a rule's plugin that asks the optimizer for
+// something the whole model's precision does not (moments in a dtype or
+// in 8-bit blocks, stochastic rounding): one optimizer steps every
+// parameter, as the root plugin says, and the rule's would be ignored.
+func optimizerRolesAtRoot(res *precision.Resolution) error {
+	root := optimizerRoles(res.Root)
+	for _, s := range res.Scopes {
+		if r := optimizerRoles(s.Plugin); r != "" && r != root {
+			return fmt.Errorf("precision %s at %s asks the optimizer for %s, which applies to the whole model: give it in --precision, not in a --precision-for rule", s.Plugin.Name(), cmp.Or(s.Path, "the root"), r)
+		}
+	}
+	return nil
+}
+
+// optimizerRoles says what p asks of the optimizer, "" for nothing.
+func optimizerRoles(p precision.Plugin) string {
+	var asks []string
+	if dt, ok := precision.OptimizerStateDType(p); ok {
+		asks = append(asks, "moments in "+dt.String())
+	}
+	if block, ok := precision.OptimizerBlock(p); ok {
+		asks = append(asks, fmt.Sprintf("8-bit moments in blocks of %d", block))
+	}
+	if precision.RoundsStochastically(p) {
+		asks = append(asks, "stochastic rounding of bfloat16 updates")
+	}
+	return strings.Join(asks, " and ")
 }
 
 // freezeAllBut stops gradients at every parameter of m but trained.

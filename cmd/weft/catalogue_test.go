@@ -314,6 +314,9 @@ var catalogue = []badInput{
 	{"stochastic rounding of parameters that are not bfloat16", func(string) []string {
 		return []string{"plan", "--precision", "32-true(stochastic_round=true)"}
 	}, nil, 0},
+	{"an optimizer's precision in a rule for part of the model", func(string) []string {
+		return []string{"plan", "--precision", "32-true", "--precision-for", "blocks.*=bf16-mixed+adamw8bit"}
+	}, nil, 0},
 	{"an HF folder for a model without an HF layout", func(dir string) []string {
 		writeFile(dir, "config.json", []byte(`{"model_type":"llama","vocab_size":128,"hidden_size":64,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":4,"intermediate_size":128,"max_position_embeddings":64}`))
 		return []string{"train", "--model", "cnn", "--init-from", dir, "--out", filepath.Join(dir, "run")}
