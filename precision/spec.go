@@ -45,6 +45,8 @@ var specs = []spec{
 	{"fp8-rowwise-gw-hp", func(Options) Plugin { return fp8.NewRowwise(true) }},
 	// torchao's MX training recipe in FP4 (E2M1 elements, E8M0 scales).
 	{"mxfp4", func(Options) Plugin { return fp8.NewMXFP4() }},
+	// Transformer Engine's NVFP4BlockScaling, rounding to nearest.
+	{"nvfp4", func(Options) Plugin { return fp8.NewNVFP4() }},
 	// Lightning's TransformerEnginePrecision: weights, inputs and every op
 	// in its dtype (or the fallback argument's), Linear GEMMs in FP8 with
 	// delayed scaling. The members claim disjoint roles, so the

@@ -147,7 +147,7 @@ func TestTensorParallelHybrid(t *testing.T) {
 // recipes) and NF4 frozen weights (each rank quantizing its own shares)
 // train on --tp 2 through weft train: the validation loss falls.
 func TestTensorParallelPrecisions(t *testing.T) {
-	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4"} {
+	for _, spec := range []string{"transformer-engine", "bf16-true+nf4-dq", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4"} {
 		t.Run(spec, func(t *testing.T) {
 			c := tinyConfig(t, spec)
 			c.Steps, c.EvalEvery, c.SaveEvery, c.Devices, c.TP = 8, 8, 8, 2, 2

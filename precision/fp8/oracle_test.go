@@ -50,8 +50,8 @@ func rowwiseCases() (finite, all [][]float32) {
 
 // oracleCasts runs testdata/fp8/oracle.py in mode on the matrix whose
 // rows are rows, and returns its values and the n matrices the oracle
-// computes, row-major.
-func oracleCasts(t *testing.T, mode string, rows [][]float32, n int) (vals []float32, out [][]float32) {
+// computes, row-major, and then the float32s it writes after them.
+func oracleCasts(t *testing.T, mode string, rows [][]float32, n int) (vals []float32, out [][]float32, more []float32) {
 	t.Helper()
 	for _, r := range rows {
 		vals = append(vals, r...)
@@ -67,17 +67,17 @@ func oracleCasts(t *testing.T, mode string, rows [][]float32, n int) (vals []flo
 	}
 	torchoracle.Run(t, "../../testdata/fp8/oracle.py", mode, in, dst, fmt.Sprint(len(rows)), fmt.Sprint(len(rows[0])))
 	b, err := os.ReadFile(dst)
-	if err != nil || len(b) != n*len(raw) {
-		t.Fatalf("oracle output: %d bytes (%v), want %d", len(b), err, n*len(raw))
+	if err != nil || len(b) < n*len(raw) || len(b)%4 != 0 {
+		t.Fatalf("oracle output: %d bytes (%v), want %d and float32s after them", len(b), err, n*len(raw))
+	}
+	all := make([]float32, len(b)/4)
+	for j := range all {
+		all[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*j:]))
 	}
 	for i := range n {
-		m := make([]float32, len(vals))
-		for j := range m {
-			m[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*(i*len(vals)+j):]))
-		}
-		out = append(out, m)
+		out = append(out, all[i*len(vals):(i+1)*len(vals)])
 	}
-	return vals, out
+	return vals, out, all[n*len(vals):]
 }
 
 // sameBits requires got to hold want's bits (any NaN for a NaN), naming
@@ -100,7 +100,7 @@ func TestRowwiseMatchesOracle(t *testing.T) {
 	finite, all := rowwiseCases()
 	for name, rows := range map[string][][]float32{"finite": finite, "with inf and NaN": all} {
 		t.Run(name, func(t *testing.T) {
-			vals, want := oracleCasts(t, "rowwise", rows, 3)
+			vals, want, _ := oracleCasts(t, "rowwise", rows, 3)
 			n, cols := len(rows), len(rows[0])
 			x := tensor.FromFloat32(vals, n, cols)
 			w := axiswise{highPrecisionWeightGrad: true}.quantize(roleW, x, dtype.E4M3FN, training)
@@ -145,9 +145,60 @@ func mxfp4Cases() [][]float32 {
 func TestMXFP4MatchesOracle(t *testing.T) {
 	torchoracle.Need(t)
 	rows := mxfp4Cases()
-	vals, want := oracleCasts(t, "mxfp4", rows, 2)
+	vals, want, _ := oracleCasts(t, "mxfp4", rows, 2)
 	n, cols := len(rows), len(rows[0])
 	q := blockScaling{round: roundBlockFP4}.quantize(roleX, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
 	sameBits(t, "along rows", vals, q.along(1).t.Float32s(), want[0], cols)
 	sameBits(t, "down columns", vals, q.along(0).t.Float32s(), want[1], cols)
+}
+
+// nvfp4Cases are matrices of 40×40 (two blocks of 16 and one of 8 along
+// each axis, and so a last Hadamard block left as it is): rows of several
+// magnitudes, a zero block, -0 and denormals, values at E2M1's thresholds
+// for the scale a block of amax 6 gets; one matrix finite, one with inf,
+// one with NaN (each decides its tensor's global scale).
+func nvfp4Cases() map[string][][]float32 {
+	rng := rand.New(rand.NewPCG(6, 6))
+	const n = 40
+	matrix := func() [][]float32 {
+		m := make([][]float32, n)
+		for r := range m {
+			m[r] = make([]float32, n)
+			scale := math.Ldexp(1, 3*(r%7)-9)
+			for c := range m[r] {
+				m[r][c] = float32(rng.NormFloat64() * scale)
+			}
+		}
+		for c := range 16 {
+			m[5][c] = 0
+		}
+		copy(m[6], []float32{float32(math.Copysign(0, -1)), 1e-40, -3e-39, 0x1p-149, 6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -0.25, -0.75, -5, 4.9})
+		return m
+	}
+	finite, inf, nan := matrix(), matrix(), matrix()
+	inf[9][20] = float32(math.Inf(-1))
+	nan[11][3] = float32(math.NaN())
+	return map[string][][]float32{"finite": finite, "with inf": inf, "with NaN": nan}
+}
+
+// TestNVFP4MatchesOracle casts the nvfp4Cases as Transformer Engine's
+// NVFP4 reference quantizer does, the input along rows, down columns after
+// the Hadamard transform (the weight gradient's operand), and the weight
+// in 16×16 tiles both ways, and requires what testdata/fp8/oracle.py
+// computes, bit for bit (NaN for NaN), global scales included.
+func TestNVFP4MatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	for name, rows := range nvfp4Cases() {
+		t.Run(name, func(t *testing.T) {
+			vals, want, scales := oracleCasts(t, "nvfp4", rows, 3)
+			n, cols := len(rows), len(rows[0])
+			x := tensor.FromFloat32(vals, n, cols)
+			q, w := nvfp4Scaling{}.quantize(roleX, x, dtype.E2M1, training), nvfp4Scaling{}.quantize(roleW, x, dtype.E2M1, training)
+			for i, o := range []operand{q.along(1), q.along(0), w.along(1), w.along(0)} {
+				what := []string{"along rows", "down columns, transformed", "in tiles", "in tiles, for the transpose"}[i]
+				sameBits(t, what, vals, o.t.Float32s(), want[min(i, 2)], cols)
+				sameBits(t, what+": the global scale", vals, []float32{o.scale}, []float32{scales[min(i, 2)]}, 1)
+			}
+		})
+	}
 }

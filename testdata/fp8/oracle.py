@@ -4,6 +4,7 @@ E4M3 and E2M1, which PyTorch 1.13 lacks.
 
     oracle.py rowwise IN OUT ROWS COLS
     oracle.py mxfp4 IN OUT ROWS COLS
+    oracle.py nvfp4 IN OUT ROWS COLS
 
 IN holds a float32 matrix [ROWS, COLS], little-endian; OUT receives float32
 matrices of the same shape, the values a GEMM multiplies after the cast
@@ -17,6 +18,15 @@ with one scale per row (axiswise_dim=-1), with one scale per column
 mxfp4 (prototype/mx_formats/mx_tensor.py: to_mx, ScaleCalculationMode.FLOOR,
 and to_dtype): the matrix cast to E2M1 in blocks of 32 along each row, then
 down each column (a last block shorter where 32 does not divide the line).
+
+nvfp4 (Transformer Engine's reference quantizer, custom_recipes/
+quantization_nvfp4.py, _quantize_blockwise_reference and cast_to_fp4x2):
+the matrix cast to E2M1 with E4M3 scales in blocks of 16 along each row;
+down each column after the random Hadamard transform of each 16
+consecutive elements (summed in float64 in order, rounded to float32; a
+shorter last block is left as it is); in 16×16 tiles; each as the codes'
+values times their block's decode scale, then the three tensors' amax/2688
+as three float32s.
 """
 
 import sys
@@ -90,10 +100,71 @@ def mxfp4(x):
     return [mx_lines(x), mx_lines(x.t().contiguous()).t()]
 
 
+F32_MAX = torch.tensor(torch.finfo(torch.float32).max)
+HADAMARD_SIGNS = [1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1]
+
+
+def te_e2m1(x):
+    """cast_to_fp4x2's thresholds on float32 values within ±6 (NaN to +0)."""
+    x = x.numpy()
+    out = np.zeros_like(x)
+    for lo, hi, lo_in, hi_in, v in [
+        (0.25, 0.75, False, False, 0.5), (0.75, 1.25, True, True, 1.0), (1.25, 1.75, False, False, 1.5),
+        (1.75, 2.5, True, True, 2.0), (2.5, 3.5, False, False, 3.0), (3.5, 5.0, True, True, 4.0),
+    ]:
+        for sign in (1, -1):
+            a = sign * x
+            inside = ((a >= lo) if lo_in else (a > lo)) & ((a <= hi) if hi_in else (a < hi))
+            out[inside] = sign * v
+    out[x > 5.0] = 6.0
+    out[x < -5.0] = -6.0
+    out[(x < 0) & (x >= -0.25)] = -0.0
+    return torch.from_numpy(out)
+
+
+def nvfp4_cast(x, tile):
+    amax = x.abs().max()
+    g = torch.minimum(torch.tensor(2688.0) / amax, F32_MAX)
+    if g == 0:
+        g = torch.tensor(1.0)
+    gdec = torch.tensor(1.0) / g
+    mult = g * torch.reciprocal(torch.tensor(6.0))
+    out = torch.empty_like(x)
+    for r in range(0, x.shape[0], tile):
+        for c in range(0, x.shape[1], 16):
+            b = x[r : r + tile, c : c + 16]
+            d = torch.minimum(b.abs().max() * mult, F32_MAX).clamp(min=-448.0, max=448.0)
+            d = torch.tensor(e4m3(d.double().numpy()), dtype=torch.float32)
+            enc = torch.minimum(torch.tensor(1.0) / (d * gdec), F32_MAX)
+            out[r : r + tile, c : c + 16] = te_e2m1((b * enc).clamp(min=-6.0, max=6.0)) * d
+    return out, amax / 2688.0
+
+
+def hadamard_rows(x):
+    out = x.clone()
+    for r in range(x.shape[0]):
+        for b in range(0, x.shape[1] - 15, 16):
+            v = [float(t) for t in x[r, b : b + 16]]
+            for i in range(16):
+                s = 0.0
+                for k in range(16):
+                    h = 0.25 * HADAMARD_SIGNS[k] * (-1 if bin(k & i).count("1") % 2 else 1)
+                    s += v[k] * h
+                out[r, b + i] = s
+    return out
+
+
+def nvfp4(x):
+    rows, s_rows = nvfp4_cast(x, 1)
+    cols, s_cols = nvfp4_cast(hadamard_rows(x.t().contiguous()), 1)
+    tiles, s_tiles = nvfp4_cast(x, 16)
+    return [rows, cols.t(), tiles, torch.stack([s_rows, s_cols, s_tiles])]
+
+
 def main():
     mode, src, dst, rows, cols = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     x = torch.from_numpy(np.fromfile(src, dtype="<f4").reshape(rows, cols))
-    out = {"rowwise": rowwise, "mxfp4": mxfp4}[mode](x)
+    out = {"rowwise": rowwise, "mxfp4": mxfp4, "nvfp4": nvfp4}[mode](x)
     np.concatenate([o.numpy().astype("<f4").ravel() for o in out]).tofile(dst)
 
 
