@@ -40,7 +40,7 @@ func (p *MX) Declined(path string) (string, bool) { return p.declines.Why(path) 
 func (p *MX) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
-		if err := blocksWithinShares(p.Name(), l, BlockSize); err != nil {
+		if err := blocksWithinShares(p.Name(), l, BlockSize, "MX"); err != nil {
 			return err
 		}
 		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{round: roundBlock}}
@@ -50,18 +50,19 @@ func (p *MX) ConvertModule(path string, m nn.Module) error {
 }
 
 // blocksWithinShares checks that every tensor-parallel share of l's
-// weight begins on a block boundary along both axes, which MX blocks run
-// along (the forward GEMM's reduction over the input features, the input
-// gradient's over the output features), and so along the activations and
-// gradients split with them.
-func blocksWithinShares(plugin string, l *nn.Linear, block int) error {
+// weight begins on a boundary of plugin's blocks of block elements (kind
+// names them: "MX") along both axes, which the blocks run along (the
+// forward GEMM's reduction over the input features, the input gradient's
+// over the output features), and so along the activations and gradients
+// split with them.
+func blocksWithinShares(plugin string, l *nn.Linear, block int, kind string) error {
 	s, ok := l.Split.(nn.ShardedSplit)
 	if !ok {
 		return nil
 	}
 	for axis, features := range [2]string{"output", "input"} {
 		if stride := s.ShareStride(axis); stride%block != 0 {
-			return fmt.Errorf("%s: the Linear's tensor-parallel shares begin every %d %s features, which cuts %d-element blocks across ranks; use fewer ranks or a width whose shares are multiples of %d", plugin, stride, features, block, block)
+			return fmt.Errorf("%s: the Linear's tensor-parallel shares begin every %d %s features, which cuts %d-element %s blocks across ranks; use fewer ranks or a width whose shares are multiples of %d", plugin, stride, features, block, kind, block)
 		}
 	}
 	return nil
@@ -159,7 +160,7 @@ func (p *MXFP4) Declined(path string) (string, bool) { return p.declines.Why(pat
 func (p *MXFP4) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, FP4, p.Filter, p)
 	if l != nil {
-		if err := blocksWithinShares(p.Name(), l, BlockSize); err != nil {
+		if err := blocksWithinShares(p.Name(), l, BlockSize, "MX"); err != nil {
 			return err
 		}
 		l.GEMM = &linear{owner: p, format: FP4, q: blockScaling{round: roundBlockFP4}}

@@ -42,7 +42,7 @@ func (p *NVFP4) Declined(path string) (string, bool) { return p.declines.Why(pat
 func (p *NVFP4) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, FP4, p.Filter, p)
 	if l != nil {
-		if err := blocksWithinShares(p.Name(), l, NVFP4Block); err != nil {
+		if err := blocksWithinShares(p.Name(), l, NVFP4Block, "NVFP4"); err != nil {
 			return err
 		}
 		l.GEMM = &linear{owner: p, format: FP4, q: nvfp4Scaling{}}
