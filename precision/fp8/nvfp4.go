@@ -2,6 +2,7 @@ package fp8
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
@@ -131,7 +132,7 @@ func hadamard16(vals []float32, rows, cols int) []float32 {
 				s := 0.0
 				for k := range NVFP4Block {
 					h := 0.25 * hadamardSigns[k]
-					if popcount(k&i)%2 == 1 {
+					if bits.OnesCount(uint(k&i))%2 == 1 {
 						h = -h
 					}
 					s += float64(x[k]) * h
@@ -141,14 +142,6 @@ func hadamard16(vals []float32, rows, cols int) []float32 {
 		}
 	}
 	return out
-}
-
-func popcount(x int) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
 }
 
 // nvfp4Cast casts vals (rows×cols) as Transformer Engine's reference
