@@ -103,8 +103,11 @@ func bf16Fastest() string {
 		return PathDot
 	case untimed:
 		if bf16Timed.CompareAndSwap(untimed, timing) {
-			p := measureBF16()
-			bf16Timed.Store(map[string]int32{PathDot: timedDot, PathWiden: timedWiden}[p])
+			p, state := measureBF16(), timedWiden
+			if p == PathDot {
+				state = timedDot
+			}
+			bf16Timed.Store(state)
 			return p
 		}
 	}

@@ -72,28 +72,26 @@ type nvfp4Matrix struct {
 
 // along casts the matrix for a GEMM that reduces along axis: the values
 // of the E2M1 codes times their E4M3 block scales, with the tensor's
-// amax/(448·6) as the operand's scale.
+// amax/(448·6) as the operand's scale. A weight's square tiles serve both
+// of its GEMMs as they are.
 func (m nvfp4Matrix) along(axis int) operand {
-	vals, rows, cols := m.vals, m.rows, m.cols
-	if axis == 0 { // reduce down the columns: cast the transpose along its rows
-		vals, rows, cols = transpose(vals, rows, cols), cols, rows
+	if m.role == roleW {
+		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, NVFP4Block)
+		return operand{t: tensor.FromFloat32(out, m.rows, m.cols), scale: scale}
 	}
-	tile := 1
-	switch {
-	case m.role == roleW:
-		tile = NVFP4Block
-	case axis == 0: // the weight gradient's operands
-		vals = hadamard16(vals, rows, cols)
-		if m.dt != dtype.F32 {
-			dtype.RoundFloat32s(m.dt, vals)
-		}
+	if axis == 1 {
+		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, 1)
+		return operand{t: tensor.FromFloat32(out, m.rows, m.cols), scale: scale}
 	}
-	out, scale := nvfp4Cast(vals, rows, cols, tile)
-	if axis == 0 {
-		out = transpose(out, rows, cols)
-		rows, cols = cols, rows
+	// The weight gradient's operands, reduced down their columns: cast the
+	// transpose along its rows after the Hadamard transform.
+	vals := transpose(m.vals, m.rows, m.cols)
+	hadamard16(vals, m.cols, m.rows)
+	if m.dt != dtype.F32 {
+		dtype.RoundFloat32s(m.dt, vals)
 	}
-	return operand{t: tensor.FromFloat32(out, rows, cols), scale: scale}
+	out, scale := nvfp4Cast(vals, m.cols, m.rows, 1)
+	return operand{t: tensor.FromFloat32(transpose(out, m.cols, m.rows), m.rows, m.cols), scale: scale}
 }
 
 func (nvfp4Matrix) free() {}
@@ -109,39 +107,42 @@ func transpose(vals []float32, rows, cols int) []float32 {
 	return out
 }
 
-// hadamardSigns are Transformer Engine's fixed signs of the random
-// Hadamard transform (get_wgrad_sign_vector).
-var hadamardSigns = [NVFP4Block]float64{1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1}
+// hadamard is S·H/4, H the 16×16 Sylvester Hadamard matrix and S the
+// diagonal of Transformer Engine's fixed signs (get_wgrad_sign_vector):
+// the random Hadamard transform, orthogonal.
+var hadamard = func() (t [NVFP4Block][NVFP4Block]float64) {
+	signs := [NVFP4Block]float64{1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1}
+	for k := range NVFP4Block {
+		for i := range NVFP4Block {
+			t[k][i] = 0.25 * signs[k]
+			if bits.OnesCount(uint(k&i))%2 == 1 {
+				t[k][i] = -t[k][i]
+			}
+		}
+	}
+	return t
+}()
 
-// hadamard16 returns each row of vals (rows×cols) with every whole block
-// of 16 consecutive elements x replaced by x·S·H/4, H the 16×16 Sylvester
-// Hadamard matrix and S the diagonal of hadamardSigns: an orthogonal map,
-// summed in float64 in order of k and rounded once to float32 (the caller
-// rounds it to the matrix's dtype, in which Transformer Engine computes
-// it). A last block shorter than 16 is left as it is (Transformer Engine
-// requires whole ones).
-func hadamard16(vals []float32, rows, cols int) []float32 {
-	out := make([]float32, len(vals))
-	copy(out, vals)
+// hadamard16 replaces, in each row of vals (rows×cols), every whole block
+// of 16 consecutive elements x by x·hadamard, summed in float64 in order
+// of k and rounded once to float32 (the caller rounds it to the matrix's
+// dtype, in which Transformer Engine computes it). A last block shorter
+// than 16 is left as it is (Transformer Engine requires whole ones).
+func hadamard16(vals []float32, rows, cols int) {
 	for r := range rows {
-		line := out[r*cols : (r+1)*cols]
+		line := vals[r*cols : (r+1)*cols]
 		for b := 0; b+NVFP4Block <= cols; b += NVFP4Block {
 			var x [NVFP4Block]float32
 			copy(x[:], line[b:b+NVFP4Block])
 			for i := range NVFP4Block {
 				s := 0.0
 				for k := range NVFP4Block {
-					h := 0.25 * hadamardSigns[k]
-					if bits.OnesCount(uint(k&i))%2 == 1 {
-						h = -h
-					}
-					s += float64(x[k]) * h
+					s += float64(x[k]) * hadamard[k][i]
 				}
 				line[b+i] = float32(s)
 			}
 		}
 	}
-	return out
 }
 
 // nvfp4Cast casts vals (rows×cols) as Transformer Engine's reference

@@ -14,6 +14,15 @@ import (
 	"github.com/weftml/weft/tensor"
 )
 
+// normalRow is n normal values of standard deviation scale from rng.
+func normalRow(rng *rand.Rand, n int, scale float64) []float32 {
+	r := make([]float32, n)
+	for i := range r {
+		r[i] = float32(rng.NormFloat64() * scale)
+	}
+	return r
+}
+
 // rowwiseCases are matrices whose rows hold what a cast must get right:
 // random values of several magnitudes, a zero row (amax 0), float32
 // denormals, E4M3 ties at scale 1, ±0, inf and NaN (in one column, so the
@@ -22,13 +31,6 @@ import (
 func rowwiseCases() (finite, all [][]float32) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	const cols = 16
-	row := func(scale float64) []float32 {
-		r := make([]float32, cols)
-		for i := range r {
-			r[i] = float32(rng.NormFloat64() * scale)
-		}
-		return r
-	}
 	spread := make([]float32, cols)
 	for i := range spread {
 		spread[i] = float32(math.Ldexp(rng.Float64()+0.5, rng.IntN(31)-20)) * float32(1-2*rng.IntN(2))
@@ -36,14 +38,14 @@ func rowwiseCases() (finite, all [][]float32) {
 	ties := []float32{448, -448, 1.0625, 1.1875, -1.0625, 3 * 0x1p-10, 0x1p-10, 0x1p-7 + 0x1p-10, 13, 15, 17, 208, 232, -240, 0.5, 0.5625}
 	denormal := []float32{0x1p-140, -0x1p-149, 0, float32(math.Copysign(0, -1)), 3e-39, 1e-45, -2e-40, 0, 0x1p-127, 0, 0, 0, 0, 0, 0, 0}
 	signs := []float32{float32(math.Copysign(0, -1)), -1e-9, 1e-9, -1, 1, 0, -0.25, 0.25, -3, 3, -1e-6, 1e-6, -100, 100, -7, 7}
-	just := row(1)
+	just := normalRow(rng, cols, 1)
 	just[0] = math.Nextafter32(56, 100) // 448/amax rounds to the float32 just below 8
 	for i := 1; i < cols; i++ {
 		just[i] = float32(math.Mod(float64(just[i]), 56))
 	}
 	just[1], just[2] = 3*0x1p-12, -5*0x1p-13 // E4M3 subnormals at scale 8, halfway between two at scale 4
-	finite = [][]float32{row(1), row(1e-3), make([]float32, cols), denormal, ties, signs, row(1e30), row(1e-20), spread, just}
-	inf, nan := row(1), row(1)
+	finite = [][]float32{normalRow(rng, cols, 1), normalRow(rng, cols, 1e-3), make([]float32, cols), denormal, ties, signs, normalRow(rng, cols, 1e30), normalRow(rng, cols, 1e-20), spread, just}
+	inf, nan := normalRow(rng, cols, 1), normalRow(rng, cols, 1)
 	inf[3], nan[3] = float32(math.Inf(1)), float32(math.NaN())
 	return finite, append(append([][]float32{}, finite...), inf, nan)
 }
@@ -119,24 +121,17 @@ func TestRowwiseMatchesOracle(t *testing.T) {
 func mxfp4Cases() [][]float32 {
 	rng := rand.New(rand.NewPCG(4, 4))
 	const cols = 40
-	row := func(scale float64) []float32 {
-		r := make([]float32, cols)
-		for i := range r {
-			r[i] = float32(rng.NormFloat64() * scale)
-		}
-		return r
-	}
-	ties := row(1)
+	ties := normalRow(rng, cols, 1)
 	copy(ties, []float32{4, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -5, -0.25, 7, -7, float32(math.Copysign(0, -1))})
 	copy(ties[32:], []float32{6, 5, 0.25, 0.75, -2.5, 3.5, 1.25, 0})
 	tiny := make([]float32, cols)
 	copy(tiny, []float32{0x1p-127, 0x1p-130, -0x1p-128, 3e-39, 1e-45})
-	huge := row(1e38)
-	special := row(1)
+	huge := normalRow(rng, cols, 1e38)
+	special := normalRow(rng, cols, 1)
 	special[3], special[35] = float32(math.Inf(1)), float32(math.Inf(-1))
-	nan := row(1)
+	nan := normalRow(rng, cols, 1)
 	nan[5] = float32(math.NaN())
-	return [][]float32{row(1), row(1e-3), row(1e6), ties, make([]float32, cols), tiny, huge, special, nan}
+	return [][]float32{normalRow(rng, cols, 1), normalRow(rng, cols, 1e-3), normalRow(rng, cols, 1e6), ties, make([]float32, cols), tiny, huge, special, nan}
 }
 
 // TestMXFP4MatchesOracle casts the mxfp4Cases in E2M1 blocks along rows
@@ -163,11 +158,7 @@ func nvfp4Cases() map[string][][]float32 {
 	matrix := func() [][]float32 {
 		m := make([][]float32, n)
 		for r := range m {
-			m[r] = make([]float32, n)
-			scale := math.Ldexp(1, 3*(r%7)-9)
-			for c := range m[r] {
-				m[r][c] = float32(rng.NormFloat64() * scale)
-			}
+			m[r] = normalRow(rng, n, math.Ldexp(1, 3*(r%7)-9))
 		}
 		for c := range 16 {
 			m[5][c] = 0
