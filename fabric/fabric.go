@@ -84,6 +84,10 @@ func comms(plan *precision.Resolution) strategy.Comms {
 		Use: func(path string, codes, chunk *tensor.Tensor, scale float32) bool {
 			return precision.UseGathered(params[path].scope.Plugin, path, codes, chunk, scale)
 		},
+		Codec: func(path string, gemms strategy.GEMMs) comm.Codec {
+			q := params[path]
+			return gatherCodec(q.scope, q.p, gemms)
+		},
 		Drop:   func(path string) { precision.DropGathered(params[path].scope.Plugin, path) },
 		Reduce: func(path string) (dtype.DType, bool) { return precision.ReduceDType(params[path].scope.Plugin, path) },
 	}
@@ -99,6 +103,12 @@ func gatherFormat(s precision.Scope, p nn.Param, tied map[*autograd.Var]bool) (d
 		return precision.GatherFormat(s.Plugin, nn.Join(s.Path, p.Name))
 	}
 	return s.GatherFormat(p.Name)
+}
+
+// gatherCodec is the codec the plugin of s offers for FSDP's gathers of
+// p for gemms, or nil (see precision.GatherCoder).
+func gatherCodec(s precision.Scope, p nn.Param, gemms strategy.GEMMs) comm.Codec {
+	return precision.GatherCodec(s.Plugin, nn.Join(s.Path, p.Name), gemms&strategy.ForwardGEMMs != 0, gemms&strategy.BackwardGEMMs != 0)
 }
 
 // gathersSome is check, if not nil, then a check that refuses a precision

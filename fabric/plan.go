@@ -331,6 +331,9 @@ func (rk ranks) planModule(s precision.Scope, state dtype.DType, setsState bool)
 		if dt, _, ok := gatherFormat(s, p, rk.tied); ok && rk.sh.Parameters && rk.n > 1 {
 			on = dt
 		}
+		if c := gatherCodec(s, p, strategy.ForwardGEMMs); c != nil && rk.sh.Parameters && rk.n > 1 {
+			on = c.DType()
+		}
 		if dt, ok := precision.ReduceDType(s.Plugin, nn.Join(s.Path, p.Name)); ok && rk.n > 1 {
 			reduced = dt
 		}

@@ -102,6 +102,10 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 		}
 		chunk := int64(strategy.Chunk(par.elems, block, shard))
 		switch {
+		case st.Sharding.Parameters && par.parts[0] > 0 && chunk*int64(par.wire.Bits())%8 == 0: // codes, as the strategy sends them
+			t.Gathers = addTo(t.Gathers, par.wire, int64(par.elems), sent.add(int64(micro*p.codedParts(par, keepAfterForward)), chunk*int64(par.wire.Bits())/8))
+		case st.Sharding.Parameters && par.parts[0] > 0:
+			t.Gathers = addTo(t.Gathers, par.stored, int64(par.elems), sent.add(gathers, chunk*int64(par.stored.Bits())/8))
 		case st.Sharding.Parameters:
 			t.Gathers = addTo(t.Gathers, par.wire, int64(par.elems), sent.add(gathers, chunk*int64(par.wire.Bits())/8))
 			if par.scale > 0 {
@@ -125,6 +129,20 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 	}
 	byParams(t.Gathers)
 	byParams(t.Reductions)
+}
+
+// codedParts is how many casts of par a step's gathers send: the
+// forward's, then the backward's (with the forward's again for a
+// checkpointed forward's recompute), or both at once when units are kept
+// from forward to backward.
+func (p *Plan) codedParts(par planParam, keepAfterForward bool) int {
+	switch {
+	case keepAfterForward:
+		return par.parts[2]
+	case len(p.ActivationCheckpointing) > 0:
+		return par.parts[0] + par.parts[2]
+	}
+	return par.parts[0] + par.parts[1]
 }
 
 // exchange counts what a rank sends to each peer of a group of n ranks,
@@ -153,6 +171,10 @@ type planParam struct {
 	reduced      dtype.DType // its gradient's reductions
 	scale        int64       // bytes of an FP8 gather's scale
 	trains       bool
+	// parts are the casts of a weight its plugin sends as codes
+	// (strategy.Comms.Codec) for the forward's GEMMs, the backward's, and
+	// both at once; 0 if it sends none.
+	parts [3]int
 }
 
 // params lists the plan's parameters and frozen weights (their codes, in
@@ -172,6 +194,12 @@ func (p *Plan) params() []planParam {
 				par.wire = dt
 				if scale != 0 {
 					par.scale = 4 // a float32 beside the codes
+				}
+			}
+			if c := gatherCodec(s, q, strategy.ForwardGEMMs); c != nil {
+				par.wire = c.DType()
+				for i, g := range []strategy.GEMMs{strategy.ForwardGEMMs, strategy.BackwardGEMMs, strategy.ForwardGEMMs | strategy.BackwardGEMMs} {
+					par.parts[i] = gatherCodec(s, q, g).Parts()
 				}
 			}
 			if dt, ok := precision.ReduceDType(s.Plugin, nn.Join(s.Path, q.Name)); ok {

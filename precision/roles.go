@@ -159,6 +159,29 @@ type GatherUser interface {
 	DropGathered(param string)
 }
 
+// A GatherCoder casts the weights of its Linears for FSDP's all-gathers
+// itself (the block-scaled FP8 and FP4 recipes): GatherCodec returns the
+// codec of the parameter at param for the forward's GEMMs, the
+// backward's or both, nil if it is not one of its; the decoded weight is
+// its until DropCoded.
+type GatherCoder interface {
+	GatherCodec(param string, forward, backward bool) comm.Codec
+	DropCoded(param string)
+}
+
+// GatherCodec returns the codec of the parameter at path that a
+// GatherCoder member of p offers, or nil.
+func GatherCodec(p Plugin, path string, forward, backward bool) comm.Codec {
+	for _, m := range Members(p) {
+		if g, ok := m.(GatherCoder); ok {
+			if c := g.GatherCodec(path, forward, backward); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
 // UseGathered offers p's GatherUser members the gathered codes of the
 // parameter at path; false if none took them.
 func UseGathered(p Plugin, path string, codes, chunk *tensor.Tensor, scale float32) bool {
@@ -170,12 +193,15 @@ func UseGathered(p Plugin, path string, codes, chunk *tensor.Tensor, scale float
 	return false
 }
 
-// DropGathered tells p's GatherUser members that the codes of the
-// parameter at path are freed.
+// DropGathered tells p's GatherUser and GatherCoder members that the
+// codes of the parameter at path are freed.
 func DropGathered(p Plugin, path string) {
 	for _, m := range Members(p) {
 		if u, ok := m.(GatherUser); ok {
 			u.DropGathered(path)
+		}
+		if c, ok := m.(GatherCoder); ok {
+			c.DropCoded(path)
 		}
 	}
 }

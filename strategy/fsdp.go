@@ -20,9 +20,9 @@ func (r *Rank) Pass(ctx context.Context, fn func() (*autograd.Var, error)) (out 
 	}
 	err = r.Guard(func() error {
 		if len(r.units) > 0 {
-			r.prefetch(ctx, &r.units[0], false)
+			r.prefetch(ctx, &r.units[0], r.forwardGEMMs())
 		}
-		if err := r.whole(ctx, &r.root); err != nil {
+		if err := r.whole(ctx, &r.root, r.forwardGEMMs()); err != nil {
 			return err
 		}
 		out, err = fn()
@@ -54,15 +54,45 @@ func (r *Rank) Guard(fn func() error) (err error) {
 }
 
 // wire is a parameter's all-gather format: its storage dtype (dt
-// Invalid), dt with the sender's scale (FP8 codes), or a plain cast to dt
-// (scale 0), which the receivers cast back.
+// Invalid), dt with the sender's scale (FP8 codes), a plain cast to dt
+// (scale 0), which the receivers cast back, or its plugin's codes
+// (coded, Comms.Codec).
 type wire struct {
 	dt    dtype.DType
 	scale float32
+	coded bool
 }
 
 // codes reports whether w sends codes cast with a scale.
 func (w wire) codes() bool { return w.dt != dtype.Invalid && w.scale != 0 }
+
+// GEMMs are the GEMMs of a Linear that a gather of its weight serves:
+// the forward's reads the weight along its rows, the input gradient's
+// down its columns. Zero asks for the exact weight.
+type GEMMs uint8
+
+const (
+	ForwardGEMMs GEMMs = 1 << iota
+	BackwardGEMMs
+)
+
+// forwardGEMMs is what a forward pass's gather serves: the backward too
+// if the unit is kept for it.
+func (r *Rank) forwardGEMMs() GEMMs {
+	if r.opts.KeepAfterForward {
+		return ForwardGEMMs | BackwardGEMMs
+	}
+	return ForwardGEMMs
+}
+
+// backwardGEMMs is what a backward pass's gather serves: the forward too
+// if a checkpointed forward is recomputed with it.
+func (r *Rank) backwardGEMMs() GEMMs {
+	if r.recomputes {
+		return ForwardGEMMs | BackwardGEMMs
+	}
+	return BackwardGEMMs
+}
 
 // Scoper returns the Scoper of one pass: it opens inner's scope for every
 // module (inner may be nil) and, around each unit, gathers, frees and
@@ -89,14 +119,19 @@ func (p *passScoper) EnterScope(tp *autograd.Tape, module any, x *autograd.Var) 
 		return enter()
 	}
 	r, ctx, u := p.r, p.ctx, &p.r.units[i]
-	if err := r.whole(ctx, u); err != nil {
-		panic(failure{err})
-	}
+	r.recomputes = r.recomputes || tp.Recompute != nil
 	// A recompute (activation checkpointing) runs in backward: the next
 	// unit's turn has passed, and this one's backward follows at once.
 	again := tp.Recomputing()
+	gemms := r.forwardGEMMs()
+	if again {
+		gemms = r.backwardGEMMs()
+	}
+	if err := r.whole(ctx, u, gemms); err != nil {
+		panic(failure{err})
+	}
 	if i+1 < len(r.units) && !again {
-		r.prefetch(ctx, &r.units[i+1], false)
+		r.prefetch(ctx, &r.units[i+1], gemms)
 	}
 	tp.OnBackward(func() error { return r.afterBackward(ctx, u) })
 	in, exit := enter()
@@ -126,9 +161,9 @@ func (p *passScoper) Resume() autograd.Scoper {
 // the unit whose backward comes next.
 func (r *Rank) beforeBackward(ctx context.Context, i int) error {
 	if i > 0 {
-		defer r.prefetch(ctx, &r.units[i-1], false)
+		defer r.prefetch(ctx, &r.units[i-1], r.backwardGEMMs())
 	}
-	return r.whole(ctx, &r.units[i])
+	return r.whole(ctx, &r.units[i], r.backwardGEMMs())
 }
 
 // afterBackward starts reducing the gradients of u, whose backward is
@@ -139,10 +174,10 @@ func (r *Rank) afterBackward(ctx context.Context, u *unit) error {
 	return nil
 }
 
-// prefetch starts gathering u's freed parameters, if any (FSDP): in
-// their storage dtype when exact, else in the format their precision
-// asks for.
-func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
+// prefetch starts gathering u's freed parameters, if any (FSDP), for
+// gemms: in their storage dtype when gemms is 0, else in the format their
+// precision asks for.
+func (r *Rank) prefetch(ctx context.Context, u *unit, gemms GEMMs) {
 	if !r.Info.Sharding.Parameters || u.gather != nil {
 		return
 	}
@@ -155,17 +190,12 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 		}
 		todo = append(todo, i)
 		switch {
-		case exact:
+		case gemms == 0:
 			wires = append(wires, wire{})
 		case s.wire != nil:
 			wires = append(wires, *s.wire)
 		default: // read here, not on the link: the plugin's scale is the forward's
-			w := wire{}
-			if r.comms.Format != nil && s.full != nil { // frozen codes travel as they are
-				if dt, scale, ok := r.comms.Format(r.path(i)); ok && (dt != s.dt || scale != 0) {
-					w = wire{dt: dt, scale: scale}
-				}
-			}
+			w := r.wireOf(i)
 			s.wire = &w
 			wires = append(wires, w)
 		}
@@ -175,10 +205,19 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	}
 	got := make([]gathered, len(r.shards))
 	u.got = got
+	codecs := make([]comm.Codec, len(todo))
+	for k, i := range todo {
+		if wires[k].coded {
+			codecs[k] = r.comms.Codec(r.path(i), gemms)
+		}
+	}
 	u.gather = r.link.start(ctx, func(ctx context.Context, c comm.Communicator) (err error) {
 		for k, i := range todo {
 			chunk, g := r.shards[i].local.Value, &got[i]
 			switch g.wire = wires[k]; {
+			case g.wire.coded:
+				g.codec = codecs[k]
+				g.parts, g.scales, err = r.gatherCoded(ctx, c, chunk, g.codec)
 			case g.wire.codes():
 				g.value, g.scales, err = r.gatherCodes(ctx, c, chunk, g.wire.dt, g.wire.scale)
 			case g.wire.dt != dtype.Invalid:
@@ -194,18 +233,40 @@ func (r *Rank) prefetch(ctx context.Context, u *unit, exact bool) {
 	})
 }
 
+// wireOf is the format parameter i's gathers travel in this pass.
+func (r *Rank) wireOf(i int) wire {
+	s := &r.shards[i]
+	if s.full == nil { // frozen codes travel as they are
+		return wire{}
+	}
+	if r.comms.Codec != nil {
+		if c := r.comms.Codec(r.path(i), ForwardGEMMs); c != nil && c.DType().Bits()*s.chunk%8 == 0 { // E2M1 chunks of whole bytes
+			return wire{coded: true}
+		}
+	}
+	if r.comms.Format != nil {
+		if dt, scale, ok := r.comms.Format(r.path(i)); ok && (dt != s.dt || scale != 0) {
+			return wire{dt: dt, scale: scale}
+		}
+	}
+	return wire{}
+}
+
 // gathered is what a unit's gather brought of one parameter: its padded
-// whole value (a plain cast's, cast back), or its FP8 codes with every
-// rank's scale.
+// whole value (a plain cast's, cast back), its FP8 codes with every
+// rank's scale, or its codec's parts with the agreed amaxes (scales).
 type gathered struct {
 	wire   wire
 	value  *tensor.Tensor
 	scales []float32
+	codec  comm.Codec
+	parts  []*tensor.Tensor
 }
 
-// whole makes u's parameters whole, gathering what prefetch has not.
-func (r *Rank) whole(ctx context.Context, u *unit) error {
-	r.prefetch(ctx, u, false)
+// whole makes u's parameters whole for gemms, gathering what prefetch
+// has not.
+func (r *Rank) whole(ctx context.Context, u *unit, gemms GEMMs) error {
+	r.prefetch(ctx, u, gemms)
 	return r.settle(u)
 }
 
@@ -217,10 +278,18 @@ func (r *Rank) settle(u *unit) error {
 	}
 	err := u.gather.wait()
 	for i, g := range u.got {
+		s := &r.shards[i]
+		if g.parts != nil {
+			g.codec.Use(g.parts, g.scales)
+			for _, p := range g.parts {
+				tensor.Free(p)
+			}
+			s.coded = true
+			continue
+		}
 		if g.value == nil {
 			continue
 		}
-		s := &r.shards[i]
 		if g.wire.codes() && r.use(i, g) {
 			continue
 		}
@@ -272,6 +341,10 @@ func (r *Rank) release(u *unit) {
 			tensor.Discard(s.codes)
 			s.codes = nil
 		}
+		if s.coded {
+			r.comms.Drop(r.path(i))
+			s.coded = false
+		}
 		r.free(s)
 	}
 }
@@ -296,10 +369,10 @@ func (r *Rank) GatherAll(ctx context.Context) error {
 			return err
 		}
 		r.release(u)
-		r.prefetch(ctx, u, true)
+		r.prefetch(ctx, u, 0)
 	}
 	for _, u := range all {
-		if err := r.whole(ctx, u); err != nil {
+		if err := r.whole(ctx, u, 0); err != nil {
 			return err
 		}
 	}
@@ -350,6 +423,38 @@ func (r *Rank) gatherCodes(ctx context.Context, c comm.Communicator, chunk *tens
 		return nil, nil, err
 	}
 	return all, scales.Float32s(), nil
+}
+
+// gatherCoded has the ranks agree on the amaxes of codec's blocks, casts
+// chunk with their scales and all-gathers the codes of each part.
+func (r *Rank) gatherCoded(ctx context.Context, c comm.Communicator, chunk *tensor.Tensor, codec comm.Codec) ([]*tensor.Tensor, []float32, error) {
+	offset := c.Rank() * chunk.Len()
+	amax := codec.Amaxes(chunk, offset)
+	agreed := tensor.FromFloat32(amax, len(amax))
+	defer tensor.Free(agreed)
+	if err := comm.AllReduceTensor(ctx, c, agreed, comm.Max); err != nil {
+		return nil, nil, err
+	}
+	amax = agreed.Float32s()
+	codes := codec.Encode(chunk, offset, amax)
+	parts := make([]*tensor.Tensor, 0, len(codes))
+	var err error
+	for _, part := range codes {
+		var all *tensor.Tensor
+		if err == nil {
+			if all, err = r.gatherAs(ctx, c, part); err == nil {
+				parts = append(parts, all)
+			}
+		}
+		tensor.Free(part)
+	}
+	if err != nil {
+		for _, p := range parts {
+			tensor.Free(p)
+		}
+		return nil, nil, err
+	}
+	return parts, amax, nil
 }
 
 // gatherCast all-gathers chunk rounded to dt (to nearest even) into a

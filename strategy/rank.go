@@ -51,6 +51,10 @@ type Rank struct {
 	// by wire dtype; the link's goroutines add to it.
 	mu       sync.Mutex
 	gathered map[dtype.DType]int64
+	// recomputes says a forward of the model is checkpointed, whose
+	// recompute in backward reads a unit's weights for the forward's GEMMs
+	// again.
+	recomputes bool
 }
 
 // Comms is what precision decides of a strategy's communication: FSDP's
@@ -68,6 +72,11 @@ type Comms struct {
 	// (the weight then is never decoded); Drop tells it they are freed.
 	Use  func(path string, codes, chunk *tensor.Tensor, scale float32) bool
 	Drop func(path string)
+	// Codec, if it returns one, gathers a parameter as the codes of its
+	// plugin's block-scaled cast for the GEMMs of a pass: the forward's,
+	// the backward's, or both (see comm.Codec). Drop tells the plugin
+	// they are freed.
+	Codec func(path string, gemms GEMMs) comm.Codec
 	// Reduce picks the dtype a parameter's gradient is summed over ranks
 	// in; ok false: its own.
 	Reduce func(path string) (dt dtype.DType, ok bool)
@@ -115,6 +124,8 @@ type shard struct {
 	// codes are the parameter gathered in its FP8 wire format, which a
 	// plugin computes with (Gathers.Use) while the whole value stays meta.
 	codes *tensor.Tensor
+	// coded says its plugin holds it whole as a Codec's codes (Comms.Codec).
+	coded bool
 	// reduceIn is the dtype its gradient is summed over ranks in (Invalid:
 	// the gradient's own).
 	reduceIn dtype.DType
@@ -187,7 +198,7 @@ func (r *Rank) path(i int) string {
 
 // whole reports whether the parameter is whole on this rank: its value, or
 // the codes its plugin computes with.
-func (s *shard) whole() bool { return !(*s.slot).IsMeta() || s.codes != nil }
+func (s *shard) whole() bool { return !(*s.slot).IsMeta() || s.codes != nil || s.coded }
 
 // newShard describes the value in slot (of parameter full, nil for a
 // frozen weight) split over size ranks in chunks of whole blocks.

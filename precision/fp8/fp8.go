@@ -162,6 +162,19 @@ type linear struct {
 	owner  any // the plugin that installed it
 	format Format
 	q      quantizer
+	weight *autograd.Var // the Linear's
+	// coded is the weight as FSDP gathered it in codes (codedLinears),
+	// nil while the layer casts the weight itself.
+	coded *coded
+}
+
+// castWeight is the weight w cast for the GEMMs of pass p: as gathered,
+// if it was.
+func (l *linear) castWeight(w *tensor.Tensor, p pass) quantized {
+	if l.coded != nil {
+		return l.coded
+	}
+	return l.q.quantize(roleW, w, l.format.Forward, p)
 }
 
 // Operands are the recipe's FP8 dtypes (the nn.CastingGEMM role).
@@ -191,7 +204,7 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 	p := forwardPass(tp)
 	qx := l.q.quantize(roleX, x2, l.format.Forward, p)
 	tensor.Free(x2)
-	qw := l.q.quantize(roleW, w.Value, l.format.Forward, p)
+	qw := l.castWeight(w.Value, p)
 	y := matmul(qx.along(1), qw.along(1), false, true, dtype.F32) // (M, out)
 	// The FP8 copies are not kept for backward, which casts x and w again
 	// with the scales used here: x lives on the tape anyway, and under
@@ -211,7 +224,7 @@ func (l *linear) Linear(tp *autograd.Tape, x, w, b *autograd.Var) *autograd.Var 
 		// dy's amax is always recorded.
 		qdy := l.q.quantize(roleDY, dy2, l.format.Backward, training)
 		x2 := x.Value.Reshape(-1, in)
-		qx, qw := l.q.quantize(roleX, x2, l.format.Forward, again), l.q.quantize(roleW, w.Value, l.format.Forward, again)
+		qx, qw := l.q.quantize(roleX, x2, l.format.Forward, again), l.castWeight(w.Value, again)
 		tensor.Free(x2)
 		grads := make([]*tensor.Tensor, 3) // for x, w, b
 		if x.RequiresGrad() {

@@ -19,6 +19,7 @@ type MX struct {
 	Format   Format // E4M3, Transformer Engine's default for MXFP8
 	Filter   Filter // nil: DefaultFilter
 	declines declined.Log
+	codedLinears
 }
 
 // BlockSize is the number of elements that share one MX scale.
@@ -43,7 +44,7 @@ func (p *MX) ConvertModule(path string, m nn.Module) error {
 		if err := blocksWithinShares(p.Name(), l, BlockSize, "MX"); err != nil {
 			return err
 		}
-		l.GEMM = &linear{owner: p, format: p.Format, q: blockScaling{round: roundBlock}}
+		p.codedLinears.install(path, l, &linear{owner: p, format: p.Format, q: blockScaling{scale: mxScale}})
 	}
 	p.declines.Note(path, why)
 	return err
@@ -69,14 +70,14 @@ func blocksWithinShares(plugin string, l *nn.Linear, block int, kind string) err
 }
 
 // blockScaling is the quantizer of MX and MXFP4: blocks of BlockSize
-// elements along each GEMM's reduction axis, cast by round.
-type blockScaling struct{ round func([]float32, dtype.DType) }
+// elements along each GEMM's reduction axis, each cast with scale.
+type blockScaling struct{ scale scaler }
 
 func (b blockScaling) quantize(_ role, t *tensor.Tensor, dt dtype.DType, _ pass) quantized {
 	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}
-	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, size: BlockSize, round: b.round}
+	return blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, size: BlockSize, scale: b.scale}
 }
 
 // blocks is a matrix to be cast in blocks that each share a scale. The
@@ -87,8 +88,31 @@ type blocks struct {
 	vals       []float32 // row-major
 	rows, cols int
 	dt         dtype.DType
-	size       int                          // elements of a block along a line; 0: the whole line
-	round      func([]float32, dtype.DType) // replaces a block by the values its cast holds
+	size       int    // elements of a block along a line; 0: the whole line
+	scale      scaler // how a block is cast
+}
+
+// blockScale is how the elements of one block are cast: v becomes the
+// code round(v·enc), a value of the format, which stands for code·dec.
+type blockScale struct {
+	enc, dec float32
+	round    func(float32) float32
+}
+
+func (s blockScale) code(v float32) float32 { return s.round(v * s.enc) }
+
+// cast is the value v's code stands for.
+func (s blockScale) cast(v float32) float32 { return s.code(v) * s.dec }
+
+// A scaler is a recipe's cast of a block of amax to dt.
+type scaler func(amax float32, dt dtype.DType) blockScale
+
+// castBlock replaces blk by the values its cast to dt holds.
+func castBlock(blk []float32, dt dtype.DType, scale scaler) {
+	s := scale(amaxOf(blk), dt)
+	for i, v := range blk {
+		blk[i] = s.cast(v)
+	}
 }
 
 // along casts the blocks along axis and returns their values in float32:
@@ -111,7 +135,7 @@ func (b blocks) along(axis int) operand {
 			for i := range n {
 				blk[i] = b.vals[l*lineStride+(start+i)*step]
 			}
-			b.round(blk[:n], b.dt)
+			castBlock(blk[:n], b.dt, b.scale)
 			for i := range n {
 				out[l*lineStride+(start+i)*step] = blk[i]
 			}
@@ -124,26 +148,25 @@ func (b blocks) along(axis int) operand {
 // the garbage collector takes them.
 func (blocks) free() {}
 
-// roundBlock replaces blk by the values MXFP8 holds for it: the shared
-// scale is 2^e with e = floor(log2(amax)) - emax(dt) (8 for E4M3, 15 for
-// E5M2), clamped to E8M0's 2^-127..2^127, and each element is blk/2^e cast
-// to dt with saturation.
-func roundBlock(blk []float32, dt dtype.DType) {
-	e := math.Ilogb(float64(amaxOf(blk))) - math.Ilogb(dt.Max()) // Ilogb(0) is very negative, of inf and NaN very positive
+// mxScale is MXFP8's cast of a block of amax: the shared scale is 2^e
+// with e = floor(log2(amax)) - emax(dt) (8 for E4M3, 15 for E5M2),
+// clamped to E8M0's 2^-127..2^127, and each element is v/2^e cast to dt
+// with saturation (both powers of two are float32s, so multiplying by
+// them rounds as scaling does).
+func mxScale(amax float32, dt dtype.DType) blockScale {
+	e := math.Ilogb(float64(amax)) - math.Ilogb(dt.Max()) // Ilogb(0) is very negative, of inf and NaN very positive
 	e = min(max(e, -127), 127)
-	for i, v := range blk {
-		q := dt.RoundSat(float32(math.Ldexp(float64(v), -e)))
-		blk[i] = float32(math.Ldexp(float64(q), e))
-	}
+	return blockScale{enc: float32(math.Ldexp(1, -e)), dec: float32(math.Ldexp(1, e)), round: dt.RoundSat}
 }
 
 // MXFP4 is the "mxfp4" plugin: torchao's MX training recipe with
 // elem_dtype float4_e2m1fn_x2 (MXLinearConfig, emulated): the operands of
 // a Linear's three GEMMs in E2M1 blocks of BlockSize along each GEMM's
 // reduction axis, each with a power-of-two scale as torchao's to_mx
-// computes it (ScaleCalculationMode.FLOOR, see roundBlockFP4).
+// computes it (ScaleCalculationMode.FLOOR, see mxfp4Scale).
 type MXFP4 struct {
-	Filter   Filter // nil: DefaultFilter
+	Filter Filter // nil: DefaultFilter
+	codedLinears
 	declines declined.Log
 }
 
@@ -163,31 +186,26 @@ func (p *MXFP4) ConvertModule(path string, m nn.Module) error {
 		if err := blocksWithinShares(p.Name(), l, BlockSize, "MX"); err != nil {
 			return err
 		}
-		l.GEMM = &linear{owner: p, format: FP4, q: blockScaling{round: roundBlockFP4}}
+		p.codedLinears.install(path, l, &linear{owner: p, format: FP4, q: blockScaling{scale: mxfp4Scale}})
 	}
 	p.declines.Note(path, why)
 	return err
 }
 
-// roundBlockFP4 replaces blk by the values torchao's to_mx holds for it
-// in dt: the scale exponent is amax's float32 exponent field less its bias
-// and less emax(dt) (2 for E2M1), clamped to -127..128; each element is
-// divided by the scale in float32 (a scale below 2^-126 divides as
-// 2^-126, as to_mx clamps it), cast to dt with saturation, and multiplied
-// by 2^e in float32 (2^128 is inf). A block whose amax is NaN is NaN.
-func roundBlockFP4(blk []float32, dt dtype.DType) {
-	amax := amaxOf(blk)
+// mxfp4Scale is torchao's to_mx cast of a block of amax to dt: the scale
+// exponent is amax's float32 exponent field less its bias and less
+// emax(dt) (2 for E2M1), clamped to -127..128; each element is divided by
+// the scale in float32 (a scale below 2^-126 divides as 2^-126, as to_mx
+// clamps it; the divisor is a power of two whose reciprocal is a float32,
+// so multiplying by it rounds alike), cast to dt with saturation, and
+// multiplied by 2^e in float32 (2^128 is inf). A block whose amax is NaN
+// is NaN.
+func mxfp4Scale(amax float32, dt dtype.DType) blockScale {
 	if amax != amax {
-		for i := range blk {
-			blk[i] = float32(math.NaN())
-		}
-		return
+		return blockScale{dec: amax, round: dt.RoundSat}
 	}
 	e := int(math.Float32bits(amax)>>23&0xff) - 127 - math.Ilogb(dt.Max())
 	e = min(max(e, -127), 128)
 	scale := float32(math.Ldexp(1, e))
-	divisor := max(scale, 0x1p-126)
-	for i, v := range blk {
-		blk[i] = dt.RoundSat(v/divisor) * scale
-	}
+	return blockScale{enc: 1 / max(scale, 0x1p-126), dec: scale, round: dt.RoundSat}
 }

@@ -31,9 +31,9 @@ func TestRoundBlock(t *testing.T) {
 		{dtype.E4M3FN, []float32{0, 0}, []float32{0, 0}},
 	} {
 		got := slices.Clone(c.in)
-		roundBlock(got, c.dt)
+		castBlock(got, c.dt, mxScale)
 		if !slices.Equal(got, c.want) {
-			t.Errorf("roundBlock(%v, %s) = %v, want %v", c.in, c.dt, got, c.want)
+			t.Errorf("castBlock(mxScale, %v, %s) = %v, want %v", c.in, c.dt, got, c.want)
 		}
 	}
 }
@@ -47,7 +47,7 @@ func TestBlocksAlong(t *testing.T) {
 	for i := range vals { // magnitudes differ by row and by column, so blocks matter
 		vals[i] = float32(math.Ldexp(rng.NormFloat64(), 3*(i/cols%4)-2*(i%cols%5)))
 	}
-	b := blocks{vals: vals, rows: rows, cols: cols, dt: dtype.E4M3FN, size: BlockSize, round: roundBlock}
+	b := blocks{vals: vals, rows: rows, cols: cols, dt: dtype.E4M3FN, size: BlockSize, scale: mxScale}
 	byRow, byCol := b.along(1).t.Float32s(), b.along(0).t.Float32s()
 	if slices.Equal(byRow, byCol) {
 		t.Fatal("the data does not tell blocks along rows from blocks down columns")
@@ -59,7 +59,7 @@ func TestBlocksAlong(t *testing.T) {
 			for _, i := range line[start:min(start+BlockSize, len(line))] {
 				blk = append(blk, vals[i])
 			}
-			roundBlock(blk, dtype.E4M3FN)
+			castBlock(blk, dtype.E4M3FN, mxScale)
 			out = append(out, blk...)
 		}
 		return out

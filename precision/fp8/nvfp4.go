@@ -25,6 +25,7 @@ import (
 type NVFP4 struct {
 	Filter   Filter // nil: DefaultFilter
 	declines declined.Log
+	codedLinears
 }
 
 // NVFP4Block is the elements along a GEMM's reduction axis, and the side
@@ -46,7 +47,7 @@ func (p *NVFP4) ConvertModule(path string, m nn.Module) error {
 		if err := blocksWithinShares(p.Name(), l, NVFP4Block, "NVFP4"); err != nil {
 			return err
 		}
-		l.GEMM = &linear{owner: p, format: FP4, q: nvfp4Scaling{}}
+		p.codedLinears.install(path, l, &linear{owner: p, format: FP4, q: nvfp4Scaling{}})
 	}
 	p.declines.Note(path, why)
 	return err
@@ -157,7 +158,26 @@ func hadamard16(vals []float32, rows, cols int) {
 // ties to even; NaN and -0 to +0).
 func nvfp4Cast(vals []float32, rows, cols, tile int) ([]float32, float32) {
 	amax := amaxOf(vals)
-	global := float32(448*6) / amax
+	out := make([]float32, len(vals))
+	for r0 := 0; r0 < rows; r0 += tile {
+		r1 := min(r0+tile, rows)
+		for c0 := 0; c0 < cols; c0 += NVFP4Block {
+			c1 := min(c0+NVFP4Block, cols)
+			s := nvfp4Scale(blockAmax(vals, cols, r0, r1, c0, c1), amax)
+			for r := r0; r < r1; r++ {
+				for c := c0; c < c1; c++ {
+					out[r*cols+c] = s.cast(vals[r*cols+c])
+				}
+			}
+		}
+	}
+	return out, amax / (448 * 6)
+}
+
+// nvfp4Scale is the cast of a block of amax in a tensor of tensorAmax
+// (see nvfp4Cast).
+func nvfp4Scale(amax, tensorAmax float32) blockScale {
+	global := float32(448*6) / tensorAmax
 	switch {
 	case global > math.MaxFloat32:
 		global = math.MaxFloat32
@@ -165,23 +185,9 @@ func nvfp4Cast(vals []float32, rows, cols, tile int) ([]float32, float32) {
 		global = 1
 	}
 	decodeGlobal := 1 / global
-	multiplier := global * float32(1.0/6)
-	out := make([]float32, len(vals))
-	for r0 := 0; r0 < rows; r0 += tile {
-		r1 := min(r0+tile, rows)
-		for c0 := 0; c0 < cols; c0 += NVFP4Block {
-			c1 := min(c0+NVFP4Block, cols)
-			d := min(blockAmax(vals, cols, r0, r1, c0, c1)*multiplier, math.MaxFloat32)
-			d = dtype.E4M3FN.Round(max(min(d, 448), -448))
-			encode := min(1/(d*decodeGlobal), math.MaxFloat32)
-			for r := r0; r < r1; r++ {
-				for c := c0; c < c1; c++ {
-					out[r*cols+c] = e2m1Reference(vals[r*cols+c]*encode) * d
-				}
-			}
-		}
-	}
-	return out, amax / (448 * 6)
+	d := min(amax*(global*float32(1.0/6)), math.MaxFloat32)
+	d = dtype.E4M3FN.Round(max(min(d, 448), -448))
+	return blockScale{enc: min(1/(d*decodeGlobal), math.MaxFloat32), dec: d, round: e2m1Reference}
 }
 
 // blockAmax is the largest |v| of vals (a matrix of cols columns) in rows

@@ -142,7 +142,7 @@ func TestMXFP4MatchesOracle(t *testing.T) {
 	rows := mxfp4Cases()
 	vals, want, _ := oracleCasts(t, "mxfp4", rows, 2)
 	n, cols := len(rows), len(rows[0])
-	q := blockScaling{round: roundBlockFP4}.quantize(roleX, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
+	q := blockScaling{scale: mxfp4Scale}.quantize(roleX, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
 	sameBits(t, "along rows", vals, q.along(1).t.Float32s(), want[0], cols)
 	sameBits(t, "down columns", vals, q.along(0).t.Float32s(), want[1], cols)
 }

@@ -27,6 +27,7 @@ type Rowwise struct {
 	HighPrecisionWeightGrad bool
 	Filter                  Filter // nil: DefaultFilter
 	declines                declined.Log
+	codedLinears
 }
 
 // NewRowwise returns torchao's rowwise recipe; with highPrecisionWeightGrad
@@ -50,7 +51,7 @@ func (p *Rowwise) Declined(path string) (string, bool) { return p.declines.Why(p
 func (p *Rowwise) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, E4M3, p.Filter, p)
 	if l != nil {
-		l.GEMM = &linear{owner: p, format: E4M3, q: axiswise{highPrecisionWeightGrad: p.HighPrecisionWeightGrad}}
+		p.codedLinears.install(path, l, &linear{owner: p, format: E4M3, q: axiswise{highPrecisionWeightGrad: p.HighPrecisionWeightGrad}})
 	}
 	p.declines.Note(path, why)
 	return err
@@ -63,7 +64,7 @@ func (a axiswise) quantize(r role, t *tensor.Tensor, dt dtype.DType, _ pass) qua
 	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}
-	b := blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, round: roundLine}
+	b := blocks{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: dt, scale: lineScale}
 	if !a.highPrecisionWeightGrad {
 		return b
 	}
@@ -93,18 +94,13 @@ func (g gradWeightInHighPrecision) along(axis int) operand {
 	return operand{t: tensor.FromFloat32(g.vals, g.rows, g.cols), scale: 1}
 }
 
-// roundLine replaces line by the values torchao's axiswise cast holds for
-// it: the scale s = 448/max(amax, 1e-12) (for E4M3, in float64, then
-// float32) rounded down to a power of two as torch rounds it,
-// exp2(floor(log2(s))) in float32, and each element q/s for q =
-// sat(line·s) cast to dt. A line holding inf or NaN becomes NaN, as the
-// scaled GEMM's product with 1/s does.
-func roundLine(line []float32, dt dtype.DType) {
-	amax := float64(amaxOf(line))
-	s := float32(dt.Max() / max(amax, 1e-12)) // max keeps a NaN amax
+// lineScale is torchao's axiswise cast of a line of amax: the scale s =
+// 448/max(amax, 1e-12) (for E4M3, in float64, then float32) rounded down
+// to a power of two as torch rounds it, exp2(floor(log2(s))) in float32,
+// and each element q/s for q = sat(v·s) cast to dt. A line holding inf or
+// NaN becomes NaN, as the scaled GEMM's product with 1/s does.
+func lineScale(amax float32, dt dtype.DType) blockScale {
+	s := float32(dt.Max() / max(float64(amax), 1e-12)) // max keeps a NaN amax
 	s = float32(math.Exp2(math.Floor(float64(float32(math.Log2(float64(s)))))))
-	inv := 1 / s
-	for i, v := range line {
-		line[i] = dt.RoundSat(v*s) * inv
-	}
+	return blockScale{enc: s, dec: 1 / s, round: dt.RoundSat}
 }

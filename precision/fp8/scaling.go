@@ -328,6 +328,7 @@ type Current struct {
 	// it whole.
 	ranks    comm.Agreement
 	declines declined.Log
+	codedLinears
 }
 
 // AgreeOver makes every amax the maximum over ranks; the fabric calls it
@@ -347,7 +348,7 @@ func (p *Current) Declined(path string) (string, bool) { return p.declines.Why(p
 func (p *Current) ConvertModule(path string, m nn.Module) error {
 	l, why, err := eligible(m, p.Format, p.Filter, p)
 	if l != nil {
-		l.GEMM = &linear{owner: p, format: p.Format, q: currentScaling{p}}
+		p.codedLinears.install(path, l, &linear{owner: p, format: p.Format, q: currentScaling{p}})
 	}
 	p.declines.Note(path, why)
 	return err
