@@ -225,7 +225,7 @@ func (k *codec) Use(parts []*tensor.Tensor, amax []float32) {
 			for e, v := range vals {
 				vals[e] = v * s[k.casts[j].tiles.of(e)].dec
 			}
-			op = operand{t: tensor.FromFloat32(vals, k.rows, k.cols), scale: 1}
+			op = operand{t: tensor.FromFloat32(vals, k.rows, k.cols).Clone(), scale: 1} // in the pool, which counts it
 			if k.tensorScale {
 				op.scale = amax[0] / (448 * 6)
 			}
