@@ -55,10 +55,10 @@ func TestAdamW8bitState(t *testing.T) {
 		st := opt.State(p.Path)
 		n := p.Var.Value.Len()
 		blocks := dynamic.Blocks(n, dynamic.BlockSize)
-		if st == nil || !st.Quantized() || st.ExpAvg.DType() != dtype.I8 || !st.ExpAvgSq.SameShape(p.Var.Value) || st.ExpAvgAbsmax.Len() != blocks || st.ExpAvgSqAbsmax.Len() != blocks {
+		if st == nil || !st.Quantized() || st.ExpAvg.DType() != dtype.I8 || !st.ExpAvgSq.SameShape(p.Var.Value) || st.ExpAvgScale.Len() != blocks || st.ExpAvgSqScale.Len() != blocks {
 			t.Fatalf("%s: state %+v, want int8 codes of %v and %d absmax", p.Path, st, p.Var.Value.Shape(), blocks)
 		}
-		for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgAbsmax, st.ExpAvgSqAbsmax} {
+		for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgScale, st.ExpAvgSqScale} {
 			held += tensor.PoolBytes(x.DType(), x.Len())
 		}
 		float32s += 2 * tensor.PoolBytes(dtype.F32, n)
@@ -150,18 +150,18 @@ func TestAdamW8bitSharded(t *testing.T) {
 }
 
 // blockChunks is an error unless f's rank, one of n, holds in opt of
-// every parameter of m the 8-bit moments of its chunk of whole blocks of
-// 256 up to the parameter's end (no padding): codes and one absmax a
-// block.
+// every parameter of m the low-bit moments of its chunk of whole blocks
+// up to the parameter's end (no padding): codes and one scale a block.
 func blockChunks(f *fabric.Fabric, opt *optim.AdamW, m nn.Module, n int) error {
+	fm := opt.StateFormat
 	index, _ := f.Rank().Chunks()
 	for i, p := range f.Rank().OptimizerParams() {
 		elems := nn.Parameters(m)[i].Var.Value.Len()
-		chunk := (dynamic.Blocks(elems, 256) + n - 1) / n * 256
+		chunk := (fm.Blocks(elems) + n - 1) / n * fm.Block
 		part := max(min(chunk, elems-index*chunk), 0)
 		st := opt.State(p.Path)
-		if st == nil || !st.Quantized() || st.ExpAvg.Len() != part || st.ExpAvgSq.Len() != part || st.ExpAvgAbsmax.Len() != dynamic.Blocks(part, 256) || st.ExpAvgSqAbsmax.Len() != dynamic.Blocks(part, 256) {
-			return fmt.Errorf("%s: state %+v, want %d codes and %d absmax", p.Path, st, part, dynamic.Blocks(part, 256))
+		if st == nil || !st.Quantized() || st.ExpAvg.Len() != fm.CodeBytes(part) || st.ExpAvgSq.Len() != fm.CodeBytes(part) || st.ExpAvgScale.Len() != fm.Blocks(part) || st.ExpAvgSqScale.Len() != fm.Blocks(part) {
+			return fmt.Errorf("%s: state %+v, want %d bytes of codes and %d scales", p.Path, st, fm.CodeBytes(part), fm.Blocks(part))
 		}
 	}
 	return nil
@@ -206,7 +206,7 @@ func TestAdamW8bitFSDPMemory(t *testing.T) {
 			}
 			for _, p := range f.Rank().OptimizerParams() {
 				st := opt.State(p.Path)
-				for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgAbsmax, st.ExpAvgSqAbsmax} {
+				for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgScale, st.ExpAvgSqScale} {
 					if x != nil {
 						got[r][0] += int64(x.Bytes())
 						got[r][1] += tensor.PoolBytes(x.DType(), x.Len())
