@@ -43,6 +43,11 @@ type Manifest struct {
 	// OptimizerShards is the number of optim-rank files (0: the moments
 	// are whole, in state.safetensors).
 	OptimizerShards int `json:"optimizer_shards"`
+	// LowBitShares is the tensor-parallel size whose shares' low-bit
+	// optimizer moments the checkpoint holds, stacked (0: none, or those
+	// of whole parameters): low-bit blocks of a share are not those of
+	// the whole, so only that size resumes them.
+	LowBitShares int `json:"low_bit_shares,omitempty"`
 	// Digests are the SHA-256 of every file of the checkpoint and of every
 	// tensor in it, by file name; opening a file checks them.
 	Digests map[string]Digest `json:"digests"`

@@ -119,7 +119,7 @@ func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 		return err
 	}
 	m := checkpoint.Manifest{Format: checkpoint.Format, Step: opts.Step, OptimizerSteps: map[string]int{},
-		Precision: map[string]json.RawMessage{}, FabricSteps: f.steps}
+		Precision: map[string]json.RawMessage{}, FabricSteps: f.steps, LowBitShares: f.lowBitShares()}
 	if opts.Config != nil {
 		b, err := json.Marshal(opts.Config)
 		if err != nil {
@@ -436,6 +436,9 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 	read := func(name string, shape []int) (*tensor.Tensor, error) { return fromStored(ck.Moment(name, shape)) }
 	st := &optim.AdamState{Step: steps}
 	if f.stateFormat != nil {
+		if saved, here := ck.Manifest.LowBitShares, f.lowBitShares(); saved != here {
+			return lowBitSharesError(fit.src, saved, here)
+		}
 		ok, err := f.loadLowBit(fit, i, p, st, read)
 		if err != nil || !ok {
 			return err
@@ -504,6 +507,24 @@ func (f *Fabric) loadLowBit(fit *fitter, i int, p nn.NamedParam, st *optim.AdamS
 		*slots[k] = t
 	}
 	return true, nil
+}
+
+// lowBitShares is the tensor-parallel size whose shares' low-bit moments
+// a checkpoint of f stacks (checkpoint.Manifest.LowBitShares).
+func (f *Fabric) lowBitShares() int {
+	if f.stateFormat == nil || f.tensors == nil {
+		return 0
+	}
+	return f.tensors.Group.Size()
+}
+
+// lowBitSharesError says why low-bit moments saved over saved tensor-
+// parallel shares (0: whole parameters) do not load over here.
+func lowBitSharesError(src string, saved, here int) error {
+	if saved == 0 {
+		return fmt.Errorf("checkpoint %s holds no low-bit optimizer moments of tp %d shares (each blocked on its own), which this run keeps; resume it without --tp", src, here)
+	}
+	return fmt.Errorf("checkpoint %s holds low-bit optimizer moments of tp %d shares, each blocked on its own; resume it on --tp %d", src, saved, saved)
 }
 
 // cutChunk replaces *t, a whole tensor, by chunk's cut of it, n values at
