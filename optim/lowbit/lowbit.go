@@ -101,9 +101,6 @@ var AdamWFp8 = &Format{
 	M: fp8Codec{256}, V: fp8Codec{256},
 }
 
-// Formats lists every format, by spec name.
-var Formats = []*Format{AdamW8bit, AdamW4bit, AdamWFp8}
-
 // dynamicCodec is bitsandbytes' blockwise quantization to a dynamic map.
 type dynamicCodec struct {
 	m     *dynamic.Map
