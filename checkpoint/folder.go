@@ -43,6 +43,11 @@ type Manifest struct {
 	// OptimizerShards is the number of optim-rank files (0: the moments
 	// are whole, in state.safetensors).
 	OptimizerShards int `json:"optimizer_shards"`
+	// LowBitShares is the tensor-parallel size whose shares' low-bit
+	// optimizer moments the checkpoint holds, stacked (0: none, or those
+	// of whole parameters): low-bit blocks of a share are not those of
+	// the whole, so only that size resumes them.
+	LowBitShares int `json:"low_bit_shares,omitempty"`
 	// Digests are the SHA-256 of every file of the checkpoint and of every
 	// tensor in it, by file name; opening a file checks them.
 	Digests map[string]Digest `json:"digests"`
@@ -183,15 +188,20 @@ func (c *Folder) Moment(name string, shape []int) (Tensor, error) {
 	if err != nil {
 		return Tensor{}, err
 	}
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	size := dt.StorageBytes(n)
+	size := dt.StorageBytes(numel(shape))
 	if len(whole) < size {
 		return Tensor{}, fmt.Errorf("checkpoint %s: the chunks of %s hold %d bytes, the tensor %d", c.Dir, name, len(whole), size)
 	}
 	return Tensor{Name: name, DType: dt, Shape: shape, Data: whole[:size]}, nil
+}
+
+// numel is the number of elements of a tensor of shape.
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }
 
 // join is every rank's chunk of name, in rank order.
@@ -227,17 +237,27 @@ func Consolidate(dir, out string) error {
 		if _, stepped := ck.Manifest.OptimizerSteps[path]; !ok || !stepped || len(ck.shards) == 0 {
 			continue
 		}
-		for _, which := range []string{".exp_avg", ".exp_avg_sq"} {
-			whole, err := ck.Moment("optim."+path+which, t.Shape)
-			if err != nil {
-				return err
-			}
-			tensors = append(tensors, whole)
+		lowBit := false // low-bit moments: their blocks' scales beside their codes
+		for _, scale := range []string{".exp_avg_absmax", ".exp_avg_scale"} {
+			_, ok := ck.shards[0].Tensor("optim." + path + scale)
+			lowBit = lowBit || ok
 		}
-		// 8-bit moments' absmax: the chunks hold whole blocks and none
-		// of padding, so together they are the parameter's.
-		for _, which := range []string{".exp_avg_absmax", ".exp_avg_sq_absmax"} {
+		for _, which := range []string{".exp_avg", ".exp_avg_sq", ".exp_avg_absmax", ".exp_avg_sq_absmax", ".exp_avg_scale", ".exp_avg_sq_scale"} {
 			name := "optim." + path + which
+			if !lowBit {
+				if which != ".exp_avg" && which != ".exp_avg_sq" {
+					continue
+				}
+				whole, err := ck.Moment(name, t.Shape)
+				if err != nil {
+					return err
+				}
+				tensors = append(tensors, whole)
+				continue
+			}
+			// Low-bit chunks hold whole blocks and none of padding, so
+			// together they are the parameter's: codes of its shape, or
+			// packed (fewer bytes than elements) 1-D, and scales 1-D.
 			if _, ok := ck.shards[0].Tensor(name); !ok {
 				continue
 			}
@@ -245,7 +265,11 @@ func Consolidate(dir, out string) error {
 			if err != nil {
 				return err
 			}
-			tensors = append(tensors, Tensor{Name: name, DType: dt, Shape: []int{len(whole) / dt.StorageBytes(1)}, Data: whole})
+			shape := []int{len(whole) / dt.StorageBytes(1)}
+			if dt.StorageBytes(numel(t.Shape)) == len(whole) && (which == ".exp_avg" || which == ".exp_avg_sq") {
+				shape = t.Shape
+			}
+			tensors = append(tensors, Tensor{Name: name, DType: dt, Shape: shape, Data: whole})
 		}
 	}
 	return WriteSafetensors(out, tensors, map[string]string{"format": Format, "step": fmt.Sprint(ck.Manifest.Step)})

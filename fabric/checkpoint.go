@@ -13,9 +13,9 @@ import (
 
 	"github.com/weftml/weft/checkpoint"
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -119,7 +119,7 @@ func (f *Fabric) save(ctx context.Context, dir string, opts SaveOptions) error {
 		return err
 	}
 	m := checkpoint.Manifest{Format: checkpoint.Format, Step: opts.Step, OptimizerSteps: map[string]int{},
-		Precision: map[string]json.RawMessage{}, FabricSteps: f.steps}
+		Precision: map[string]json.RawMessage{}, FabricSteps: f.steps, LowBitShares: f.lowBitShares()}
 	if opts.Config != nil {
 		b, err := json.Marshal(opts.Config)
 		if err != nil {
@@ -196,6 +196,14 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 			continue
 		}
 		m.OptimizerSteps[p.Path] = st.Step
+		if st.Quantized() {
+			lowBit, err := f.lowBitTensors(ctx, full, i, p, st, made)
+			if err != nil {
+				return nil, nil, err
+			}
+			moments = append(moments, lowBit...)
+			continue
+		}
 		for _, mo := range []struct {
 			suffix string
 			t      *tensor.Tensor
@@ -216,29 +224,67 @@ func (f *Fabric) stateTensors(ctx context.Context, m *checkpoint.Manifest, full 
 			}
 			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
 		}
-		if !st.Quantized() {
-			continue
-		}
-		// 8-bit codes: their blocks' absmax, a chunk's of whole blocks.
-		for _, mo := range []struct {
-			suffix string
-			t      *tensor.Tensor
-		}{{".exp_avg_absmax", st.ExpAvgAbsmax}, {".exp_avg_sq_absmax", st.ExpAvgSqAbsmax}} {
-			t := mo.t
-			if full && f.shardedOptimizer() {
-				if t, err = f.joinChunks(ctx, i, f.stateBlock, t, []int{dynamic.Blocks(p.Var.Value.Len(), f.stateBlock)}); err != nil {
-					return nil, nil, err
-				}
-			}
-			moments = append(moments, stored("optim."+p.Path+mo.suffix, t))
-		}
 	}
 	return params, moments, nil
 }
 
+// lowBitTensors are the low-bit moments st of parameter i, p, as Save
+// writes them: codes and scales, a sharded optimizer's chunks joined when
+// full or on a mesh; and on a mesh, for a split parameter, every rank's
+// share's state stacked along a new first axis (parallel.Layout.Stack),
+// its blocks being the share's: such a checkpoint resumes on the same
+// tensor-parallel size alone. What they gathered is added to made.
+func (f *Fabric) lowBitTensors(ctx context.Context, full bool, i int, p nn.NamedParam, st *optim.AdamState, made *[]*tensor.Tensor) ([]checkpoint.Tensor, error) {
+	fm := f.stateFormat
+	shape := p.Var.Value.Shape() // the share's on a mesh
+	var out []checkpoint.Tensor
+	for _, mo := range lowBitParts(fm, st, shape) {
+		t := mo.t
+		if f.shardedOptimizer() && (full || f.tensors != nil) {
+			var err error
+			if t, err = f.joinChunks(ctx, i, mo.per, t, mo.shape); err != nil {
+				return nil, err
+			}
+			*made = append(*made, t)
+		}
+		if f.tensors != nil && f.tensors.Splits(p.Path) {
+			stacked, err := f.tensors.Stack(ctx, t)
+			if err != nil {
+				return nil, fmt.Errorf("checkpoint: %w", err)
+			}
+			t = stacked
+			*made = append(*made, t)
+		}
+		out = append(out, stored("optim."+p.Path+mo.suffix, t))
+	}
+	return out, nil
+}
+
+// lowBitPart is one of the four tensors of a parameter's low-bit moments.
+type lowBitPart struct {
+	suffix string         // of its name in a checkpoint
+	t      *tensor.Tensor // st's
+	per    int            // elements of the parameter a value of it stands for
+	shape  []int          // whole, for a parameter of the given shape
+	dt     dtype.DType
+}
+
+// lowBitParts lists st's codes and scales in format fm for a parameter of
+// shape: the codes as .exp_avg and .exp_avg_sq, the scales as
+// .exp_avg_absmax or .exp_avg_scale (fm.Scale) and their _sq twin.
+func lowBitParts(fm *lowbit.Format, st *optim.AdamState, shape []int) []lowBitPart {
+	codes, blocks := fm.CodeShape(shape), []int{fm.Blocks(tensor.Numel(shape))}
+	return []lowBitPart{
+		{".exp_avg", st.ExpAvg, fm.PerByte, codes, fm.CodeDType},
+		{".exp_avg_sq", st.ExpAvgSq, fm.PerByte, codes, fm.CodeDType},
+		{".exp_avg_" + fm.Scale, st.ExpAvgScale, fm.Block, blocks, dtype.F32},
+		{".exp_avg_sq_" + fm.Scale, st.ExpAvgSqScale, fm.Block, blocks, dtype.F32},
+	}
+}
+
 // joinChunks gathers every rank's chunk of a sharded moment of parameter
 // i, one value per block elements of it, into the whole tensor of the
-// given shape. 8-bit state holds no padding: its chunks are padded here.
+// given shape. Low-bit state holds no padding: its chunks are padded here.
 func (f *Fabric) joinChunks(ctx context.Context, i, block int, chunk *tensor.Tensor, shape []int) (*tensor.Tensor, error) {
 	if _, _, n := f.dist.Part(i); chunk.Len() < n/block {
 		padded := tensor.New(chunk.DType(), n/block)
@@ -387,16 +433,23 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 	if !stepped || states == nil {
 		return nil
 	}
+	read := func(name string, shape []int) (*tensor.Tensor, error) { return fromStored(ck.Moment(name, shape)) }
+	st := &optim.AdamState{Step: steps}
+	if f.stateFormat != nil {
+		if saved, here := ck.Manifest.LowBitShares, f.lowBitShares(); saved != here {
+			return lowBitSharesError(fit.src, saved, here)
+		}
+		ok, err := f.loadLowBit(fit, i, p, st, read)
+		if err != nil || !ok {
+			return err
+		}
+		return states.SetState(p.Path, st)
+	}
 	like := p.Var.Value
-	switch {
-	case f.stateBlock > 0: // 8-bit codes
-		like = tensor.Meta(dtype.I8, like.Shape()...)
-	case f.stateDType != dtype.Invalid:
+	if f.stateDType != dtype.Invalid {
 		like = tensor.Meta(f.stateDType, like.Shape()...)
 	}
 	like = f.wholeLike(p, like)
-	read := func(name string, shape []int) (*tensor.Tensor, error) { return fromStored(ck.Moment(name, shape)) }
-	st := &optim.AdamState{Step: steps}
 	var avg, avgSq bool
 	var err error
 	if st.ExpAvg, avg, err = fit.take("optim."+p.Path+".exp_avg", like, "optimizer moments", read); err != nil {
@@ -408,16 +461,6 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 	if !avg || !avgSq {
 		return nil
 	}
-	if f.stateBlock > 0 {
-		blocks := tensor.Meta(dtype.F32, dynamic.Blocks(p.Var.Value.Len(), f.stateBlock))
-		var ok bool
-		if st.ExpAvgAbsmax, ok, err = fit.take("optim."+p.Path+".exp_avg_absmax", blocks, "optimizer moments", read); err != nil || !ok {
-			return err
-		}
-		if st.ExpAvgSqAbsmax, ok, err = fit.take("optim."+p.Path+".exp_avg_sq_absmax", blocks, "optimizer moments", read); err != nil || !ok {
-			return err
-		}
-	}
 	if st.ExpAvg, err = f.shareOf(p, st.ExpAvg); err != nil {
 		return err
 	}
@@ -425,39 +468,79 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 		return err
 	}
 	if f.shardedOptimizer() {
-		f.shardState(i, st)
+		shard := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.Shard(i, t) }
+		cutChunk(&st.ExpAvg, shard, math.MaxInt)
+		cutChunk(&st.ExpAvgSq, shard, math.MaxInt)
 	}
 	return states.SetState(p.Path, st)
 }
 
-// shardState replaces the whole moments of parameter i in st by this
-// rank's chunks; 8-bit codes and their absmax stop where the parameter
-// does (AdamW.SetStateElems).
-func (f *Fabric) shardState(i int, st *optim.AdamState) {
-	cut := func(t **tensor.Tensor, chunk func(*tensor.Tensor) *tensor.Tensor, n int) {
-		whole := *t
-		*t = chunk(whole)
-		tensor.Free(whole) // chunk copied this rank's
-		if (*t).Len() > n {
-			part := (*t).Flat(0, n)
-			short := part.Clone()
-			tensor.FreeView(part)
-			tensor.Free(*t)
-			*t = short
+// loadLowBit fills st with the checkpoint's low-bit moments of parameter
+// i, p, as lowBitTensors wrote them: scales first, so that a checkpoint
+// of float moments, which lacks them, is not cast to codes; this rank's
+// share's state out of a split parameter's stack; this rank's chunk of
+// whole blocks under a sharded optimizer. ok is false when a partial load
+// lacks them.
+func (f *Fabric) loadLowBit(fit *fitter, i int, p nn.NamedParam, st *optim.AdamState, read func(string, []int) (*tensor.Tensor, error)) (ok bool, err error) {
+	shape := p.Var.Value.Shape() // the share's on a mesh
+	split := f.tensors != nil && f.tensors.Splits(p.Path)
+	parts := lowBitParts(f.stateFormat, st, shape)
+	slots := []**tensor.Tensor{&st.ExpAvgScale, &st.ExpAvgSqScale, &st.ExpAvg, &st.ExpAvgSq}
+	for k, mo := range []lowBitPart{parts[2], parts[3], parts[0], parts[1]} {
+		whole := mo.shape
+		if split {
+			whole = append([]int{f.tensors.Group.Size()}, whole...)
 		}
+		t, ok, err := fit.take("optim."+p.Path+mo.suffix, tensor.Meta(mo.dt, whole...), "optimizer moments", read)
+		if err != nil || !ok {
+			return false, err
+		}
+		if split {
+			own := f.tensors.Unstack(t)
+			tensor.Free(t)
+			t = own
+		}
+		if f.shardedOptimizer() {
+			_, n, _ := f.dist.Part(i)
+			cutChunk(&t, func(t *tensor.Tensor) *tensor.Tensor { return f.dist.ShardBlocks(i, t, mo.per) }, (n+mo.per-1)/mo.per)
+		}
+		*slots[k] = t
 	}
-	shard := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.Shard(i, t) }
-	if !st.Quantized() {
-		cut(&st.ExpAvg, shard, math.MaxInt)
-		cut(&st.ExpAvgSq, shard, math.MaxInt)
-		return
+	return true, nil
+}
+
+// lowBitShares is the tensor-parallel size whose shares' low-bit moments
+// a checkpoint of f stacks (checkpoint.Manifest.LowBitShares).
+func (f *Fabric) lowBitShares() int {
+	if f.stateFormat == nil || f.tensors == nil {
+		return 0
 	}
-	_, n, _ := f.dist.Part(i)
-	blocks := func(t *tensor.Tensor) *tensor.Tensor { return f.dist.ShardBlocks(i, t, f.stateBlock) }
-	cut(&st.ExpAvg, shard, n)
-	cut(&st.ExpAvgSq, shard, n)
-	cut(&st.ExpAvgAbsmax, blocks, dynamic.Blocks(n, f.stateBlock))
-	cut(&st.ExpAvgSqAbsmax, blocks, dynamic.Blocks(n, f.stateBlock))
+	return f.tensors.Group.Size()
+}
+
+// lowBitSharesError says why low-bit moments saved over saved tensor-
+// parallel shares (0: whole parameters) do not load over here.
+func lowBitSharesError(src string, saved, here int) error {
+	if saved == 0 {
+		return fmt.Errorf("checkpoint %s holds no low-bit optimizer moments of tp %d shares (each blocked on its own), which this run keeps; resume it without --tp", src, here)
+	}
+	return fmt.Errorf("checkpoint %s holds low-bit optimizer moments of tp %d shares, each blocked on its own; resume it on --tp %d", src, saved, saved)
+}
+
+// cutChunk replaces *t, a whole tensor, by chunk's cut of it, n values at
+// most: low-bit codes and scales stop where the parameter does
+// (AdamW.SetStateElems).
+func cutChunk(t **tensor.Tensor, chunk func(*tensor.Tensor) *tensor.Tensor, n int) {
+	whole := *t
+	*t = chunk(whole)
+	tensor.Free(whole) // chunk copied this rank's
+	if (*t).Len() > n {
+		part := (*t).Flat(0, n)
+		short := part.Clone()
+		tensor.FreeView(part)
+		tensor.Free(*t)
+		*t = short
+	}
 }
 
 // fromStored is a checkpoint's tensor as a tensor of its own.

@@ -199,10 +199,11 @@ func onRanks(t *testing.T, n int, fn func(r int, c comm.Communicator) error) {
 // the sharded checkpoint loaded onto 4 ranks says it resharded, and a Full
 // save from there holds the same moments, byte for byte; both load on one
 // device to the same next loss, and the sharded save consolidated holds
-// the full one's tensors. 8-bit moments (adamw8bit) reshard so too:
-// their codes and absmax are the whole parameter's blocks on any count.
+// the full one's tensors. Low-bit moments (adamw8bit, adamw4bit,
+// adamwfp8) reshard so too: their codes and scales are the whole
+// parameter's blocks on any count.
 func TestSaveFullOrSharded(t *testing.T) {
-	for _, spec := range []string{"32-true", "bf16-mixed+adamw8bit"} {
+	for _, spec := range []string{"32-true", "bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8"} {
 		t.Run(spec, func(t *testing.T) { saveFullOrSharded(t, spec) })
 	}
 }
@@ -231,7 +232,7 @@ func saveFullOrSharded(t *testing.T, spec string) {
 		if err != nil {
 			return err
 		}
-		if opt.StateBlock > 0 {
+		if opt.StateFormat != nil {
 			if err := blockChunks(f, opt, m, 4); err != nil {
 				return err
 			}

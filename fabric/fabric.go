@@ -16,6 +16,7 @@ import (
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
@@ -42,10 +43,10 @@ type Fabric struct {
 	// stateDType is the optimizer-state dtype the precision set (Invalid:
 	// each parameter's own).
 	stateDType dtype.DType
-	// stateBlock is the block of the 8-bit optimizer state the precision
-	// set (0: moments in stateDType).
-	stateBlock int
-	steps      int // steps taken, skipped ones too
+	// stateFormat is the low-bit optimizer-state format the precision
+	// set (nil: moments in stateDType).
+	stateFormat *lowbit.Format
+	steps       int // steps taken, skipped ones too
 	// nonFinite is the first non-finite loss seen, with its diagnosis.
 	nonFinite error
 	// misuse is a failed Setup: the precision's plugins are bound to the
@@ -253,7 +254,9 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 	}
 	if f.distCfg != nil {
 		opts := f.cfg.Sharding
-		opts.StateBlock, _ = precision.OptimizerBlock(plan.Root) // chunks of whole 8-bit state blocks
+		if fm := precision.OptimizerFormat(plan.Root); fm != nil {
+			opts.StateBlock = fm.Block // chunks of whole low-bit state blocks
+		}
 		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, comms(plan), opts); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}
@@ -285,9 +288,9 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 		opt.(stateDTyper).SetStateDType(dt)
 		f.stateDType = dt
 	}
-	if block, sets := precision.OptimizerBlock(f.plan.Root); sets {
-		opt.(stateBlocker).SetStateBlock(block)
-		f.stateBlock = block
+	if fm := precision.OptimizerFormat(f.plan.Root); fm != nil {
+		opt.(stateFormatter).SetStateFormat(fm)
+		f.stateFormat = fm
 	}
 	if precision.RoundsStochastically(f.plan.Root) {
 		opt.(stochasticRounder).SetStochasticRound(&optim.StochasticRound{Seed: f.cfg.Seed, Origin: f.origins()})
@@ -295,10 +298,10 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 	if f.dist != nil {
 		opt.SetParams(f.dist.OptimizerParams())
 	}
-	if f.stateBlock > 0 && f.shardedOptimizer() { // no 8-bit state for a chunk's padding
+	if f.stateFormat != nil && f.shardedOptimizer() { // no low-bit state for a chunk's padding
 		for i, p := range f.dist.OptimizerParams() {
 			if _, n, chunk := f.dist.Part(i); n < chunk {
-				opt.(stateBlocker).SetStateElems(p.Path, n)
+				opt.(stateFormatter).SetStateElems(p.Path, n)
 			}
 		}
 	}
@@ -307,18 +310,23 @@ func (f *Fabric) SetupOptimizers(opt optim.Optimizer) error {
 }
 
 // origins places each parameter the optimizer updates in the model's
-// parameters, and its chunk in the parameter, for stochastic rounding.
-func (f *Fabric) origins() func(path string) (index, offset int) {
-	type origin struct{ index, offset int }
-	at := map[string]origin{}
+// parameters, its chunk in the parameter, and a tensor-parallel share in
+// the whole, for stochastic rounding.
+func (f *Fabric) origins() func(path string) optim.Origin {
+	at := map[string]optim.Origin{}
 	for i, p := range nn.Parameters(f.model) {
-		o := origin{index: i}
+		o := optim.Origin{Index: i}
 		if f.dist != nil {
-			o.offset = f.dist.OptimizerOffset(i)
+			o.Offset = f.dist.OptimizerOffset(i)
+		}
+		if f.tensors != nil {
+			for _, r := range f.tensors.Runs(p.Var) {
+				o.Runs = append(o.Runs, tensor.WordRun{At: uint64(r.At), Word: uint64(r.Whole)})
+			}
 		}
 		at[p.Path] = o
 	}
-	return func(path string) (int, int) { o := at[path]; return o.index, o.offset }
+	return func(path string) optim.Origin { return at[path] }
 }
 
 // isNil reports whether v is nil or holds a nil pointer (a nil *AdamW
@@ -352,11 +360,11 @@ func (f *Fabric) ready(call string) error {
 // stateDTyper is an optimizer whose state dtype the precision can set.
 type stateDTyper interface{ SetStateDType(dtype.DType) }
 
-// stateBlocker is an optimizer that can keep its state in 8-bit blocks,
-// and for a parameter's first elements only (a sharded chunk's, before
-// its padding).
-type stateBlocker interface {
-	SetStateBlock(int)
+// stateFormatter is an optimizer that can keep its state in a low-bit
+// format, and for a parameter's first elements only (a sharded chunk's,
+// before its padding).
+type stateFormatter interface {
+	SetStateFormat(*lowbit.Format)
 	SetStateElems(path string, n int)
 }
 
@@ -367,9 +375,11 @@ type stochasticRounder interface {
 }
 
 // checkOptimizerState is an error if opt cannot hold the optimizer state
-// res's precision sets (a dtype, or 8-bit blocks), or if this fabric's
-// tensor parallelism would cut 8-bit blocks (strategies that shard
-// optimizer state cut parameters in whole blocks, Options.StateBlock).
+// res's precision sets (a dtype, or low-bit blocks) or round stochastically.
+// Under tensor parallelism a rank's share of a split parameter is a
+// parameter of its own to the optimizer, as a DTensor's local shard is to
+// torchao's and bitsandbytes' optimizers: its blocks are those of the
+// share.
 func (f *Fabric) checkOptimizerState(res *precision.Resolution, opt optim.Optimizer) error {
 	name := res.Root.Name()
 	if _, sets := precision.OptimizerStateDType(res.Root); sets {
@@ -381,18 +391,11 @@ func (f *Fabric) checkOptimizerState(res *precision.Resolution, opt optim.Optimi
 		if _, ok := opt.(stochasticRounder); !ok {
 			return fmt.Errorf("fabric: setup: precision %s rounds parameters stochastically, which %T cannot do", name, opt)
 		}
-		if f.tensors != nil {
-			return fmt.Errorf("fabric: setup: precision %s rounds parameters stochastically, which tensor parallelism cannot split yet; drop the tensor plan", name)
+	}
+	if fm := precision.OptimizerFormat(res.Root); fm != nil {
+		if _, ok := opt.(stateFormatter); !ok {
+			return fmt.Errorf("fabric: setup: precision %s keeps %s, which %T cannot hold", name, fm.Moments, opt)
 		}
-	}
-	if _, sets := precision.OptimizerBlock(res.Root); !sets {
-		return nil
-	}
-	if _, ok := opt.(stateBlocker); !ok {
-		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit optimizer state, which %T cannot hold", name, opt)
-	}
-	if f.tensors != nil {
-		return fmt.Errorf("fabric: setup: precision %s keeps 8-bit blockwise optimizer state, which tensor parallelism cannot split yet (a rank's share of a split weight need not be whole blocks); drop the tensor plan", name)
 	}
 	return nil
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/data"
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
@@ -364,8 +364,7 @@ func (p *Plan) PredictPeak(global data.Batch) error {
 func (p *Plan) stepSim(m Model, units []planUnit) *stepSim {
 	st, _ := strategy.Lookup(p.Strategy)
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	block, _ := precision.OptimizerBlock(p.res.Root)
-	sim := &stepSim{stateBlock: block, sh: st.Sharding, n: p.shardRanks(), dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
+	sim := &stepSim{stateFormat: precision.OptimizerFormat(p.res.Root), sh: st.Sharding, n: p.shardRanks(), dist: p.Devices > 1 || st.Sharding.OptimizerState, accumulates: p.MicroBatches > 1, frozen: p.BytesPerRank.Frozen}
 	unitOf := map[*autograd.Var]int{}
 	for i, u := range units {
 		for _, q := range u.Params {
@@ -441,7 +440,7 @@ type stepSim struct {
 	// forward runs with the earlier ones' gradients held.
 	accumulates bool
 	frozen      int64
-	stateBlock  int // of 8-bit optimizer state (0: float moments)
+	stateFormat *lowbit.Format // of low-bit optimizer state (nil: float moments)
 	all         paramBytes
 	units       []unitBytes
 	root        unitBytes // parameters outside every unit
@@ -457,8 +456,8 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 		size = s.n
 	}
 	block := 1
-	if s.stateBlock > 0 && s.sh.OptimizerState { // chunks of whole 8-bit state blocks
-		block = s.stateBlock
+	if s.stateFormat != nil && s.sh.OptimizerState { // chunks of whole low-bit state blocks
+		block = s.stateFormat.Block
 	}
 	chunk := strategy.Chunk(n, block, size)
 	part := n // what the optimizer updates
@@ -467,9 +466,9 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	}
 	b := paramBytes{whole: tensor.PoolBytes(dt, chunk*size), grad: tensor.PoolBytes(dt, n), padded: tensor.PoolBytes(dt, chunk*size)}
 	b.state = 2 * tensor.PoolBytes(sd, part)
-	if s.stateBlock > 0 { // codes and absmax, none for padding; the step decodes m and v to float32
+	if fm := s.stateFormat; fm != nil { // codes and scales, none for padding; the step decodes m and v to float32
 		part = min(part, n)
-		b.state = 2 * (tensor.PoolBytes(dtype.I8, part) + tensor.PoolBytes(dtype.F32, dynamic.Blocks(part, s.stateBlock)))
+		b.state = 2 * (tensor.PoolBytes(fm.CodeDType, fm.CodeBytes(part)) + tensor.PoolBytes(dtype.F32, fm.Blocks(part)))
 		b.optimizer += 2 * tensor.PoolBytes(dtype.F32, part)
 		sd = dtype.F32
 	}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/parallel"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/quant"
@@ -168,8 +168,8 @@ func optimizerRoles(p precision.Plugin) string {
 	if dt, ok := precision.OptimizerStateDType(p); ok {
 		asks = append(asks, "moments in "+dt.String())
 	}
-	if block, ok := precision.OptimizerBlock(p); ok {
-		asks = append(asks, fmt.Sprintf("8-bit moments in blocks of %d", block))
+	if fm := precision.OptimizerFormat(p); fm != nil {
+		asks = append(asks, fm.String())
 	}
 	if precision.RoundsStochastically(p) {
 		asks = append(asks, "stochastic rounding of bfloat16 updates")
@@ -227,8 +227,7 @@ func MakePlan(m nn.Module, pol precision.Policy, scaling precision.LossScaling, 
 func (p *Plan) account(sh strategy.Sharding, n int) {
 	// Setup gives the optimizer the root plugin's state dtype, for every parameter.
 	state, setsState := precision.OptimizerStateDType(p.res.Root)
-	block, _ := precision.OptimizerBlock(p.res.Root)
-	ranks := ranks{sh: sh, n: n, tied: tiedParams(p.res), stateBlock: block}
+	ranks := ranks{sh: sh, n: n, tied: tiedParams(p.res), stateFormat: precision.OptimizerFormat(p.res.Root)}
 	p.Modules, p.BytesPerRank = nil, Bytes{}
 	for _, s := range p.res.Scopes {
 		mp := ranks.planModule(s, state, setsState)
@@ -252,21 +251,21 @@ type ranks struct {
 	sh   strategy.Sharding
 	n    int
 	tied map[*autograd.Var]bool // tiedParams
-	// stateBlock is the block of 8-bit optimizer state (0: float moments).
-	stateBlock int
+	// stateFormat is the low-bit optimizer state's (nil: float moments).
+	stateFormat *lowbit.Format
 }
 
 // paramBytes is what a rank holds of trained parameter v (its value, its
 // gradient and AdamW's moments, in state if setsState): the ceil(1/n) of
-// what is sharded, or, under 8-bit optimizer state that is sharded, its
+// what is sharded, or, under low-bit optimizer state that is sharded, its
 // chunk of whole blocks (strategy.Options.StateBlock), the first rank's,
 // whose state holds the most (none is kept for padding).
 func (rk ranks) paramBytes(v *tensor.Tensor, state dtype.DType, setsState bool) Bytes {
 	perRank := func(b int64, sharded bool) int64 { return strategy.PerRank(b, sharded, rk.n) }
-	if rk.stateBlock > 0 {
+	if fm := rk.stateFormat; fm != nil {
 		part := v.Len() // the optimizer's elements
 		if rk.sh.OptimizerState {
-			chunk := strategy.Chunk(v.Len(), rk.stateBlock, rk.n)
+			chunk := strategy.Chunk(v.Len(), fm.Block, rk.n)
 			part = min(chunk, v.Len()) // the first rank's: state stops where v does
 			perRank = func(b int64, sharded bool) int64 {
 				if !sharded {
@@ -275,10 +274,10 @@ func (rk ranks) paramBytes(v *tensor.Tensor, state dtype.DType, setsState bool) 
 				return b / int64(v.Len()) * int64(chunk)
 			}
 		}
-		return Bytes{ // a code an element, a float32 a block
+		return Bytes{ // codes and a float32 a block
 			Params:         perRank(int64(v.Bytes()), rk.sh.Parameters),
 			Grads:          perRank(int64(v.Bytes()), rk.sh.Gradients),
-			OptimizerState: adamMoments * int64(part+4*dynamic.Blocks(part, rk.stateBlock)),
+			OptimizerState: adamMoments * fm.Bytes(part),
 		}
 	}
 	moments := int64(v.Bytes())

@@ -94,11 +94,11 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 	}
 	sent := exchange{t: t, n: shard, onHost: min(shard, perHost)}
 	replicas := exchange{t: t, n: n / shard, onHost: max(1, min(n/shard, perHost/shard))}
-	stateBlock, _ := precision.OptimizerBlock(p.res.Root)
+	stateFormat := precision.OptimizerFormat(p.res.Root)
 	for _, par := range p.params() {
 		block := par.block
-		if par.trains && stateBlock > 0 && st.Sharding.OptimizerState { // chunks of whole 8-bit state blocks
-			block = stateBlock
+		if par.trains && stateFormat != nil && st.Sharding.OptimizerState { // chunks of whole low-bit state blocks
+			block = stateFormat.Block
 		}
 		chunk := int64(strategy.Chunk(par.elems, block, shard))
 		switch {

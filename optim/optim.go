@@ -8,8 +8,8 @@ import (
 	"math"
 
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -55,11 +55,11 @@ type AdamWConfig struct {
 	// StateDType stores the moments in this dtype; Invalid (the zero
 	// value) keeps each parameter's own dtype, as PyTorch does.
 	StateDType dtype.DType
-	// StateBlock, when positive, keeps the moments as 8-bit codes with a
-	// float32 absmax a block of StateBlock elements (256), as
-	// bitsandbytes' AdamW8bit does (see AdamState); StateDType is then
+	// StateFormat, if set, keeps the moments as low-bit codes with a
+	// float32 scale a block, as bitsandbytes' AdamW8bit or torchao's
+	// AdamW4bit and AdamWFp8 do (see AdamState); StateDType is then
 	// unused.
-	StateBlock int
+	StateFormat *lowbit.Format
 	// StochasticRound, if set, rounds the new values of bfloat16
 	// parameters stochastically, as torchao's AdamW with
 	// bf16_stochastic_round=True does (tensor.AdamWStep); nil rounds them
@@ -70,29 +70,41 @@ type AdamWConfig struct {
 // StochasticRound places each parameter in the stream of random bits its
 // stochastic rounding draws: the element at index i of parameter k of
 // the model rounds, at optimizer step t, with word i of Philox stream
-// (t, k) under key Seed (philox.Uint16s), so that ranks updating chunks
-// of a parameter draw the bits one device does and a run resumed at step
-// t draws those of an uninterrupted one.
+// (t, k) under key Seed (philox.Uint16s), i its index in the whole
+// parameter, so that ranks updating chunks of a parameter, or
+// tensor-parallel shares of it, draw the bits one device does and a run
+// resumed at step t draws those of an uninterrupted one.
 type StochasticRound struct {
 	Seed uint64 // the run's seed
-	// Origin gives the parameter at path's index in the model's
-	// parameters and the index in it of the first element the optimizer
-	// holds (0, or a sharded optimizer's chunk's offset); nil takes its
-	// index in the optimizer's parameters and offset 0.
-	Origin func(path string) (index, offset int)
+	// Origin places the parameter at path; nil takes its index in the
+	// optimizer's parameters, whole.
+	Origin func(path string) Origin
+}
+
+// Origin is where the elements an optimizer holds of a parameter lie in
+// the model's.
+type Origin struct {
+	Index int // the parameter's in the model's parameters
+	// Offset is the index of the first element the optimizer holds in
+	// the parameter (a sharded optimizer's chunk's).
+	Offset int
+	// Runs, for a tensor-parallel share, give its elements' indices in
+	// the whole parameter (tensor.StochasticBits); nil for a whole one.
+	Runs []tensor.WordRun
 }
 
 // bits are the random bits of the update at step of the parameter at
 // path, the i-th the optimizer holds.
 func (r *StochasticRound) bits(path string, i, step int) *tensor.StochasticBits {
-	index, offset := i, 0
+	o := Origin{Index: i}
 	if r.Origin != nil {
-		index, offset = r.Origin(path)
+		o = r.Origin(path)
 	}
 	return &tensor.StochasticBits{
 		Key:    [2]uint32{uint32(r.Seed), uint32(r.Seed >> 32)},
-		Stream: [2]uint32{uint32(step), uint32(index)},
-		First:  uint64(offset),
+		Stream: [2]uint32{uint32(step), uint32(o.Index)},
+		First:  uint64(o.Offset),
+		Runs:   o.Runs,
 	}
 }
 
@@ -110,8 +122,6 @@ func (c AdamWConfig) check() error {
 		return fmt.Errorf("eps %v: want a number >= 0 (1e-8)", c.Eps)
 	case math.IsNaN(c.WeightDecay) || math.IsInf(c.WeightDecay, 0):
 		return fmt.Errorf("weight decay %v: want a finite number (0.1)", c.WeightDecay)
-	case c.StateBlock < 0:
-		return fmt.Errorf("state block %d: want 0 (moments in a float dtype) or a block size (256)", c.StateBlock)
 	}
 	return nil
 }
@@ -131,17 +141,16 @@ type AdamState struct {
 	Step     int
 	ExpAvg   *tensor.Tensor // m
 	ExpAvgSq *tensor.Tensor // v
-	// ExpAvgAbsmax and ExpAvgSqAbsmax are set when the moments are 8-bit
-	// (AdamWConfig.StateBlock): ExpAvg and ExpAvgSq then hold one code a
-	// element, raw bytes in int8 tensors of the parameter's shape (m's of
-	// dynamic.Signed, v's of dynamic.Unsigned), and these the float32
-	// absmax of each block, [dynamic.Blocks(n, StateBlock)]. A moment is
-	// its code's value times its block's absmax.
-	ExpAvgAbsmax, ExpAvgSqAbsmax *tensor.Tensor
+	// ExpAvgScale and ExpAvgSqScale are set when the moments are low-bit
+	// (AdamWConfig.StateFormat): ExpAvg and ExpAvgSq then hold codes,
+	// tensors of the format's CodeDType and CodeShape, and these the
+	// float32 scale of each block, [Format.Blocks(n)]. A moment is its
+	// code's value times its block's scale.
+	ExpAvgScale, ExpAvgSqScale *tensor.Tensor
 }
 
-// Quantized reports whether the moments are 8-bit codes.
-func (s *AdamState) Quantized() bool { return s.ExpAvgAbsmax != nil }
+// Quantized reports whether the moments are low-bit codes.
+func (s *AdamState) Quantized() bool { return s.ExpAvgScale != nil }
 
 func NewAdamW(params []nn.NamedParam, cfg AdamWConfig) (*AdamW, error) {
 	if err := cfg.check(); err != nil {
@@ -165,10 +174,10 @@ func (o *AdamW) SetState(path string, st *AdamState) error {
 			continue
 		}
 		like := o.stateLike(p)
-		if !st.ExpAvg.SameShape(like) || !st.ExpAvgSq.SameShape(like) || st.Step < 0 {
+		if o.StateFormat == nil && (!st.ExpAvg.SameShape(like) || !st.ExpAvgSq.SameShape(like)) || st.Step < 0 {
 			return fmt.Errorf("optim: state for %s has shape %v, the parameter %v", path, st.ExpAvg.Shape(), like.Shape())
 		}
-		if err := o.checkFormat(st, like.Len()); err != nil {
+		if err := o.checkFormat(st, like); err != nil {
 			return fmt.Errorf("optim: state for %s: %w", path, err)
 		}
 		o.state[path] = st
@@ -207,8 +216,12 @@ func (o *AdamW) Step() {
 			s.Stochastic = o.StochasticRound.bits(p.Path, i, st.Step)
 		}
 		if st.Quantized() {
-			tensor.AdamW8Step(value, grad, tensor.Moments8{
-				M: st.ExpAvg, V: st.ExpAvgSq, MAbsmax: st.ExpAvgAbsmax, VAbsmax: st.ExpAvgSqAbsmax, Block: o.StateBlock,
+			if o.StateFormat.Torchao {
+				s.Torchao = o.torchaoScalars(st.Step)
+			}
+			tensor.AdamWLowBitStep(value, grad, tensor.LowBitMoments{
+				M: st.ExpAvg, V: st.ExpAvgSq, MScale: st.ExpAvgScale, VScale: st.ExpAvgSqScale,
+				MCodec: o.StateFormat.M, VCodec: o.StateFormat.V,
 			}, s)
 		} else {
 			tensor.AdamWStep(value, grad, st.ExpAvg, st.ExpAvgSq, s)
@@ -220,16 +233,30 @@ func (o *AdamW) Step() {
 	}
 }
 
+// torchaoScalars are the constants of torchao's step t (lr a float32
+// tensor, the β powers torch.pow of float32s).
+func (o *AdamW) torchaoScalars(step int) *tensor.TorchaoScalars {
+	t := float64(step)
+	bc := func(beta float64) float32 { return 1 - float32(math.Pow(float64(float32(beta)), t)) }
+	lr := float32(o.LR)
+	return &tensor.TorchaoScalars{
+		LR: lr, LRDecay: lr * float32(o.WeightDecay), BC1: bc(o.Beta1),
+		BC2Sqrt: float32(math.Sqrt(float64(bc(o.Beta2)))),
+		W1:      float32(1 - o.Beta1), W2: float32(1 - o.Beta2), Eps: float32(o.Eps),
+	}
+}
+
 // newState is the zero state of a parameter of value v: moments in the
-// state dtype, or 8-bit codes of 0 with absmax 0.
+// state dtype, or the format's codes of a fresh moment with scales 0.
 func (o *AdamW) newState(v *tensor.Tensor) *AdamState {
 	shape := v.Shape()
-	if o.StateBlock > 0 {
-		st := &AdamState{ExpAvg: tensor.New(dtype.I8, shape...), ExpAvgSq: tensor.New(dtype.I8, shape...)}
-		fillBytes(st.ExpAvg.Data(), dynamic.Signed.Nearest(0))
-		fillBytes(st.ExpAvgSq.Data(), dynamic.Unsigned.Nearest(0))
-		blocks := dynamic.Blocks(v.Len(), o.StateBlock)
-		st.ExpAvgAbsmax, st.ExpAvgSqAbsmax = tensor.New(dtype.F32, blocks), tensor.New(dtype.F32, blocks)
+	if f := o.StateFormat; f != nil {
+		codes := f.CodeShape(shape)
+		st := &AdamState{ExpAvg: tensor.New(f.CodeDType, codes...), ExpAvgSq: tensor.New(f.CodeDType, codes...)}
+		fillBytes(st.ExpAvg.Data(), f.M.Zero())
+		fillBytes(st.ExpAvgSq.Data(), f.V.Zero())
+		blocks := f.Blocks(v.Len())
+		st.ExpAvgScale, st.ExpAvgSqScale = tensor.New(dtype.F32, blocks), tensor.New(dtype.F32, blocks)
 		return st
 	}
 	dt := o.StateDType
@@ -245,24 +272,25 @@ func fillBytes(b []byte, c byte) {
 	}
 }
 
-// checkFormat says how st, the state of a parameter of n elements, is not
-// in the format o keeps: 8-bit codes and their absmax, or float moments.
-func (o *AdamW) checkFormat(st *AdamState, n int) error {
-	if o.StateBlock == 0 {
+// checkFormat says how st, the state of a parameter of shape like, is not
+// in the format o keeps: low-bit codes and their scales, or float moments.
+func (o *AdamW) checkFormat(st *AdamState, like *tensor.Tensor) error {
+	f := o.StateFormat
+	if f == nil {
 		if st.Quantized() {
-			return errors.New("8-bit moments, where this AdamW keeps them in a float dtype")
+			return errors.New("low-bit moments, where this AdamW keeps them in a float dtype")
 		}
 		return nil
 	}
-	blocks := dynamic.Blocks(n, o.StateBlock)
+	codes, blocks := tensor.Meta(f.CodeDType, f.CodeShape(like.Shape())...), f.Blocks(like.Len())
 	switch {
-	case !st.Quantized() || st.ExpAvgSqAbsmax == nil:
-		return fmt.Errorf("moments in %s, where this AdamW keeps 8-bit codes in blocks of %d", st.ExpAvg.DType(), o.StateBlock)
-	case st.ExpAvg.DType() != dtype.I8 || st.ExpAvgSq.DType() != dtype.I8:
-		return fmt.Errorf("8-bit moments in %s and %s, want int8 codes", st.ExpAvg.DType(), st.ExpAvgSq.DType())
-	case st.ExpAvgAbsmax.DType() != dtype.F32 || st.ExpAvgSqAbsmax.DType() != dtype.F32 ||
-		st.ExpAvgAbsmax.Len() != blocks || st.ExpAvgSqAbsmax.Len() != blocks:
-		return fmt.Errorf("absmax %v and %v, want float32[%d] (blocks of %d)", st.ExpAvgAbsmax, st.ExpAvgSqAbsmax, blocks, o.StateBlock)
+	case !st.Quantized() || st.ExpAvgSqScale == nil:
+		return fmt.Errorf("moments in %s, where this AdamW keeps %s", st.ExpAvg.DType(), f)
+	case st.ExpAvg.DType() != f.CodeDType || st.ExpAvgSq.DType() != f.CodeDType || !st.ExpAvg.SameShape(codes) || !st.ExpAvgSq.SameShape(codes):
+		return fmt.Errorf("codes %v and %v, want %s%v (%s)", st.ExpAvg, st.ExpAvgSq, f.CodeDType, codes.Shape(), f)
+	case st.ExpAvgScale.DType() != dtype.F32 || st.ExpAvgSqScale.DType() != dtype.F32 ||
+		st.ExpAvgScale.Len() != blocks || st.ExpAvgSqScale.Len() != blocks:
+		return fmt.Errorf("scales %v and %v, want float32[%d] (%s)", st.ExpAvgScale, st.ExpAvgSqScale, blocks, f)
 	}
 	return nil
 }
@@ -270,7 +298,7 @@ func (o *AdamW) checkFormat(st *AdamState, n int) error {
 // SetStateElems keeps the state of the parameter at path for its first n
 // elements only, 1-D, and steps those alone: a sharded chunk whose
 // elements past n are padding (zero, with zero gradients, which AdamW
-// would leave zero), so that its 8-bit state holds no block of padding.
+// would leave zero), so that its low-bit state holds no block of padding.
 func (o *AdamW) SetStateElems(path string, n int) {
 	if o.elems == nil {
 		o.elems = map[string]int{}
@@ -290,9 +318,9 @@ func (o *AdamW) stateLike(p nn.NamedParam) *tensor.Tensor {
 // optimizer-state role).
 func (o *AdamW) SetStateDType(dt dtype.DType) { o.StateDType = dt }
 
-// SetStateBlock keeps moments created from now on as 8-bit codes in
-// blocks of block elements (the precision's 8-bit optimizer-state role).
-func (o *AdamW) SetStateBlock(block int) { o.StateBlock = block }
+// SetStateFormat keeps moments created from now on in f (the precision's
+// low-bit optimizer-state role).
+func (o *AdamW) SetStateFormat(f *lowbit.Format) { o.StateFormat = f }
 
 // SetStochasticRound rounds bfloat16 parameters' new values
 // stochastically with r's bits (the precision's stochastic-rounding role).

@@ -50,6 +50,9 @@ type linearStyle interface {
 	// whole is t's full value from the ranks' shares of it, stacked in
 	// rank order ([n, share's shape...]).
 	whole(stacked *tensor.Tensor) *tensor.Tensor
+	// runs places rank r of n's share of a tensor of the whole shape full
+	// in it (see Layout.Runs).
+	runs(full []int, r, n int) []Run
 	// splitsBias reports whether the bias is split with the weight.
 	splitsBias() bool
 	// layer is the forward pass of a Linear of whole weight shape full
@@ -272,6 +275,28 @@ func (c Colwise) whole(stacked *tensor.Tensor) *tensor.Tensor {
 	byPart := tensor.Permute(grouped, swapFirst(len(rest)+3)...) // [Parts, n, k, rest...]
 	tensor.FreeView(grouped)
 	return owned(byPart, append([]int{n * c.parts() * k}, rest...))
+}
+
+// runs: the share's rows of each part are the part's rows r·k on.
+func (c Colwise) runs(full []int, r, n int) []Run {
+	inner := tensor.Numel(full[1:])
+	k := full[0] / (c.parts() * n)
+	out := make([]Run, c.parts())
+	for q := range out {
+		out[q] = Run{At: q * k * inner, Whole: (q*n*k + r*k) * inner}
+	}
+	return out
+}
+
+// runs: share row o is columns r·k on of the weight's row o.
+func (Rowwise) runs(full []int, r, n int) []Run {
+	in := full[1]
+	k := in / n
+	out := make([]Run, full[0])
+	for o := range out {
+		out[o] = Run{At: o * k, Whole: o*in + r*k}
+	}
+	return out
 }
 
 // share keeps input columns [r·in/n, (r+1)·in/n) of the [out, in] weight.

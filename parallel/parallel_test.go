@@ -212,3 +212,55 @@ func TestParallelizeRejects(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRuns: each rank's runs place its share of every split parameter of
+// the gpt (fused q|k|v rows, plain rows, row-split columns, a split bias)
+// where Share cuts it from the whole: share element j is whole element
+// run.Whole + j - run.At.
+func TestRuns(t *testing.T) {
+	const n = 2
+	comms, err := comm.Open("local", n, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := models.GPTConfig{Vocab: 16, Context: 4, Width: 8, Heads: 2, Layers: 1}
+	err = comm.Each(comms, func(_ int, c comm.Communicator) error {
+		g := models.NewGPT(nn.NewInit(7), cfg)
+		l, err := parallel.Parallelize(g, c, models.GPTPlan)
+		if err != nil {
+			return err
+		}
+		for _, p := range nn.Parameters(g) {
+			runs := l.Runs(p.Var)
+			if !l.Splits(p.Path) {
+				if runs != nil {
+					return fmt.Errorf("%s is whole, yet has runs %v", p.Path, runs)
+				}
+				continue
+			}
+			shape := l.WholeShape(p.Var)
+			index := tensor.Generate(func(dst []float32) {
+				for i := range dst {
+					dst[i] = float32(i)
+				}
+			}, shape...)
+			share, err := l.Share(p.Var, index)
+			if err != nil {
+				return err
+			}
+			k := 0
+			for j, w := range share.Float32s() {
+				for k+1 < len(runs) && runs[k+1].At <= j {
+					k++
+				}
+				if want := runs[k].Whole + j - runs[k].At; int(w) != want {
+					return fmt.Errorf("rank %d: %s share element %d is whole element %d, runs say %d", c.Rank(), p.Path, j, int(w), want)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -44,6 +44,21 @@ func (l *Layout) WholeShape(v *autograd.Var) []int {
 	return s.Full[:1] // a split bias
 }
 
+// Run is a stretch of a share's elements (in row-major order) that lie
+// side by side in the whole tensor: share element At is whole element
+// Whole, and so on up to the next run's At.
+type Run struct{ At, Whole int }
+
+// Runs places this rank's share of parameter v in the whole: its
+// elements in runs, sorted, the first at 0; nil if v is not split.
+func (l *Layout) Runs(v *autograd.Var) []Run {
+	s, ok := l.splitOf(v)
+	if !ok {
+		return nil
+	}
+	return s.Style.runs(l.WholeShape(v), l.Group.Rank(), l.Group.Size())
+}
+
 // Gather returns the whole of t, a tensor shaped like this rank's share
 // of parameter v (its value, gradient or an optimizer moment), from every
 // rank's share of it; t itself if v is not split. Every rank of the group
@@ -90,4 +105,24 @@ func (l *Layout) Whole(ctx context.Context) (map[*autograd.Var]*tensor.Tensor, e
 		}
 	}
 	return out, nil
+}
+
+// Stack returns every rank's t, all of one shape, along a new first axis
+// in rank order: state a rank keeps of its share of its own, which has no
+// whole (low-bit optimizer moments, whose blocks are the share's). Every
+// rank of the group must call it; free the result when done.
+func (l *Layout) Stack(ctx context.Context, t *tensor.Tensor) (*tensor.Tensor, error) {
+	stacked := tensor.New(t.DType(), append([]int{l.Group.Size()}, t.Shape()...)...)
+	if err := comm.AllGatherTensor(ctx, l.Group, t, stacked); err != nil {
+		tensor.Free(stacked)
+		return nil, fmt.Errorf("tensor parallel: stacking: %w", err)
+	}
+	return stacked, nil
+}
+
+// Unstack returns this rank's tensor of stacked, Stack's result.
+func (l *Layout) Unstack(stacked *tensor.Tensor) *tensor.Tensor {
+	own := tensor.SliceRows(stacked, l.Group.Rank(), 1)
+	own.SetShape(stacked.Shape()[1:]...)
+	return own
 }

@@ -53,10 +53,10 @@ var exclusiveRoles = []struct {
 }
 
 // claimOptimizerState claims the optimizer-state role for a plugin that
-// picks the moments' dtype or keeps them in 8 bits.
+// picks the moments' dtype or keeps them in low-bit codes.
 func claimOptimizerState(p Plugin) (string, bool) {
 	if q, ok := p.(OptimizerQuantizer); ok {
-		return fmt.Sprintf("8-bit blockwise, blocks of %d", q.OptimizerBlock()), true
+		return q.OptimizerFormat().String(), true
 	}
 	return claimOf(func(o OptimizerStater) dtype.DType { return o.OptimizerStateDType() })(p)
 }

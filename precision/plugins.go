@@ -3,7 +3,7 @@ package precision
 import (
 	"github.com/weftml/weft/autograd"
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/dtype/dynamic"
+	"github.com/weftml/weft/optim/lowbit"
 )
 
 // True trains everything in one dtype, as Lightning's DoublePrecision
@@ -151,15 +151,15 @@ func commClaim[R any](arg string, dt func(CommPolicy) dtype.DType) func(Plugin) 
 	}
 }
 
-// AdamW8bit ("adamw8bit") keeps AdamW's moments as bitsandbytes'
-// AdamW8bit does: m as codes of the signed dynamic map, v of the unsigned
-// one, one byte an element, and a float32 absmax a block of 256 elements;
-// each step decodes them to float32, updates as AdamW does and encodes them
-// again (tensor.AdamW8Step). Unlike bitsandbytes it quantizes every
-// parameter's moments, not only those of 4096 elements or more. It holds
-// the optimizer-state role alone, so it composes with any spec that leaves
-// that role free ("bf16-mixed+adamw8bit").
-type AdamW8bit struct{}
+// LowBitState ("adamw8bit", "adamw4bit", "adamwfp8") keeps AdamW's
+// moments in Format, as bitsandbytes' AdamW8bit or torchao's AdamW4bit
+// and AdamWFp8 do: codes and a float32 scale a block; each step decodes
+// them to float32, updates and encodes them again
+// (tensor.AdamWLowBitStep). Unlike those it quantizes every parameter's
+// moments, not only those of 4096 elements or more. It holds the
+// optimizer-state role alone, so it composes with any spec that leaves
+// that role free ("bf16-mixed+adamw4bit").
+type LowBitState struct{ Format *lowbit.Format }
 
-func (AdamW8bit) Name() string        { return "adamw8bit" }
-func (AdamW8bit) OptimizerBlock() int { return dynamic.BlockSize }
+func (s LowBitState) Name() string                    { return s.Format.Name }
+func (s LowBitState) OptimizerFormat() *lowbit.Format { return s.Format }

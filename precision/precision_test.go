@@ -13,6 +13,7 @@ import (
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/precision/precisiontest"
 	"github.com/weftml/weft/tensor"
@@ -645,21 +646,24 @@ func TestRoleHelpers(t *testing.T) {
 
 func is[R any](p precision.Plugin) bool { _, ok := p.(R); return ok }
 
-// TestAdamW8bitComposes: adamw8bit joins a spec with + and holds the
-// optimizer-state role, which a second claimant makes a one-line conflict.
-func TestAdamW8bitComposes(t *testing.T) {
-	p, err := precision.Parse("bf16-mixed+adamw8bit", precision.Options{})
-	if err != nil {
-		t.Fatal(err)
+// TestLowBitStateComposes: adamw8bit, adamw4bit and adamwfp8 join a spec
+// with + and hold the optimizer-state role, which a second claimant makes
+// a one-line conflict.
+func TestLowBitStateComposes(t *testing.T) {
+	for _, f := range []*lowbit.Format{lowbit.AdamW8bit, lowbit.AdamW4bit, lowbit.AdamWFp8} {
+		p, err := precision.Parse("bf16-mixed+"+f.Name, precision.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := precision.OptimizerFormat(p); got != f || p.Name() != "bf16-mixed+"+f.Name {
+			t.Errorf("%s: OptimizerFormat = %v, want %v", p.Name(), got, f)
+		}
+		if _, ok := precision.OptimizerStateDType(p); ok {
+			t.Errorf("%s claims an optimizer-state dtype too", p.Name())
+		}
 	}
-	if block, ok := precision.OptimizerBlock(p); !ok || block != 256 || p.Name() != "bf16-mixed+adamw8bit" {
-		t.Errorf("%s: OptimizerBlock = %d, %v; want 256, true", p.Name(), block, ok)
-	}
-	if _, ok := precision.OptimizerStateDType(p); ok {
-		t.Errorf("%s claims an optimizer-state dtype too", p.Name())
-	}
-	_, err = precision.Compose(precision.AdamW8bit{}, stateDTypeOnly{})
-	want := "precision: role optimizer state claimed by adamw8bit (8-bit blockwise, blocks of 256) and state-dtype-only (bfloat16)"
+	_, err := precision.Compose(precision.LowBitState{Format: lowbit.AdamW8bit}, stateDTypeOnly{})
+	want := "precision: role optimizer state claimed by adamw8bit (8-bit moments in blocks of 256) and state-dtype-only (bfloat16)"
 	if err == nil || err.Error() != want {
 		t.Errorf("Compose(adamw8bit, state-dtype-only) = %v, want %q", err, want)
 	}

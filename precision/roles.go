@@ -10,6 +10,7 @@ import (
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/tensor"
 )
 
@@ -82,13 +83,14 @@ type OptimizerStater interface {
 	OptimizerStateDType() dtype.DType
 }
 
-// OptimizerQuantizer keeps Adam's moments as 8-bit codes with a float32
-// absmax a block of OptimizerBlock elements, as bitsandbytes' blockwise
-// 8-bit optimizers do (optim.AdamState). It holds the optimizer-state
-// role, as OptimizerStater does: a composition holds one or the other. If
-// no plugin implements it, the moments are float tensors.
+// OptimizerQuantizer keeps Adam's moments as low-bit codes with a float32
+// scale a block, in the format OptimizerFormat names, as bitsandbytes'
+// 8-bit and torchao's 4-bit and FP8 optimizers do (optim.AdamState). It
+// holds the optimizer-state role, as OptimizerStater does: a composition
+// holds one or the other. If no plugin implements it, the moments are
+// float tensors.
 type OptimizerQuantizer interface {
-	OptimizerBlock() int
+	OptimizerFormat() *lowbit.Format
 }
 
 // StochasticRounder has the optimizer round the new values of the
@@ -344,13 +346,13 @@ func OptimizerStateDType(p Plugin) (dt dtype.DType, ok bool) {
 	return dtype.Invalid, false
 }
 
-// OptimizerBlock returns the block size p keeps 8-bit optimizer state
-// in; ok is false when the moments are float tensors.
-func OptimizerBlock(p Plugin) (block int, ok bool) {
+// OptimizerFormat returns the low-bit format p keeps optimizer state in;
+// nil when the moments are float tensors.
+func OptimizerFormat(p Plugin) *lowbit.Format {
 	if o, ok := role[OptimizerQuantizer](p); ok {
-		return o.OptimizerBlock(), true
+		return o.OptimizerFormat()
 	}
-	return 0, false
+	return nil
 }
 
 // RoundsStochastically reports whether p has the optimizer round

@@ -11,6 +11,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/internal/suggest"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/precision/fp8"
 	"github.com/weftml/weft/precision/quant"
 )
@@ -63,8 +64,11 @@ var specs = []spec{
 	{"fp4-dq", func(Options) Plugin { return quant.NewFourBit(quant.FP4, true) }},
 	{"int8", func(Options) Plugin { return quant.NewInt8(false) }},
 	{"int8-training", func(Options) Plugin { return quant.NewInt8(true) }},
-	// bitsandbytes' 8-bit blockwise AdamW state, to join to a spec with +.
-	{"adamw8bit", func(Options) Plugin { return AdamW8bit{} }},
+	// Low-bit AdamW state, to join to a spec with +: bitsandbytes' 8-bit
+	// blockwise, torchao's 4-bit and FP8.
+	{"adamw8bit", func(Options) Plugin { return LowBitState{lowbit.AdamW8bit} }},
+	{"adamw4bit", func(Options) Plugin { return LowBitState{lowbit.AdamW4bit} }},
+	{"adamwfp8", func(Options) Plugin { return LowBitState{lowbit.AdamWFp8} }},
 }
 
 // spec is a built-in spec name and its builder.

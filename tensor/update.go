@@ -2,9 +2,9 @@ package tensor
 
 import (
 	"math"
+	"sort"
 
 	"github.com/weftml/weft/dtype"
-	"github.com/weftml/weft/dtype/dynamic"
 	"github.com/weftml/weft/internal/philox"
 	"github.com/weftml/weft/internal/vec"
 )
@@ -22,15 +22,45 @@ type AdamWScalars struct {
 	// Stochastic, if set, rounds a bfloat16 p's new values stochastically
 	// (see StochasticBits); nil rounds them to nearest even.
 	Stochastic *StochasticBits
+	// Torchao, if set, has AdamWLowBitStep step as torchao's optimizers
+	// do (adamWTorchao), with these constants instead of the above.
+	Torchao *TorchaoScalars
 }
 
 // StochasticBits are the random bits of torchao's bf16_stochastic_round
 // for one tensor: element i rounds with word First+i of the Philox
 // stream (Key, Stream) (philox.Uint16s), so that a chunk of a parameter
 // whose First is its offset draws the bits the whole parameter would.
+// With Runs, the parameter is a tensor-parallel share of a whole one, and
+// element i draws the word of its index in the whole: that of the run r
+// with the largest At <= First+i, r.Word + First+i - r.At.
 type StochasticBits struct {
 	Key, Stream [2]uint32 // (seed), (optimizer step, parameter index)
 	First       uint64    // index of the tensor's element 0 in its parameter
+	Runs        []WordRun // sorted by At, the first at 0; nil for a whole parameter
+}
+
+// WordRun is a stretch of a share's elements that lie side by side in the
+// whole parameter: share element At is whole element Word, and so on up
+// to the next run's At.
+type WordRun struct{ At, Word uint64 }
+
+// fill writes to r the words of elements [lo, lo+len(r)) of the tensor.
+func (b *StochasticBits) fill(r []uint16, lo int) {
+	j := b.First + uint64(lo)
+	if b.Runs == nil {
+		philox.Uint16s(r, b.Key, b.Stream, j)
+		return
+	}
+	k := sort.Search(len(b.Runs), func(k int) bool { return b.Runs[k].At > j }) - 1
+	for len(r) > 0 {
+		n := len(r)
+		if k+1 < len(b.Runs) {
+			n = min(n, int(b.Runs[k+1].At-j))
+		}
+		philox.Uint16s(r[:n], b.Key, b.Stream, b.Runs[k].Word+j-b.Runs[k].At)
+		r, j, k = r[n:], j+uint64(n), k+1
+	}
 }
 
 // AdamWStep updates p, m and v in place with PyTorch 2.11's single-tensor
@@ -56,30 +86,104 @@ func AdamWStep(p, g, m, v *Tensor, s AdamWScalars) {
 	}
 }
 
-// Moments8 are AdamW's moments as bitsandbytes' 8-bit blockwise optimizers
-// keep them: one code a element (raw bytes in int8 tensors of the
-// parameter's shape), m's of dynamic.Signed and v's of dynamic.Unsigned,
-// and one float32 absmax a block of Block elements.
-type Moments8 struct {
-	M, V             *Tensor // int8 codes
-	MAbsmax, VAbsmax *Tensor // float32, [dynamic.Blocks(n, Block)]
-	Block            int
+// LowBitMoments are AdamW's moments as a low-bit optimizer keeps them
+// (optim/lowbit): codes, raw bytes in tensors of any dtype, and float32
+// scales, one a block, that the codecs decode to float32 and encode back.
+type LowBitMoments struct {
+	M, V           *Tensor // codes
+	MScale, VScale *Tensor // float32
+	MCodec, VCodec MomentCodec
 }
 
-// AdamW8Step is AdamWStep over moments held as 8-bit codes: it decodes m
-// and v to float32 (code value × absmax), runs AdamWStep on them and
-// encodes them again with each block's new absmax (dynamic.Quantize). The
+// MomentCodec turns float32 moments into codes and a scale a block, and
+// back (lowbit.Codec).
+type MomentCodec interface {
+	Encode(x []float32, codes []byte, scales []float32)
+	Decode(codes []byte, scales []float32, out []float32)
+}
+
+// AdamWLowBitStep is AdamWStep over moments held as low-bit codes: it
+// decodes m and v to float32, updates them and p (AdamWStep, or with
+// s.Torchao set torchao's single_param_adam, adamWTorchao), p from their
+// float32 values, and encodes them again with each block's new scale. The
 // float32 copies are pool scratch, given back before it returns.
-func AdamW8Step(p, g *Tensor, st Moments8, s AdamWScalars) {
+func AdamWLowBitStep(p, g *Tensor, st LowBitMoments, s AdamWScalars) {
 	n := p.Len()
 	m, v := empty(dtype.F32, n), empty(dtype.F32, n)
-	dynamic.Dequantize(dynamic.Signed, st.M.data, st.MAbsmax.f32(), st.Block, m.f32())
-	dynamic.Dequantize(dynamic.Unsigned, st.V.data, st.VAbsmax.f32(), st.Block, v.f32())
-	AdamWStep(p, g, m, v, s)
-	dynamic.Quantize(dynamic.Signed, m.f32(), st.Block, st.M.data, st.MAbsmax.f32())
-	dynamic.Quantize(dynamic.Unsigned, v.f32(), st.Block, st.V.data, st.VAbsmax.f32())
+	st.MCodec.Decode(st.M.data, st.MScale.f32(), m.f32())
+	st.VCodec.Decode(st.V.data, st.VScale.f32(), v.f32())
+	if s.Torchao != nil {
+		adamWTorchao(p, g, m.f32(), v.f32(), s)
+	} else {
+		AdamWStep(p, g, m, v, s)
+	}
+	st.MCodec.Encode(m.f32(), st.M.data, st.MScale.f32())
+	st.VCodec.Encode(v.f32(), st.V.data, st.VScale.f32())
 	Free(m)
 	Free(v)
+}
+
+// TorchaoScalars are the per-step constants of torchao's
+// single_param_adam, each a float32 as its 0-dim tensors hold them.
+type TorchaoScalars struct {
+	LR      float32 // the group's lr tensor
+	LRDecay float32 // lr·weight_decay
+	BC1     float32 // 1 - β1^t
+	BC2Sqrt float32 // sqrt(1 - β2^t)
+	W1, W2  float32 // lerp weights 1-β1, 1-β2
+	Eps     float32
+}
+
+// adamWTorchao updates p, m and v (float32) as torchao's
+// single_param_adam does in eager PyTorch on the CPU, every op in float32
+// on p and g read as float32:
+//
+//	p = p - lrDecay·p; m = lerp(m, g, w1); v = lerp(v, g·g, w2)
+//	d = sqrt(v)/bc2sqrt + eps; p = p - (lr·(m/bc1))/d
+//
+// lerp(a, b, w) being fma(w, b-a, a) for w < 0.5 and fma(w-1, b-a, b)
+// otherwise, as ATen's vectorized lerp computes it; then p is rounded to
+// its dtype once, stochastically with s.Stochastic's bits for bfloat16.
+// The fused multiply-add is taken in float64 and rounded to float32,
+// which rounds twice only where the float64 sum lands on a float32 tie.
+func adamWTorchao(p, g *Tensor, ms, vs []float32, s AdamWScalars) {
+	ps, gs := get[float32](p), get[float32](g)
+	c := *s.Torchao
+	stochastic := s.Stochastic != nil && p.dtype == dtype.BF16
+	run := func(lo, hi int) {
+		var r [256]uint16
+		for at := lo; at < hi; at += len(r) {
+			end := min(at+len(r), hi)
+			for i := at; i < end; i++ {
+				pi := ps[i] - float32(c.LRDecay*ps[i])
+				gi := gs[i]
+				mi := lerp(ms[i], gi, c.W1)
+				vi := lerp(vs[i], float32(gi*gi), c.W2)
+				d := float32(math.Sqrt(float64(vi)))/c.BC2Sqrt + c.Eps
+				ps[i] = pi - float32(c.LR*(mi/c.BC1))/d
+				ms[i], vs[i] = mi, vi
+			}
+			if stochastic {
+				bits := r[:end-at]
+				s.Stochastic.fill(bits, at)
+				for i, b := range bits {
+					ps[at+i] = dtype.F32FromBF16(dtype.BF16StochasticRound(ps[at+i], b))
+				}
+			}
+		}
+	}
+	parallelFor(len(ps), run)
+	put(p, ps)
+	drop(g, gs)
+}
+
+// lerp is ATen's vectorized lerp of float32s (see adamWTorchao).
+func lerp(a, b, w float32) float32 {
+	d := float64(b - a)
+	if w < 0.5 {
+		return float32(math.FMA(float64(w), d, float64(a)))
+	}
+	return float32(math.FMA(float64(w-1), d, float64(b)))
 }
 
 func adamW[T float](p, g, m, v *Tensor, s AdamWScalars) {
@@ -193,7 +297,7 @@ func adamWStochasticRange(ps, gs, ms, vs []float32, rm, rv rounding[float32], s 
 		vec.AdamW(p, gs[lo:hi], m, v, params)
 		rm.all(m)
 		rv.all(v)
-		philox.Uint16s(r, bits.Key, bits.Stream, bits.First+uint64(lo))
+		bits.fill(r, lo)
 		for i, x := range p {
 			p[i] = dtype.F32FromBF16(dtype.BF16StochasticRound(x, r[i]))
 		}

@@ -121,3 +121,17 @@ func TestHSDPRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestHSDPLowBit: hsdp's low-bit optimizer state (adamw8bit, adamw4bit,
+// adamwfp8) is fsdp's with one shard group of 4 and ddp's with 4 groups
+// of 1, bit for bit: its chunks are whole blocks of the same parameters.
+func TestHSDPLowBit(t *testing.T) {
+	for _, spec := range []string{"bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8"} {
+		t.Run(spec, func(t *testing.T) {
+			c := tinyConfig(t, spec)
+			c.Devices, c.Steps, c.SaveEvery = 4, 6, 6
+			sameLosses(t, hsdpRun(t, c, "fsdp", 0), hsdpRun(t, c, "hsdp", 4))
+			sameLosses(t, hsdpRun(t, c, "ddp", 0), hsdpRun(t, c, "hsdp", 1))
+		})
+	}
+}

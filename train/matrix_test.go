@@ -19,7 +19,7 @@ import (
 // spec precision.Specs lists.
 var matrixCompositions = []string{
 	"bf16-mixed+fp8", "bf16-mixed+fp8-current", "16-mixed+fp8-mx", "bf16-mixed+fp8-rowwise", "bf16-true+nf4-dq",
-	"params=float32,compute=bfloat16,output=float32", "bf16-mixed+adamw8bit",
+	"params=float32,compute=bfloat16,output=float32", "bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8",
 	"bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4",
 }
 

@@ -38,18 +38,33 @@ var Signed = newMap("dynamic", true)
 // sign's bit. Code 0 is 0 and code 255 is 1.
 var Unsigned = newMap("udynamic", false)
 
-// newMap builds the map as torch computes it in float32, bit for bit:
-// linspace's CPU kernel (see linspace), the midpoints in float32, then the
-// product with the power of ten rounded to float32.
+// newMap builds the 8-bit map from Values.
 func newMap(name string, signed bool) *Map {
+	vals := Values(signed, 7)
+	m := &Map{name: name}
+	copy(m.values[:], vals)
+	m.zero = uint8(slices.Index(vals, 0))
+	return m
+}
+
+// Values is create_dynamic_map(signed, exponentBits, exponentBits+1), the
+// map of bitsandbytes (7 exponent bits, 256 values) and of torchao's 4-bit
+// optimizers (3, 16 values) as torch computes it in float32, bit for bit:
+// for each exponent e in 0..exponentBits-1, the midpoints of
+// torch.linspace(0.1, 1, k+1) (k = 2^e, or 2^(e+1) unsigned, the sign's
+// bit going to the fraction) times 10^(e-exponentBits+1), with both signs
+// when signed, then 0 and 1, sorted. Linspace is its CPU kernel (see
+// linspace), the midpoints are in float32, and the product with the power
+// of ten is rounded to float32.
+func Values(signed bool, exponentBits int) []float32 {
 	vals := []float32{0, 1}
-	for e := range 7 {
+	for e := range exponentBits {
 		items := 1<<e + 1
 		if !signed {
 			items = 1<<(e+1) + 1
 		}
 		points := linspace(0.1, 1, items)
-		scale := float32(math.Pow10(e - 6))
+		scale := float32(math.Pow10(e - exponentBits + 1))
 		for i := range len(points) - 1 {
 			v := scale * ((points[i] + points[i+1]) / 2)
 			vals = append(vals, v)
@@ -59,10 +74,7 @@ func newMap(name string, signed bool) *Map {
 		}
 	}
 	slices.Sort(vals)
-	m := &Map{name: name}
-	copy(m.values[:], vals)
-	m.zero = uint8(slices.Index(vals, 0))
-	return m
+	return vals
 }
 
 // linspace is torch.linspace(start, end, n) in float32 on the CPU: start +

@@ -440,7 +440,7 @@ func testNoMutation(t *testing.T, newPlugin func() precision.Plugin) {
 	precision.InputDType(p)
 	precision.OutputDType(p)
 	precision.OptimizerStateDType(p)
-	precision.OptimizerBlock(p)
+	precision.OptimizerFormat(p)
 	precision.RoundsStochastically(p)
 	if c := precision.Autocast(p); c != nil {
 		for _, op := range ops {

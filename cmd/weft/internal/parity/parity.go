@@ -323,7 +323,7 @@ func rankReport(f *fabric.Fabric, opt *optim.AdamW, world comm.Communicator, rep
 		if st := opt.State(p.Path); st != nil {
 			report.OptimizerBytes += int64(st.ExpAvg.Bytes() + st.ExpAvgSq.Bytes())
 			if st.Quantized() {
-				report.OptimizerBytes += int64(st.ExpAvgAbsmax.Bytes() + st.ExpAvgSqAbsmax.Bytes())
+				report.OptimizerBytes += int64(st.ExpAvgScale.Bytes() + st.ExpAvgSqScale.Bytes())
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/weftml/weft/comm"
@@ -55,10 +56,10 @@ func TestAdamW8bitState(t *testing.T) {
 		st := opt.State(p.Path)
 		n := p.Var.Value.Len()
 		blocks := dynamic.Blocks(n, dynamic.BlockSize)
-		if st == nil || !st.Quantized() || st.ExpAvg.DType() != dtype.I8 || !st.ExpAvgSq.SameShape(p.Var.Value) || st.ExpAvgAbsmax.Len() != blocks || st.ExpAvgSqAbsmax.Len() != blocks {
+		if st == nil || !st.Quantized() || st.ExpAvg.DType() != dtype.I8 || !st.ExpAvgSq.SameShape(p.Var.Value) || st.ExpAvgScale.Len() != blocks || st.ExpAvgSqScale.Len() != blocks {
 			t.Fatalf("%s: state %+v, want int8 codes of %v and %d absmax", p.Path, st, p.Var.Value.Shape(), blocks)
 		}
-		for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgAbsmax, st.ExpAvgSqAbsmax} {
+		for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgScale, st.ExpAvgSqScale} {
 			held += tensor.PoolBytes(x.DType(), x.Len())
 		}
 		float32s += 2 * tensor.PoolBytes(dtype.F32, n)
@@ -69,43 +70,48 @@ func TestAdamW8bitState(t *testing.T) {
 	t.Logf("optimizer state: %d pool bytes, %d in float32 (%.3f×)", held, float32s, float64(held)/float64(float32s))
 }
 
-// TestAdamW8bitPlan: weft plan's optimizer-state bytes of the reference
-// gpt under bf16-mixed+adamw8bit are at most 0.27 of bf16-mixed's float32
-// moments, and every strategy plans it.
-func TestAdamW8bitPlan(t *testing.T) {
+// TestLowBitPlan: weft plan's optimizer-state bytes of the reference gpt
+// under bf16-mixed+adamw8bit, +adamwfp8 and +adamw4bit are at most 0.27,
+// 0.27 and 0.14 of bf16-mixed's float32 moments (a code of 8, 8 and 4 bits
+// and a float32 a block of 256, 256 and 128), and every strategy plans
+// them.
+func TestLowBitPlan(t *testing.T) {
 	plan := func(spec, strat string, devices int) (*fabric.Plan, error) {
 		return fabric.MakePlan(models.NewGPT(nn.Meta(1), models.ReferenceGPT), policy(t, spec), precision.LossScalingAuto, strat, devices)
-	}
-	q, err := plan("bf16-mixed+adamw8bit", "single", 1)
-	if err != nil {
-		t.Fatal(err)
 	}
 	f, err := plan("bf16-mixed", "single", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := float64(q.BytesPerRank.OptimizerState) / float64(f.BytesPerRank.OptimizerState)
-	if r > 0.27 {
-		t.Errorf("optimizer state %d B with adamw8bit, %d B without: %.3f×, want at most 0.27×", q.BytesPerRank.OptimizerState, f.BytesPerRank.OptimizerState, r)
-	}
-	t.Logf("plan optimizer state: %d B with adamw8bit, %d B without (%.3f×)", q.BytesPerRank.OptimizerState, f.BytesPerRank.OptimizerState, r)
-	for _, strat := range []string{"ddp", "zero1", "zero2", "fsdp"} {
-		if _, err := plan("bf16-mixed+adamw8bit", strat, 2); err != nil {
-			t.Errorf("%s: %v", strat, err)
+	for spec, most := range map[string]float64{"bf16-mixed+adamw8bit": 0.27, "bf16-mixed+adamwfp8": 0.27, "bf16-mixed+adamw4bit": 0.14} {
+		q, err := plan(spec, "single", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := float64(q.BytesPerRank.OptimizerState) / float64(f.BytesPerRank.OptimizerState)
+		if r > most {
+			t.Errorf("%s: optimizer state %d B, bf16-mixed's %d B: %.3f×, want at most %v×", spec, q.BytesPerRank.OptimizerState, f.BytesPerRank.OptimizerState, r, most)
+		}
+		t.Logf("%s: plan optimizer state %d B, bf16-mixed's %d B (%.3f×)", spec, q.BytesPerRank.OptimizerState, f.BytesPerRank.OptimizerState, r)
+		for _, strat := range []string{"ddp", "zero1", "zero2", "fsdp"} {
+			if _, err := plan(spec, strat, 2); err != nil {
+				t.Errorf("%s %s: %v", spec, strat, err)
+			}
 		}
 	}
 }
 
-// TestAdamW8bitSharded: zero1, zero2 and fsdp on 2 ranks cut every
-// parameter's 8-bit moments in whole blocks of 256 (its chunk of codes and
-// their absmax) and train the losses of ddp, bit for bit, whose full save
-// holds the same moments, byte for byte. In 64-true they are those of one
-// device to the 1e-9 of TestParityStrategies; in bf16-mixed ddp's half
-// batches already round otherwise than one device's whole one (6e-4 off
-// by step 3, as without adamw8bit).
-func TestAdamW8bitSharded(t *testing.T) {
+// TestLowBitSharded: zero1, zero2 and fsdp on 2 ranks cut every
+// parameter's low-bit moments (adamw8bit's, adamw4bit's, adamwfp8's) in
+// whole blocks (its chunk of codes and their scales) and train the losses
+// of ddp, bit for bit, whose full save holds the same moments, byte for
+// byte. In 64-true they are those of one device to the 1e-9 of
+// TestParityStrategies; in bf16-mixed ddp's half batches already round
+// otherwise than one device's whole one (6e-4 off by step 3, as without
+// low-bit state).
+func TestLowBitSharded(t *testing.T) {
 	const steps = 4
-	for _, spec := range []string{"64-true+adamw8bit", "bf16-mixed+adamw8bit"} {
+	for _, spec := range []string{"64-true+adamw8bit", "bf16-mixed+adamw8bit", "64-true+adamw4bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8"} {
 		t.Run(spec, func(t *testing.T) {
 			f, m := mlpFabric(t, 1, spec, "", nil)
 			single := trainSteps(t, f, m, 0, steps)
@@ -132,7 +138,7 @@ func TestAdamW8bitSharded(t *testing.T) {
 					t.Errorf("%s losses %v, ddp's %v", st, got, losses["ddp"])
 				}
 				for i := range single {
-					if d := math.Abs(got[i] - single[i]); spec == "64-true+adamw8bit" && d > 1e-9*single[i] {
+					if d := math.Abs(got[i] - single[i]); strings.HasPrefix(spec, "64-true") && d > 1e-9*single[i] {
 						t.Errorf("%s step %d: loss %v, one device's %v", st, i, got[i], single[i])
 					}
 				}
@@ -150,33 +156,40 @@ func TestAdamW8bitSharded(t *testing.T) {
 }
 
 // blockChunks is an error unless f's rank, one of n, holds in opt of
-// every parameter of m the 8-bit moments of its chunk of whole blocks of
-// 256 up to the parameter's end (no padding): codes and one absmax a
-// block.
+// every parameter of m the low-bit moments of its chunk of whole blocks
+// up to the parameter's end (no padding): codes and one scale a block.
 func blockChunks(f *fabric.Fabric, opt *optim.AdamW, m nn.Module, n int) error {
+	fm := opt.StateFormat
 	index, _ := f.Rank().Chunks()
 	for i, p := range f.Rank().OptimizerParams() {
 		elems := nn.Parameters(m)[i].Var.Value.Len()
-		chunk := (dynamic.Blocks(elems, 256) + n - 1) / n * 256
+		chunk := (fm.Blocks(elems) + n - 1) / n * fm.Block
 		part := max(min(chunk, elems-index*chunk), 0)
 		st := opt.State(p.Path)
-		if st == nil || !st.Quantized() || st.ExpAvg.Len() != part || st.ExpAvgSq.Len() != part || st.ExpAvgAbsmax.Len() != dynamic.Blocks(part, 256) || st.ExpAvgSqAbsmax.Len() != dynamic.Blocks(part, 256) {
-			return fmt.Errorf("%s: state %+v, want %d codes and %d absmax", p.Path, st, part, dynamic.Blocks(part, 256))
+		if st == nil || !st.Quantized() || st.ExpAvg.Len() != fm.CodeBytes(part) || st.ExpAvgSq.Len() != fm.CodeBytes(part) || st.ExpAvgScale.Len() != fm.Blocks(part) || st.ExpAvgSqScale.Len() != fm.Blocks(part) {
+			return fmt.Errorf("%s: state %+v, want %d bytes of codes and %d scales", p.Path, st, fm.CodeBytes(part), fm.Blocks(part))
 		}
 	}
 	return nil
 }
 
-// TestAdamW8bitFSDPMemory: for weft train's default gpt under fsdp on 4
+// TestLowBitFSDPMemory: for weft train's default gpt under fsdp on 4
 // ranks the plan gives each rank at most 0.27 of bf16-mixed's optimizer
-// state, and a step holds what it plans: rank 0 the most, the ranks
-// together one device's bytes (no padding is quantized), in the pool as
-// many bytes for adamw8bit, a rank, as 0.27 of bf16-mixed's.
-func TestAdamW8bitFSDPMemory(t *testing.T) {
+// state with adamw8bit (0.14 with adamw4bit), and a step holds what it
+// plans: rank 0 the most, the ranks together one device's bytes (no
+// padding is quantized), in the pool as many bytes, a rank, as 0.27 (0.14)
+// of bf16-mixed's.
+func TestLowBitFSDPMemory(t *testing.T) {
+	for spec, most := range map[string]float64{"bf16-mixed+adamw8bit": 0.27, "bf16-mixed+adamw4bit": 0.14} {
+		t.Run(spec, func(t *testing.T) { lowBitFSDPMemory(t, spec, most) })
+	}
+}
+
+func lowBitFSDPMemory(t *testing.T, lowBit string, most float64) {
 	cfg := models.GPTConfig{Vocab: 98, Context: 64, Width: 64, Heads: 4, Layers: 2}
 	const ranks = 4
 	planned := map[string]int64{}
-	for _, spec := range []string{"bf16-mixed", "bf16-mixed+adamw8bit"} {
+	for _, spec := range []string{"bf16-mixed", lowBit} {
 		for _, n := range []int{1, ranks} {
 			p, err := fabric.MakePlan(models.NewGPT(nn.Meta(1), cfg), policy(t, spec), precision.LossScalingAuto, "fsdp", n)
 			if err != nil {
@@ -185,11 +198,11 @@ func TestAdamW8bitFSDPMemory(t *testing.T) {
 			planned[fmt.Sprint(spec, n)] = p.BytesPerRank.OptimizerState
 		}
 	}
-	if r := float64(planned["bf16-mixed+adamw8bit4"]) / float64(planned["bf16-mixed4"]); r > 0.27 {
-		t.Errorf("plan: %d optimizer-state bytes a rank with adamw8bit, %d without: %.4f×, want at most 0.27×", planned["bf16-mixed+adamw8bit4"], planned["bf16-mixed4"], r)
+	if r := float64(planned[lowBit+"4"]) / float64(planned["bf16-mixed4"]); r > most {
+		t.Errorf("plan: %d optimizer-state bytes a rank with %s, %d without: %.4f×, want at most %v×", planned[lowBit+"4"], lowBit, planned["bf16-mixed4"], r, most)
 	}
 	held := map[string][ranks][2]int64{} // raw and pool bytes of each rank's moments
-	for _, spec := range []string{"bf16-mixed", "bf16-mixed+adamw8bit"} {
+	for _, spec := range []string{"bf16-mixed", lowBit} {
 		var got [ranks][2]int64
 		onRanks(t, ranks, func(r int, c comm.Communicator) error {
 			m := models.NewGPT(nn.NewInit(5), cfg)
@@ -206,7 +219,7 @@ func TestAdamW8bitFSDPMemory(t *testing.T) {
 			}
 			for _, p := range f.Rank().OptimizerParams() {
 				st := opt.State(p.Path)
-				for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgAbsmax, st.ExpAvgSqAbsmax} {
+				for _, x := range []*tensor.Tensor{st.ExpAvg, st.ExpAvgSq, st.ExpAvgScale, st.ExpAvgSqScale} {
 					if x != nil {
 						got[r][0] += int64(x.Bytes())
 						got[r][1] += tensor.PoolBytes(x.DType(), x.Len())
@@ -217,19 +230,19 @@ func TestAdamW8bitFSDPMemory(t *testing.T) {
 		})
 		held[spec] = got
 	}
-	q, sum := held["bf16-mixed+adamw8bit"], int64(0)
+	q, sum := held[lowBit], int64(0)
 	for r := range ranks {
 		sum += q[r][0]
 		if q[r][0] > q[0][0] {
-			t.Errorf("rank %d holds %d bytes of 8-bit moments, more than rank 0's %d", r, q[r][0], q[0][0])
+			t.Errorf("rank %d holds %d bytes of low-bit moments, more than rank 0's %d", r, q[r][0], q[0][0])
 		}
 	}
-	if q[0][0] != planned["bf16-mixed+adamw8bit4"] || sum != planned["bf16-mixed+adamw8bit1"] {
-		t.Errorf("8-bit moments: rank 0 holds %d bytes, the ranks %d; planned %d and one device's %d", q[0][0], sum, planned["bf16-mixed+adamw8bit4"], planned["bf16-mixed+adamw8bit1"])
+	if q[0][0] != planned[lowBit+"4"] || sum != planned[lowBit+"1"] {
+		t.Errorf("low-bit moments: rank 0 holds %d bytes, the ranks %d; planned %d and one device's %d", q[0][0], sum, planned[lowBit+"4"], planned[lowBit+"1"])
 	}
-	if r := float64(q[0][1]) / float64(held["bf16-mixed"][0][1]); r > 0.27 {
-		t.Errorf("rank 0's pool holds %d bytes of 8-bit moments, %d of float32 ones: %.4f×, want at most 0.27×", q[0][1], held["bf16-mixed"][0][1], r)
+	if r := float64(q[0][1]) / float64(held["bf16-mixed"][0][1]); r > most {
+		t.Errorf("rank 0's pool holds %d bytes of low-bit moments, %d of float32 ones: %.4f×, want at most %v×", q[0][1], held["bf16-mixed"][0][1], r, most)
 	}
-	t.Logf("fsdp×4, rank 0: planned %d B (bf16-mixed %d, %.4f×); pool %d B (bf16-mixed %d, %.4f×)", planned["bf16-mixed+adamw8bit4"], planned["bf16-mixed4"],
-		float64(planned["bf16-mixed+adamw8bit4"])/float64(planned["bf16-mixed4"]), q[0][1], held["bf16-mixed"][0][1], float64(q[0][1])/float64(held["bf16-mixed"][0][1]))
+	t.Logf("fsdp×4, rank 0: planned %d B (bf16-mixed %d, %.4f×); pool %d B (bf16-mixed %d, %.4f×)", planned[lowBit+"4"], planned["bf16-mixed4"],
+		float64(planned[lowBit+"4"])/float64(planned["bf16-mixed4"]), q[0][1], held["bf16-mixed"][0][1], float64(q[0][1])/float64(held["bf16-mixed"][0][1]))
 }
