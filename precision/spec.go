@@ -40,6 +40,8 @@ var specs = []spec{
 	{"fp8", func(Options) Plugin { return fp8.NewDelayed() }},
 	{"fp8-current", func(Options) Plugin { return fp8.NewCurrent() }},
 	{"fp8-mx", func(Options) Plugin { return fp8.NewMX() }},
+	// Transformer Engine's Float8BlockScaling: 1×128 blocks, 128×128 weight tiles.
+	{"fp8-block", func(Options) Plugin { return fp8.NewBlock() }},
 	// torchao's rowwise recipes.
 	{"fp8-rowwise", func(Options) Plugin { return fp8.NewRowwise(false) }},
 	{"fp8-rowwise-gw-hp", func(Options) Plugin { return fp8.NewRowwise(true) }},

@@ -193,3 +193,67 @@ func TestNVFP4MatchesOracle(t *testing.T) {
 		})
 	}
 }
+
+// blockCases are matrices of 136×200 (a whole 128-element block and a
+// partial one along each axis, so partial edge tiles of 8 rows and 72
+// columns): rows of several magnitudes; E4M3 ties at scale 1 (a block of
+// amax 448) beside a block of float32 denormals and ±0 (a scale beyond
+// float32, which becomes its largest); a block whose 448/amax lies just
+// below 8 (which the power-of-two rounding takes down to 4); zero blocks
+// along rows, down columns and a zero edge tile; one matrix finite, one
+// with inf, one with NaN (each in a block of its own).
+func blockCases() map[string][][]float32 {
+	rng := rand.New(rand.NewPCG(12, 12))
+	const rows, cols = 136, 200
+	finite, _ := rowwiseCases()
+	ties, denormal, just := finite[4], finite[3], finite[9]
+	matrix := func() [][]float32 {
+		m := make([][]float32, rows)
+		for r := range m {
+			m[r] = normalRow(rng, cols, math.Ldexp(1, 3*(r%7)-9))
+		}
+		clear(m[5][128:])
+		m[6] = make([]float32, cols)
+		copy(m[6], ties)
+		copy(m[6][128:], denormal)
+		clear(m[7])
+		copy(m[7][128:], just)
+		for r := range 128 {
+			m[r][199] = 0
+		}
+		for r := 128; r < rows; r++ {
+			clear(m[r][128:])
+		}
+		return m
+	}
+	finiteM, inf, nan := matrix(), matrix(), matrix()
+	inf[9][20] = float32(math.Inf(-1))
+	nan[11][140] = float32(math.NaN())
+	return map[string][][]float32{"finite": finiteM, "with inf": inf, "with NaN": nan}
+}
+
+// TestBlockMatchesOracle casts the blockCases as Transformer Engine's
+// Float8BlockScaling does, the input in 1×128 blocks along rows (the
+// forward's and input gradient's operands) and down columns (the weight
+// gradient's), the weight in 128×128 tiles both ways, and the input with
+// float32 scales, and requires what testdata/fp8/oracle.py computes, bit
+// for bit (NaN for NaN).
+func TestBlockMatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	for name, rows := range blockCases() {
+		t.Run(name, func(t *testing.T) {
+			vals, want, _ := oracleCasts(t, "block", rows, 4)
+			n, cols := len(rows), len(rows[0])
+			x := tensor.FromFloat32(vals, n, cols)
+			q, w := blockwise{pow2: true}.quantize(roleX, x, dtype.E4M3FN, training), blockwise{pow2: true}.quantize(roleW, x, dtype.E4M3FN, training)
+			f32 := blockwise{}.quantize(roleDY, x, dtype.E4M3FN, training)
+			for i, o := range []operand{q.along(1), q.along(0), w.along(1), w.along(0), f32.along(1)} {
+				what := []string{"along rows", "down columns", "in tiles", "in tiles, for the transpose", "along rows, float32 scales"}[i]
+				sameBits(t, what, vals, o.t.Float32s(), want[[]int{0, 1, 2, 2, 3}[i]], cols)
+				if o.scale != 1 {
+					t.Errorf("%s: operand scale %v, want 1 (the values hold the block scales)", what, o.scale)
+				}
+			}
+		})
+	}
+}
