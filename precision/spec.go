@@ -47,7 +47,7 @@ var specs = []spec{
 	{"fp8-rowwise-gw-hp", func(Options) Plugin { return fp8.NewRowwise(true) }},
 	// torchao's MX training recipe in FP4 (E2M1 elements, E8M0 scales).
 	{"mxfp4", func(Options) Plugin { return fp8.NewMXFP4() }},
-	// Transformer Engine's NVFP4BlockScaling, rounding to nearest.
+	// Transformer Engine's NVFP4BlockScaling, the output gradient rounded stochastically.
 	{"nvfp4", func(Options) Plugin { return fp8.NewNVFP4() }},
 	// Lightning's TransformerEnginePrecision: weights, inputs and every op
 	// in its dtype (or the fallback argument's), Linear GEMMs in FP8 with

@@ -51,23 +51,29 @@ func rowwiseCases() (finite, all [][]float32) {
 }
 
 // oracleCasts runs testdata/fp8/oracle.py in mode on the matrix whose
-// rows are rows, and returns its values and the n matrices the oracle
-// computes, row-major, and then the float32s it writes after them.
-func oracleCasts(t *testing.T, mode string, rows [][]float32, n int) (vals []float32, out [][]float32, more []float32) {
+// rows are rows, followed in its input by bits (little-endian), and
+// returns its values and the n matrices the oracle computes, row-major,
+// and then the float32s it writes after them.
+func oracleCasts(t *testing.T, mode string, rows [][]float32, n int, bits []uint16) (vals []float32, out [][]float32, more []float32) {
 	t.Helper()
 	for _, r := range rows {
 		vals = append(vals, r...)
 	}
-	raw := make([]byte, 0, 4*len(vals))
+	raw := make([]byte, 0, 4*len(vals)+2*len(bits))
 	for _, v := range vals {
 		raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
 	}
+	in := raw
+	for _, b := range bits {
+		in = binary.LittleEndian.AppendUint16(in, b)
+	}
+	raw = raw[:4*len(vals)]
 	dir := t.TempDir()
-	in, dst := filepath.Join(dir, "in.f32"), filepath.Join(dir, "out.f32")
-	if err := os.WriteFile(in, raw, 0o644); err != nil {
+	src, dst := filepath.Join(dir, "in.f32"), filepath.Join(dir, "out.f32")
+	if err := os.WriteFile(src, in, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	torchoracle.Run(t, "../../testdata/fp8/oracle.py", mode, in, dst, fmt.Sprint(len(rows)), fmt.Sprint(len(rows[0])))
+	torchoracle.Run(t, "../../testdata/fp8/oracle.py", mode, src, dst, fmt.Sprint(len(rows)), fmt.Sprint(len(rows[0])))
 	b, err := os.ReadFile(dst)
 	if err != nil || len(b) < n*len(raw) || len(b)%4 != 0 {
 		t.Fatalf("oracle output: %d bytes (%v), want %d and float32s after them", len(b), err, n*len(raw))
@@ -102,7 +108,7 @@ func TestRowwiseMatchesOracle(t *testing.T) {
 	finite, all := rowwiseCases()
 	for name, rows := range map[string][][]float32{"finite": finite, "with inf and NaN": all} {
 		t.Run(name, func(t *testing.T) {
-			vals, want, _ := oracleCasts(t, "rowwise", rows, 3)
+			vals, want, _ := oracleCasts(t, "rowwise", rows, 3, nil)
 			n, cols := len(rows), len(rows[0])
 			x := tensor.FromFloat32(vals, n, cols)
 			w := axiswise{highPrecisionWeightGrad: true}.quantize(roleW, x, dtype.E4M3FN, training)
@@ -140,7 +146,7 @@ func mxfp4Cases() [][]float32 {
 func TestMXFP4MatchesOracle(t *testing.T) {
 	torchoracle.Need(t)
 	rows := mxfp4Cases()
-	vals, want, _ := oracleCasts(t, "mxfp4", rows, 2)
+	vals, want, _ := oracleCasts(t, "mxfp4", rows, 2, nil)
 	n, cols := len(rows), len(rows[0])
 	q := blockScaling{round: roundBlockFP4}.quantize(roleX, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
 	sameBits(t, "along rows", vals, q.along(1).t.Float32s(), want[0], cols)
@@ -181,7 +187,7 @@ func TestNVFP4MatchesOracle(t *testing.T) {
 	torchoracle.Need(t)
 	for name, rows := range nvfp4Cases() {
 		t.Run(name, func(t *testing.T) {
-			vals, want, scales := oracleCasts(t, "nvfp4", rows, 3)
+			vals, want, scales := oracleCasts(t, "nvfp4", rows, 3, nil)
 			n, cols := len(rows), len(rows[0])
 			x := tensor.FromFloat32(vals, n, cols)
 			q, w := nvfp4Scaling{}.quantize(roleX, x, dtype.E2M1, training), nvfp4Scaling{}.quantize(roleW, x, dtype.E2M1, training)
@@ -242,7 +248,7 @@ func TestBlockMatchesOracle(t *testing.T) {
 	torchoracle.Need(t)
 	for name, rows := range blockCases() {
 		t.Run(name, func(t *testing.T) {
-			vals, want, _ := oracleCasts(t, "block", rows, 4)
+			vals, want, _ := oracleCasts(t, "block", rows, 4, nil)
 			n, cols := len(rows), len(rows[0])
 			x := tensor.FromFloat32(vals, n, cols)
 			q, w := blockwise{pow2: true}.quantize(roleX, x, dtype.E4M3FN, training), blockwise{pow2: true}.quantize(roleW, x, dtype.E4M3FN, training)
@@ -253,6 +259,34 @@ func TestBlockMatchesOracle(t *testing.T) {
 				if o.scale != 1 {
 					t.Errorf("%s: operand scale %v, want 1 (the values hold the block scales)", what, o.scale)
 				}
+			}
+		})
+	}
+}
+
+// TestNVFP4StochasticMatchesOracle casts the nvfp4Cases as the output
+// gradient, rounded stochastically, along rows and down columns after the
+// Hadamard transform, and requires what testdata/fp8/oracle.py computes
+// from the same random words, bit for bit (NaN for NaN), global scales
+// included.
+func TestNVFP4StochasticMatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	seed, count := uint64(0x5eed), uint64(3)
+	for name, rows := range nvfp4Cases() {
+		t.Run(name, func(t *testing.T) {
+			var vals []float32
+			for _, r := range rows {
+				vals = append(vals, r...)
+			}
+			n, cols := len(rows), len(rows[0])
+			sr := &stochasticCasts{seed: &seed, layer: layerStream("blocks.0.mlp.fc"), count: &count}
+			q := nvfp4Scaling{sr: sr}.quantize(roleDY, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
+			bits := q.(nvfp4Matrix).bits.words(0, 2*len(vals))
+			_, want, scales := oracleCasts(t, "nvfp4sr", rows, 2, bits)
+			for i, o := range []operand{q.along(1), q.along(0)} {
+				what := []string{"along rows", "down columns, transformed"}[i]
+				sameBits(t, what, vals, o.t.Float32s(), want[i], cols)
+				sameBits(t, what+": the global scale", vals, []float32{o.scale}, []float32{scales[i]}, 1)
 			}
 		})
 	}
