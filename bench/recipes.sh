@@ -9,7 +9,7 @@ png=${1:-docs/recipes.png}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 go build -o "$work/weft" ./cmd/weft
-recipes=(bf16-mixed bf16-mixed+fp8 bf16-mixed+fp8-current bf16-mixed+fp8-mx bf16-mixed+fp8-rowwise
+recipes=(bf16-mixed bf16-mixed+fp8 bf16-mixed+fp8-current bf16-mixed+fp8-mx bf16-mixed+fp8-block bf16-mixed+fp8-rowwise
 	bf16-mixed+fp8-rowwise-gw-hp bf16-mixed+mxfp4 bf16-mixed+nvfp4 bf16-mixed+adamw8bit
 	bf16-mixed+adamw4bit bf16-mixed+adamwfp8
 	'bf16-true(stochastic_round=true)' bf16-true)

@@ -249,6 +249,7 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 		return err
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
+	plan.UseSeed(f.cfg.Seed)
 	if f.eval, err = evalPrecision(m, f.cfg.EvalPrecision, plan); err != nil {
 		return err
 	}

@@ -215,6 +215,7 @@ func TestFSDPGathersBlockCodes(t *testing.T) {
 		{"bf16-mixed+fp8-rowwise-gw-hp", dtype.E4M3FN},
 		{"bf16-mixed+mxfp4", dtype.E2M1},
 		{"bf16-mixed+nvfp4", dtype.E2M1},
+		{"bf16-mixed+fp8-block", dtype.E4M3FN},
 	} {
 		runs := map[string][]gptRun{}
 		for name, with := range map[string]func(*fabric.Config){

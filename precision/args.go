@@ -34,6 +34,10 @@ func argsOf(p Plugin) []arg {
 		return currentArgs
 	case *fp8.MX:
 		return mxArgs
+	case *fp8.Block:
+		return blockArgs
+	case *fp8.NVFP4:
+		return nvfp4Args
 	case *quant.FourBit:
 		return fourBitArgs
 	case *quant.Int8:
@@ -60,6 +64,14 @@ var (
 	}
 	currentArgs = []arg{formatArg(func(p Plugin) *fp8.Format { return &p.(*fp8.Current).Format })}
 	mxArgs      = []arg{formatArg(func(p Plugin) *fp8.Format { return &p.(*fp8.MX).Format })}
+	// Float8BlockScaling's fp8_format and NVTE_FP8_BLOCK_SCALING_FP32_SCALES.
+	blockArgs = []arg{
+		formatArg(func(p Plugin) *fp8.Format { return &p.(*fp8.Block).Format }),
+		choiceArg("fp32_scales", []string{"false", "true"}, []bool{false, true}, func(p Plugin) *bool { return &p.(*fp8.Block).Float32Scales }),
+	}
+	// NVFP4BlockScaling's stochastic rounding of gradients (false:
+	// NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1).
+	nvfp4Args = []arg{choiceArg("stochastic_rounding", []string{"false", "true"}, []bool{false, true}, func(p Plugin) *bool { return &p.(*fp8.NVFP4).StochasticRounding })}
 	// bitsandbytes' blocksizes for 4-bit quantization.
 	fourBitArgs = []arg{
 		choiceArg("block", []string{"64", "128", "256", "512", "1024", "2048", "4096"}, []int{64, 128, 256, 512, 1024, 2048, 4096},

@@ -286,6 +286,14 @@ func (r *Resolution) AgreeOver(ranks comm.Agreement) {
 	}
 }
 
+// UseSeed gives every plugin of the model that draws random bits the
+// run's seed.
+func (r *Resolution) UseSeed(seed uint64) {
+	for _, s := range r.Scopes {
+		UseSeed(s.Plugin, seed)
+	}
+}
+
 // ScalesLoss reports whether the resolved model has a loss scaler.
 func (r *Resolution) ScalesLoss() bool { return r.scaled }
 

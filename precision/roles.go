@@ -128,6 +128,13 @@ type RankAgreer interface {
 	AgreeOver(r comm.Agreement)
 }
 
+// Seeder draws random bits (nvfp4's stochastic rounding of gradients)
+// keyed by the run's seed, which the fabric hands it once, at setup,
+// before any step. If no plugin implements it, none draws random bits.
+type Seeder interface {
+	UseSeed(seed uint64)
+}
+
 // GatherQuantizer picks the wire format of the all-gathers of a parameter
 // (FSDP): FP8 recipes send their Linears' weights as FP8 bytes with the
 // scale the next forward pass casts them with; a scale of 0 asks for a
@@ -384,6 +391,15 @@ func AgreeOver(p Plugin, r comm.Agreement) {
 	for _, m := range Members(p) {
 		if a, ok := m.(RankAgreer); ok {
 			a.AgreeOver(r)
+		}
+	}
+}
+
+// UseSeed gives every member of p that draws random bits the run's seed.
+func UseSeed(p Plugin, seed uint64) {
+	for _, m := range Members(p) {
+		if s, ok := m.(Seeder); ok {
+			s.UseSeed(seed)
 		}
 	}
 }

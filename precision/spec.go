@@ -41,12 +41,14 @@ var specs = []spec{
 	{"fp8", func(Options) Plugin { return fp8.NewDelayed() }},
 	{"fp8-current", func(Options) Plugin { return fp8.NewCurrent() }},
 	{"fp8-mx", func(Options) Plugin { return fp8.NewMX() }},
+	// Transformer Engine's Float8BlockScaling: 1×128 blocks, 128×128 weight tiles.
+	{"fp8-block", func(Options) Plugin { return fp8.NewBlock() }},
 	// torchao's rowwise recipes.
 	{"fp8-rowwise", func(Options) Plugin { return fp8.NewRowwise(false) }},
 	{"fp8-rowwise-gw-hp", func(Options) Plugin { return fp8.NewRowwise(true) }},
 	// torchao's MX training recipe in FP4 (E2M1 elements, E8M0 scales).
 	{"mxfp4", func(Options) Plugin { return fp8.NewMXFP4() }},
-	// Transformer Engine's NVFP4BlockScaling, rounding to nearest.
+	// Transformer Engine's NVFP4BlockScaling, the output gradient rounded stochastically.
 	{"nvfp4", func(Options) Plugin { return fp8.NewNVFP4() }},
 	// Lightning's TransformerEnginePrecision: weights, inputs and every op
 	// in its dtype (or the fallback argument's), Linear GEMMs in FP8 with

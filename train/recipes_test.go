@@ -12,7 +12,7 @@ import (
 var recipes = []string{
 	"bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4",
 	"bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8",
-	"bf16-true(stochastic_round=true)", "bf16-true(reduce_dtype=float32)",
+	"bf16-mixed+fp8-block", "bf16-true(stochastic_round=true)", "bf16-true(reduce_dtype=float32)",
 }
 
 // TestRecipesLearn: each recipe trains weft train's gpt on one device and

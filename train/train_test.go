@@ -90,10 +90,11 @@ func straightAndResumed(t *testing.T, c Config, half int) string {
 // TestResumeIsExact: 20 steps straight and 10 + resume 10 give bit-identical
 // losses, loss scales included (scaler state), in bf16 (AdamW state),
 // rounded stochastically (the steps in AdamW's state pick the bits),
-// with FP8 delayed scaling (amax histories) and with low-bit AdamW state
-// (codes and scales).
+// with FP8 delayed scaling (amax histories), with NVFP4 (the counts of
+// gradient casts pick their stochastic rounding's bits) and with low-bit
+// AdamW state (codes and scales).
 func TestResumeIsExact(t *testing.T) {
-	for _, spec := range []string{"32-true", "16-mixed", "bf16-true", "bf16-true(stochastic_round=true)", "bf16-mixed+fp8", "bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8"} {
+	for _, spec := range []string{"32-true", "16-mixed", "bf16-true", "bf16-true(stochastic_round=true)", "bf16-mixed+fp8", "bf16-mixed+nvfp4", "bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8"} {
 		t.Run(spec, func(t *testing.T) {
 			straight := tinyConfig(t, spec)
 			sameLosses(t, straight.Out, straightAndResumed(t, straight, 10))

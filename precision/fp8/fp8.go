@@ -7,8 +7,8 @@
 // arithmetic through nn.Linear's GEMM hook and claim no storage, autocast
 // or loss scaling, so they compose with any plugin that does. Package
 // precision registers them as the specs "fp8" (Delayed), "fp8-current"
-// (Current), "fp8-mx" (MX), "fp8-rowwise" and "fp8-rowwise-gw-hp"
-// (Rowwise), and the 4-bit "mxfp4" (MXFP4) and "nvfp4" (NVFP4), whose
+// (Current), "fp8-mx" (MX), "fp8-block" (Block), "fp8-rowwise" and
+// "fp8-rowwise-gw-hp" (Rowwise), and the 4-bit "mxfp4" (MXFP4) and "nvfp4" (NVFP4), whose
 // operands are E2M1; this package does not import it.
 package fp8
 

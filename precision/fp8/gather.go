@@ -37,24 +37,29 @@ func (t tiling) of(e int) int {
 }
 
 // weightCast is one cast of a weight: its tiles, each cast as scale says
-// from the tile's amax and the whole weight's.
+// from the tile's amax and the whole weight's. finite leaves NaN out of a
+// tile's amax (fp8-block's, as Transformer Engine's fmaxf does);
+// tensorScaled makes the operand's scale the weight's amax/(448·6),
+// NVFP4's tensor scale, which its tiles' scales divide out.
 type weightCast struct {
-	tiles tiling
-	scale func(amax, tensorAmax float32) blockScale
+	tiles        tiling
+	scale        func(amax, tensorAmax float32) blockScale
+	finite       bool
+	tensorScaled bool
 }
 
-// A coder is a quantizer whose weight casts can travel as codes: forward
-// is the cast the forward GEMM reads (along the rows), backward the one
-// the input gradient's reads (down the columns), nil if forward serves
-// both. codes says the GEMMs multiply the codes with the cast's one scale
-// (per-tensor scaling), not their values.
+// A coder is a quantizer whose casts of a rows×cols weight of dtype in to
+// dt can travel as codes: forward is the cast the forward GEMM reads
+// (along the rows), backward the one the input gradient's reads (down the
+// columns), nil if forward serves both. codes says the GEMMs multiply the
+// codes with the cast's one scale (per-tensor scaling), not their values.
 type coder interface {
-	weightCasts(rows, cols int, dt dtype.DType) (forward weightCast, backward *weightCast, codes bool)
+	weightCasts(rows, cols int, in, dt dtype.DType) (forward weightCast, backward *weightCast, codes bool)
 }
 
 // weightCasts implements coder: one scale for the whole weight.
-func (c currentScaling) weightCasts(rows, cols int, dt dtype.DType) (weightCast, *weightCast, bool) {
-	return weightCast{tiling{rows, cols, rows, cols}, func(amax, _ float32) blockScale {
+func (c currentScaling) weightCasts(rows, cols int, _, dt dtype.DType) (weightCast, *weightCast, bool) {
+	return weightCast{tiles: tiling{rows, cols, rows, cols}, scale: func(amax, _ float32) blockScale {
 		s := updateScale(amax, 1, float32(dt.Max()), 0)
 		return blockScale{enc: s, dec: 1 / s, round: dt.RoundSat}
 	}}, nil, true
@@ -62,26 +67,32 @@ func (c currentScaling) weightCasts(rows, cols int, dt dtype.DType) (weightCast,
 
 // weightCasts implements coder: a scale per row, and per column (the
 // whole weight's for rowwise_with_gw_hp).
-func (a axiswise) weightCasts(rows, cols int, dt dtype.DType) (weightCast, *weightCast, bool) {
+func (a axiswise) weightCasts(rows, cols int, _, dt dtype.DType) (weightCast, *weightCast, bool) {
 	line := func(amax, _ float32) blockScale { return lineScale(amax, dt) }
-	back := weightCast{tiling{rows, cols, rows, 1}, line}
+	back := weightCast{tiles: tiling{rows, cols, rows, 1}, scale: line}
 	if a.highPrecisionWeightGrad {
 		back.tiles.tc = cols
 	}
-	return weightCast{tiling{rows, cols, 1, cols}, line}, &back, false
+	return weightCast{tiles: tiling{rows, cols, 1, cols}, scale: line}, &back, false
 }
 
 // weightCasts implements coder: blocks of BlockSize along the rows, and
 // down the columns.
-func (b blockScaling) weightCasts(rows, cols int, dt dtype.DType) (weightCast, *weightCast, bool) {
+func (b blockScaling) weightCasts(rows, cols int, _, dt dtype.DType) (weightCast, *weightCast, bool) {
 	block := func(amax, _ float32) blockScale { return b.scale(amax, dt) }
-	back := weightCast{tiling{rows, cols, min(BlockSize, rows), 1}, block}
-	return weightCast{tiling{rows, cols, 1, min(BlockSize, cols)}, block}, &back, false
+	back := weightCast{tiles: tiling{rows, cols, min(BlockSize, rows), 1}, scale: block}
+	return weightCast{tiles: tiling{rows, cols, 1, min(BlockSize, cols)}, scale: block}, &back, false
 }
 
 // weightCasts implements coder: square tiles, which serve both GEMMs.
-func (nvfp4Scaling) weightCasts(rows, cols int, _ dtype.DType) (weightCast, *weightCast, bool) {
-	return weightCast{tiling{rows, cols, NVFP4Block, NVFP4Block}, nvfp4Scale}, nil, false
+func (nvfp4Scaling) weightCasts(rows, cols int, _, _ dtype.DType) (weightCast, *weightCast, bool) {
+	return weightCast{tiles: tiling{rows, cols, NVFP4Block, NVFP4Block}, scale: nvfp4Scale, tensorScaled: true}, nil, false
+}
+
+// weightCasts implements coder: square tiles, which serve both GEMMs.
+func (b blockwise) weightCasts(rows, cols int, in, dt dtype.DType) (weightCast, *weightCast, bool) {
+	tile := func(amax, _ float32) blockScale { return b.scale(amax, in, dt) }
+	return weightCast{tiles: tiling{rows, cols, BlockTile, BlockTile}, scale: tile, finite: true}, nil, false
 }
 
 // codedLinears are a recipe's converted Linears, by module path, whose
@@ -111,8 +122,8 @@ func (c *codedLinears) GatherCodec(param string, forward, backward bool) comm.Co
 	}
 	w := l.weight.Value
 	rows, cols := w.Dim(0), w.Dim(1)
-	fwd, back, codes := cd.weightCasts(rows, cols, l.format.Forward)
-	k := &codec{into: l, dt: l.format.Forward, rows: rows, cols: cols, codes: codes, tensorScale: back == nil && !codes}
+	fwd, back, codes := cd.weightCasts(rows, cols, w.DType(), l.format.Forward)
+	k := &codec{into: l, dt: l.format.Forward, rows: rows, cols: cols, codes: codes}
 	switch {
 	case back == nil:
 		k.casts, k.axes = []weightCast{fwd}, [][]int{{0, 1}}
@@ -150,9 +161,6 @@ type codec struct {
 	casts      []weightCast
 	axes       [][]int // the GEMM axes (quantized.along's) each cast serves
 	codes      bool    // the GEMMs multiply codes (see coder)
-	// tensorScale: the operand's scale is the weight's amax/(448·6),
-	// NVFP4's tensor scale, which its blocks' scales divide out.
-	tensorScale bool
 }
 
 func (k *codec) DType() dtype.DType { return k.dt }
@@ -172,8 +180,9 @@ func (k *codec) Amaxes(chunk *tensor.Tensor, offset int) []float32 {
 		amax[0] = max(amax[0], a)
 		base := 1
 		for _, c := range k.casts {
-			t := base + c.tiles.of(e)
-			amax[t] = max(amax[t], a)
+			if t := base + c.tiles.of(e); !c.finite || a == a {
+				amax[t] = max(amax[t], a)
+			}
 			base += c.tiles.count()
 		}
 	}
@@ -226,7 +235,7 @@ func (k *codec) Use(parts []*tensor.Tensor, amax []float32) {
 				vals[e] = v * s[k.casts[j].tiles.of(e)].dec
 			}
 			op = operand{t: tensor.FromFloat32(vals, k.rows, k.cols).Clone(), scale: 1} // in the pool, which counts it
-			if k.tensorScale {
+			if k.casts[j].tensorScaled {
 				op.scale = amax[0] / (448 * 6)
 			}
 		}

@@ -90,6 +90,9 @@ type blocks struct {
 	dt         dtype.DType
 	size       int    // elements of a block along a line; 0: the whole line
 	scale      scaler // how a block is cast
+	// amax is a block's amax, from which scale casts it; nil: amaxOf
+	// (NaN if the block holds one).
+	amax func([]float32) float32
 }
 
 // blockScale is how the elements of one block are cast: v becomes the
@@ -107,9 +110,8 @@ func (s blockScale) cast(v float32) float32 { return s.code(v) * s.dec }
 // A scaler is a recipe's cast of a block of amax to dt.
 type scaler func(amax float32, dt dtype.DType) blockScale
 
-// castBlock replaces blk by the values its cast to dt holds.
-func castBlock(blk []float32, dt dtype.DType, scale scaler) {
-	s := scale(amaxOf(blk), dt)
+// castBlock replaces blk by the values its cast s holds.
+func castBlock(blk []float32, s blockScale) {
 	for i, v := range blk {
 		blk[i] = s.cast(v)
 	}
@@ -127,6 +129,10 @@ func (b blocks) along(axis int) operand {
 	if b.size > 0 {
 		size = min(b.size, length)
 	}
+	amax := amaxOf
+	if b.amax != nil {
+		amax = b.amax
+	}
 	out := make([]float32, len(b.vals))
 	blk := make([]float32, size)
 	for l := range lines {
@@ -135,7 +141,7 @@ func (b blocks) along(axis int) operand {
 			for i := range n {
 				blk[i] = b.vals[l*lineStride+(start+i)*step]
 			}
-			castBlock(blk[:n], b.dt, b.scale)
+			castBlock(blk[:n], b.scale(amax(blk[:n]), b.dt))
 			for i := range n {
 				out[l*lineStride+(start+i)*step] = blk[i]
 			}

@@ -31,7 +31,7 @@ func TestRoundBlock(t *testing.T) {
 		{dtype.E4M3FN, []float32{0, 0}, []float32{0, 0}},
 	} {
 		got := slices.Clone(c.in)
-		castBlock(got, c.dt, mxScale)
+		castBlock(got, mxScale(amaxOf(got), c.dt))
 		if !slices.Equal(got, c.want) {
 			t.Errorf("castBlock(mxScale, %v, %s) = %v, want %v", c.in, c.dt, got, c.want)
 		}
@@ -59,7 +59,7 @@ func TestBlocksAlong(t *testing.T) {
 			for _, i := range line[start:min(start+BlockSize, len(line))] {
 				blk = append(blk, vals[i])
 			}
-			castBlock(blk, dtype.E4M3FN, mxScale)
+			castBlock(blk, mxScale(amaxOf(blk), dtype.E4M3FN))
 			out = append(out, blk...)
 		}
 		return out

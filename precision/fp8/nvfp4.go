@@ -1,10 +1,14 @@
 package fp8
 
 import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"math"
 	"math/bits"
 
 	"github.com/weftml/weft/dtype"
+	"github.com/weftml/weft/internal/philox"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/precision/internal/declined"
 	"github.com/weftml/weft/tensor"
@@ -19,12 +23,19 @@ import (
 // weight gradient's operands (input and output gradient, reduced over the
 // batch) pass first through a random Hadamard transform of each 16
 // consecutive rows, which cancels in their product and spreads outliers
-// before the cast. Transformer Engine also rounds the output gradient
-// stochastically; this recipe rounds to nearest. A tensor's global scale
-// and its blocks come from what a rank holds, as for Rowwise.
+// before the cast. The output gradient's casts (of both its GEMMs) round
+// to E2M1 stochastically, as Transformer Engine's fp4_quant_bwd_grad
+// does, the others to nearest. A tensor's global scale and its blocks come
+// from what a rank holds, as for Rowwise.
 type NVFP4 struct {
-	Filter   Filter // nil: DefaultFilter
-	declines declined.Log
+	// StochasticRounding rounds the output gradient stochastically
+	// (Transformer Engine's default); false rounds it to nearest, as
+	// NVTE_NVFP4_DISABLE_STOCHASTIC_ROUNDING=1 does.
+	StochasticRounding bool
+	Filter             Filter // nil: DefaultFilter
+	seed               uint64
+	backwards          map[string]*uint64 // by Linear path: its output gradients cast so far
+	declines           declined.Log
 	codedLinears
 }
 
@@ -32,7 +43,8 @@ type NVFP4 struct {
 // of a weight's tile, that share one E4M3 scale.
 const NVFP4Block = 16
 
-func NewNVFP4() *NVFP4 { return &NVFP4{} }
+// NewNVFP4 returns the recipe with Transformer Engine's defaults.
+func NewNVFP4() *NVFP4 { return &NVFP4{StochasticRounding: true} }
 
 func (*NVFP4) Name() string { return "nvfp4" }
 
@@ -47,20 +59,107 @@ func (p *NVFP4) ConvertModule(path string, m nn.Module) error {
 		if err := blocksWithinShares(p.Name(), l, NVFP4Block, "NVFP4"); err != nil {
 			return err
 		}
-		p.codedLinears.install(path, l, &linear{owner: p, format: FP4, q: nvfp4Scaling{}})
+		q := nvfp4Scaling{}
+		if p.StochasticRounding {
+			q.sr = &stochasticCasts{seed: &p.seed, layer: layerStream(path), count: p.backward(path)}
+		}
+		p.codedLinears.install(path, l, &linear{owner: p, format: FP4, q: q})
 	}
 	p.declines.Note(path, why)
 	return err
 }
 
-// nvfp4Scaling is NVFP4's quantizer.
-type nvfp4Scaling struct{}
+// UseSeed keys the random bits of the stochastic rounding by the run's
+// seed (the precision.Seeder role); the fabric calls it before any step.
+func (p *NVFP4) UseSeed(seed uint64) { p.seed = seed }
 
-func (nvfp4Scaling) quantize(r role, t *tensor.Tensor, _ dtype.DType, _ pass) quantized {
+// MarshalState saves how many output gradients each Linear has cast, as
+// JSON by module path: the counts pick the random bits of the next casts.
+func (p *NVFP4) MarshalState() ([]byte, error) {
+	saved := make(map[string]uint64, len(p.backwards))
+	for path, n := range p.backwards {
+		saved[path] = *n
+	}
+	return json.Marshal(saved)
+}
+
+// UnmarshalState restores what MarshalState saved. Linears the state does
+// not mention count from 0 again; on error nothing changes.
+func (p *NVFP4) UnmarshalState(b []byte) error {
+	var saved map[string]uint64
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return fmt.Errorf("nvfp4: state: %w", err)
+	}
+	for path, n := range p.backwards {
+		*n = saved[path]
+	}
+	for path, n := range saved {
+		*p.backward(path) = n
+	}
+	return nil
+}
+
+// backward returns the count of the output gradients of the Linear at
+// path cast so far.
+func (p *NVFP4) backward(path string) *uint64 {
+	if p.backwards == nil {
+		p.backwards = map[string]*uint64{}
+	}
+	if p.backwards[path] == nil {
+		p.backwards[path] = new(uint64)
+	}
+	return p.backwards[path]
+}
+
+// nvfp4Scaling is NVFP4's quantizer; sr, if set, rounds the output
+// gradient stochastically.
+type nvfp4Scaling struct{ sr *stochasticCasts }
+
+func (q nvfp4Scaling) quantize(r role, t *tensor.Tensor, _ dtype.DType, _ pass) quantized {
 	if t.IsMeta() { // a plan's pass: the float32 values a GEMM reads, on shapes alone
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}
-	return nvfp4Matrix{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: t.DType(), role: r}
+	m := nvfp4Matrix{vals: t.Float32s(), rows: t.Dim(0), cols: t.Dim(1), dt: t.DType(), role: r}
+	if r == roleDY && q.sr != nil {
+		m.bits = q.sr.next()
+	}
+	return m
+}
+
+// stochasticCasts places a Linear's output-gradient casts in the Philox
+// streams their random bits come from: its count-th cast draws stream
+// (count, layer) under the run's seed, so that runs repeat bit for bit
+// and a resumed run, whose counts the plugin's state restores, draws what
+// an uninterrupted one does.
+type stochasticCasts struct {
+	seed  *uint64 // the plugin's, which the fabric sets after conversion
+	layer uint32  // layerStream of the Linear's path
+	count *uint64 // the plugin's count of the Linear's casts
+}
+
+// next returns the stream of the next cast, and counts it.
+func (s *stochasticCasts) next() *stream {
+	n := *s.count
+	*s.count++
+	return &stream{key: [2]uint32{uint32(*s.seed), uint32(*s.seed >> 32)}, id: [2]uint32{uint32(n), s.layer}}
+}
+
+// layerStream is the FNV-1a hash of a Linear's path, which tells its
+// casts' streams from other Linears'.
+func layerStream(path string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(path))
+	return h.Sum32()
+}
+
+// stream is one cast's Philox stream of 16-bit words (philox.Uint16s).
+type stream struct{ key, id [2]uint32 }
+
+// words returns n words of s from word first.
+func (s *stream) words(first, n int) []uint16 {
+	w := make([]uint16, n)
+	philox.Uint16s(w, s.key, s.id, uint64(first))
+	return w
 }
 
 // nvfp4Matrix is a matrix to be cast to NVFP4 for the GEMMs that read it.
@@ -69,6 +168,10 @@ type nvfp4Matrix struct {
 	rows, cols int
 	dt         dtype.DType // the matrix's, which the Hadamard transform's result takes
 	role       role
+	// bits, if set, round the cast stochastically: along rows element i
+	// with word i, down columns element i of the transpose with word
+	// rows·cols+i; nil rounds to nearest.
+	bits *stream
 }
 
 // along casts the matrix for a GEMM that reduces along axis: the values
@@ -77,11 +180,16 @@ type nvfp4Matrix struct {
 // of its GEMMs as they are.
 func (m nvfp4Matrix) along(axis int) operand {
 	if m.role == roleW {
-		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, NVFP4Block)
+		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, NVFP4Block, nil)
 		return operand{t: tensor.FromFloat32(out, m.rows, m.cols), scale: scale}
 	}
+	n := len(m.vals)
+	var bits []uint16
+	if m.bits != nil {
+		bits = m.bits.words((1-axis)*n, n)
+	}
 	if axis == 1 {
-		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, 1)
+		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, 1, bits)
 		return operand{t: tensor.FromFloat32(out, m.rows, m.cols), scale: scale}
 	}
 	// The weight gradient's operands, reduced down their columns: cast the
@@ -91,7 +199,7 @@ func (m nvfp4Matrix) along(axis int) operand {
 	if m.dt != dtype.F32 {
 		dtype.RoundFloat32s(m.dt, vals)
 	}
-	out, scale := nvfp4Cast(vals, m.cols, m.rows, 1)
+	out, scale := nvfp4Cast(vals, m.cols, m.rows, 1, bits)
 	return operand{t: tensor.FromFloat32(transpose(out, m.cols, m.rows), m.rows, m.cols), scale: scale}
 }
 
@@ -155,8 +263,9 @@ func hadamard16(vals []float32, rows, cols int) {
 // 1 for inf amax); a block's decode scale d = e4m3(min(max|block|·(g·(1/6)),
 // 448)); its encode scale 1/(d·(1/g)); each element clamped to ±6 after
 // the encode scale and cast by the reference's thresholds (to nearest,
-// ties to even; NaN and -0 to +0).
-func nvfp4Cast(vals []float32, rows, cols, tile int) ([]float32, float32) {
+// ties to even; NaN and -0 to +0), or, with bits (a word per element),
+// by e2m1Stochastic.
+func nvfp4Cast(vals []float32, rows, cols, tile int, bits []uint16) ([]float32, float32) {
 	amax := amaxOf(vals)
 	out := make([]float32, len(vals))
 	for r0 := 0; r0 < rows; r0 += tile {
@@ -166,7 +275,12 @@ func nvfp4Cast(vals []float32, rows, cols, tile int) ([]float32, float32) {
 			s := nvfp4Scale(blockAmax(vals, cols, r0, r1, c0, c1), amax)
 			for r := r0; r < r1; r++ {
 				for c := c0; c < c1; c++ {
-					out[r*cols+c] = s.cast(vals[r*cols+c])
+					i := r*cols + c
+					if bits != nil {
+						out[i] = e2m1Stochastic(vals[i]*s.enc, bits[i]) * s.dec
+					} else {
+						out[i] = s.cast(vals[i])
+					}
 				}
 			}
 		}
@@ -238,4 +352,31 @@ func e2m1Reference(x float32) float32 {
 		return -v
 	}
 	return v
+}
+
+// e2m1Stochastic is x clamped to ±6 and rounded to one of the two E2M1
+// values around it, lo and lo+step (step 0.5 below 2, 1 below 4, 2 above),
+// as the .rs conversions round: the 16 random bits r are added to the 16
+// bits of |x| below E2M1's last kept bit, frac = (|x|-lo)/step, and the
+// sum truncated, so |x| rounds away from zero iff floor(frac·2^16) + r ≥
+// 2^16, with probability frac to within 2^-16: unbiased. NaN and ±0 give
+// +0, and a negative x that rounds to 0 gives -0, as e2m1Reference does.
+func e2m1Stochastic(x float32, r uint16) float32 {
+	x = max(min(x, 6), -6) // NaN stays NaN
+	a := math.Abs(float64(x))
+	if !(a > 0) {
+		return 0
+	}
+	step := 2.0
+	switch {
+	case a < 2:
+		step = 0.5
+	case a < 4:
+		step = 1
+	}
+	lo := math.Floor(a/step) * step
+	if math.Floor((a-lo)/step*(1<<16))+float64(r) >= 1<<16 {
+		lo += step
+	}
+	return float32(math.Copysign(lo, float64(x)))
 }

@@ -51,23 +51,29 @@ func rowwiseCases() (finite, all [][]float32) {
 }
 
 // oracleCasts runs testdata/fp8/oracle.py in mode on the matrix whose
-// rows are rows, and returns its values and the n matrices the oracle
-// computes, row-major, and then the float32s it writes after them.
-func oracleCasts(t *testing.T, mode string, rows [][]float32, n int) (vals []float32, out [][]float32, more []float32) {
+// rows are rows, followed in its input by bits (little-endian), and
+// returns its values and the n matrices the oracle computes, row-major,
+// and then the float32s it writes after them.
+func oracleCasts(t *testing.T, mode string, rows [][]float32, n int, bits []uint16) (vals []float32, out [][]float32, more []float32) {
 	t.Helper()
 	for _, r := range rows {
 		vals = append(vals, r...)
 	}
-	raw := make([]byte, 0, 4*len(vals))
+	raw := make([]byte, 0, 4*len(vals)+2*len(bits))
 	for _, v := range vals {
 		raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
 	}
+	in := raw
+	for _, b := range bits {
+		in = binary.LittleEndian.AppendUint16(in, b)
+	}
+	raw = raw[:4*len(vals)]
 	dir := t.TempDir()
-	in, dst := filepath.Join(dir, "in.f32"), filepath.Join(dir, "out.f32")
-	if err := os.WriteFile(in, raw, 0o644); err != nil {
+	src, dst := filepath.Join(dir, "in.f32"), filepath.Join(dir, "out.f32")
+	if err := os.WriteFile(src, in, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	torchoracle.Run(t, "../../testdata/fp8/oracle.py", mode, in, dst, fmt.Sprint(len(rows)), fmt.Sprint(len(rows[0])))
+	torchoracle.Run(t, "../../testdata/fp8/oracle.py", mode, src, dst, fmt.Sprint(len(rows)), fmt.Sprint(len(rows[0])))
 	b, err := os.ReadFile(dst)
 	if err != nil || len(b) < n*len(raw) || len(b)%4 != 0 {
 		t.Fatalf("oracle output: %d bytes (%v), want %d and float32s after them", len(b), err, n*len(raw))
@@ -102,7 +108,7 @@ func TestRowwiseMatchesOracle(t *testing.T) {
 	finite, all := rowwiseCases()
 	for name, rows := range map[string][][]float32{"finite": finite, "with inf and NaN": all} {
 		t.Run(name, func(t *testing.T) {
-			vals, want, _ := oracleCasts(t, "rowwise", rows, 3)
+			vals, want, _ := oracleCasts(t, "rowwise", rows, 3, nil)
 			n, cols := len(rows), len(rows[0])
 			x := tensor.FromFloat32(vals, n, cols)
 			w := axiswise{highPrecisionWeightGrad: true}.quantize(roleW, x, dtype.E4M3FN, training)
@@ -140,7 +146,7 @@ func mxfp4Cases() [][]float32 {
 func TestMXFP4MatchesOracle(t *testing.T) {
 	torchoracle.Need(t)
 	rows := mxfp4Cases()
-	vals, want, _ := oracleCasts(t, "mxfp4", rows, 2)
+	vals, want, _ := oracleCasts(t, "mxfp4", rows, 2, nil)
 	n, cols := len(rows), len(rows[0])
 	q := blockScaling{scale: mxfp4Scale}.quantize(roleX, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
 	sameBits(t, "along rows", vals, q.along(1).t.Float32s(), want[0], cols)
@@ -181,7 +187,7 @@ func TestNVFP4MatchesOracle(t *testing.T) {
 	torchoracle.Need(t)
 	for name, rows := range nvfp4Cases() {
 		t.Run(name, func(t *testing.T) {
-			vals, want, scales := oracleCasts(t, "nvfp4", rows, 3)
+			vals, want, scales := oracleCasts(t, "nvfp4", rows, 3, nil)
 			n, cols := len(rows), len(rows[0])
 			x := tensor.FromFloat32(vals, n, cols)
 			q, w := nvfp4Scaling{}.quantize(roleX, x, dtype.E2M1, training), nvfp4Scaling{}.quantize(roleW, x, dtype.E2M1, training)
@@ -189,6 +195,98 @@ func TestNVFP4MatchesOracle(t *testing.T) {
 				what := []string{"along rows", "down columns, transformed", "in tiles", "in tiles, for the transpose"}[i]
 				sameBits(t, what, vals, o.t.Float32s(), want[min(i, 2)], cols)
 				sameBits(t, what+": the global scale", vals, []float32{o.scale}, []float32{scales[min(i, 2)]}, 1)
+			}
+		})
+	}
+}
+
+// blockCases are matrices of 136×200 (a whole 128-element block and a
+// partial one along each axis, so partial edge tiles of 8 rows and 72
+// columns): rows of several magnitudes; E4M3 ties at scale 1 (a block of
+// amax 448) beside a block of float32 denormals and ±0 (a scale beyond
+// float32, which becomes its largest); a block whose 448/amax lies just
+// below 8 (which the power-of-two rounding takes down to 4); zero blocks
+// along rows, down columns and a zero edge tile; one matrix finite, one
+// with inf, one with NaN (each in a block of its own).
+func blockCases() map[string][][]float32 {
+	rng := rand.New(rand.NewPCG(12, 12))
+	const rows, cols = 136, 200
+	finite, _ := rowwiseCases()
+	ties, denormal, just := finite[4], finite[3], finite[9]
+	matrix := func() [][]float32 {
+		m := make([][]float32, rows)
+		for r := range m {
+			m[r] = normalRow(rng, cols, math.Ldexp(1, 3*(r%7)-9))
+		}
+		clear(m[5][128:])
+		m[6] = make([]float32, cols)
+		copy(m[6], ties)
+		copy(m[6][128:], denormal)
+		clear(m[7])
+		copy(m[7][128:], just)
+		for r := range 128 {
+			m[r][199] = 0
+		}
+		for r := 128; r < rows; r++ {
+			clear(m[r][128:])
+		}
+		return m
+	}
+	finiteM, inf, nan := matrix(), matrix(), matrix()
+	inf[9][20] = float32(math.Inf(-1))
+	nan[11][140] = float32(math.NaN())
+	return map[string][][]float32{"finite": finiteM, "with inf": inf, "with NaN": nan}
+}
+
+// TestBlockMatchesOracle casts the blockCases as Transformer Engine's
+// Float8BlockScaling does, the input in 1×128 blocks along rows (the
+// forward's and input gradient's operands) and down columns (the weight
+// gradient's), the weight in 128×128 tiles both ways, and the input with
+// float32 scales, and requires what testdata/fp8/oracle.py computes, bit
+// for bit (NaN for NaN).
+func TestBlockMatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	for name, rows := range blockCases() {
+		t.Run(name, func(t *testing.T) {
+			vals, want, _ := oracleCasts(t, "block", rows, 4, nil)
+			n, cols := len(rows), len(rows[0])
+			x := tensor.FromFloat32(vals, n, cols)
+			q, w := blockwise{pow2: true}.quantize(roleX, x, dtype.E4M3FN, training), blockwise{pow2: true}.quantize(roleW, x, dtype.E4M3FN, training)
+			f32 := blockwise{}.quantize(roleDY, x, dtype.E4M3FN, training)
+			for i, o := range []operand{q.along(1), q.along(0), w.along(1), w.along(0), f32.along(1)} {
+				what := []string{"along rows", "down columns", "in tiles", "in tiles, for the transpose", "along rows, float32 scales"}[i]
+				sameBits(t, what, vals, o.t.Float32s(), want[[]int{0, 1, 2, 2, 3}[i]], cols)
+				if o.scale != 1 {
+					t.Errorf("%s: operand scale %v, want 1 (the values hold the block scales)", what, o.scale)
+				}
+			}
+		})
+	}
+}
+
+// TestNVFP4StochasticMatchesOracle casts the nvfp4Cases as the output
+// gradient, rounded stochastically, along rows and down columns after the
+// Hadamard transform, and requires what testdata/fp8/oracle.py computes
+// from the same random words, bit for bit (NaN for NaN), global scales
+// included.
+func TestNVFP4StochasticMatchesOracle(t *testing.T) {
+	torchoracle.Need(t)
+	seed, count := uint64(0x5eed), uint64(3)
+	for name, rows := range nvfp4Cases() {
+		t.Run(name, func(t *testing.T) {
+			var vals []float32
+			for _, r := range rows {
+				vals = append(vals, r...)
+			}
+			n, cols := len(rows), len(rows[0])
+			sr := &stochasticCasts{seed: &seed, layer: layerStream("blocks.0.mlp.fc"), count: &count}
+			q := nvfp4Scaling{sr: sr}.quantize(roleDY, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
+			bits := q.(nvfp4Matrix).bits.words(0, 2*len(vals))
+			_, want, scales := oracleCasts(t, "nvfp4sr", rows, 2, bits)
+			for i, o := range []operand{q.along(1), q.along(0)} {
+				what := []string{"along rows", "down columns, transformed"}[i]
+				sameBits(t, what, vals, o.t.Float32s(), want[i], cols)
+				sameBits(t, what+": the global scale", vals, []float32{o.scale}, []float32{scales[i]}, 1)
 			}
 		})
 	}

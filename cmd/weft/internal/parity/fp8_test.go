@@ -26,7 +26,7 @@ func TestFP8Training(t *testing.T) {
 		t.Skip("trajectories.json has no finite gpt bf16-mixed or 32-true run to compare with")
 	}
 	want := *run.Losses[len(run.Losses)-1]
-	for _, spec := range []string{"transformer-engine", "bf16-mixed+fp8", "bf16-fp8", "fp8", "fp8-current", "fp8-mx", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4"} {
+	for _, spec := range []string{"transformer-engine", "bf16-mixed+fp8", "bf16-fp8", "fp8", "fp8-current", "fp8-mx", "bf16-mixed+fp8-block", "bf16-mixed+fp8-rowwise", "bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4"} {
 		t.Run(spec, func(t *testing.T) {
 			t.Parallel()
 			p := mustSpec(t, spec)
