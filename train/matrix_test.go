@@ -20,7 +20,7 @@ import (
 var matrixCompositions = []string{
 	"bf16-mixed+fp8", "bf16-mixed+fp8-current", "16-mixed+fp8-mx", "bf16-mixed+fp8-rowwise", "bf16-true+nf4-dq",
 	"params=float32,compute=bfloat16,output=float32", "bf16-mixed+adamw8bit", "bf16-mixed+adamw4bit", "bf16-mixed+adamwfp8",
-	"bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4",
+	"bf16-mixed+fp8-rowwise-gw-hp", "bf16-mixed+mxfp4", "bf16-mixed+nvfp4", "bf16-mixed+fp8-block",
 }
 
 // matrixRules give each model per-module precisions, as the hybrid's
