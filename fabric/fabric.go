@@ -249,7 +249,8 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 		return err
 	}
 	f.plugin, f.plan, f.scaler, f.scopes = plan.Root, plan, plan.Scaler, plan.Scoper()
-	plan.UseSeed(f.cfg.Seed)
+	_, rank := f.ranks()
+	plan.UseSeed(f.cfg.Seed, rank)
 	if f.eval, err = evalPrecision(m, f.cfg.EvalPrecision, plan); err != nil {
 		return err
 	}

@@ -287,10 +287,10 @@ func (r *Resolution) AgreeOver(ranks comm.Agreement) {
 }
 
 // UseSeed gives every plugin of the model that draws random bits the
-// run's seed.
-func (r *Resolution) UseSeed(seed uint64) {
+// run's seed and the rank's index among all ranks.
+func (r *Resolution) UseSeed(seed uint64, rank int) {
 	for _, s := range r.Scopes {
-		UseSeed(s.Plugin, seed)
+		UseSeed(s.Plugin, seed, rank)
 	}
 }
 

@@ -129,10 +129,12 @@ type RankAgreer interface {
 }
 
 // Seeder draws random bits (nvfp4's stochastic rounding of gradients)
-// keyed by the run's seed, which the fabric hands it once, at setup,
-// before any step. If no plugin implements it, none draws random bits.
+// keyed by the run's seed and the rank's index among all ranks, which the
+// fabric hands it once, at setup, before any step: each rank draws its own
+// bits, as each GPU does. If no plugin implements it, none draws random
+// bits.
 type Seeder interface {
-	UseSeed(seed uint64)
+	UseSeed(seed uint64, rank int)
 }
 
 // GatherQuantizer picks the wire format of the all-gathers of a parameter
@@ -395,11 +397,12 @@ func AgreeOver(p Plugin, r comm.Agreement) {
 	}
 }
 
-// UseSeed gives every member of p that draws random bits the run's seed.
-func UseSeed(p Plugin, seed uint64) {
+// UseSeed gives every member of p that draws random bits the run's seed
+// and the rank's index.
+func UseSeed(p Plugin, seed uint64, rank int) {
 	for _, m := range Members(p) {
 		if s, ok := m.(Seeder); ok {
-			s.UseSeed(seed)
+			s.UseSeed(seed, rank)
 		}
 	}
 }

@@ -34,6 +34,7 @@ type NVFP4 struct {
 	StochasticRounding bool
 	Filter             Filter // nil: DefaultFilter
 	seed               uint64
+	rank               int
 	backwards          map[string]*uint64 // by Linear path: its output gradients cast so far
 	declines           declined.Log
 	codedLinears
@@ -61,7 +62,7 @@ func (p *NVFP4) ConvertModule(path string, m nn.Module) error {
 		}
 		q := nvfp4Scaling{}
 		if p.StochasticRounding {
-			q.sr = &stochasticCasts{seed: &p.seed, layer: layerStream(path), count: p.backward(path)}
+			q.sr = &stochasticCasts{seed: &p.seed, rank: &p.rank, layer: layerStream(path), count: p.backward(path)}
 		}
 		p.codedLinears.install(path, l, &linear{owner: p, format: FP4, q: q})
 	}
@@ -71,7 +72,7 @@ func (p *NVFP4) ConvertModule(path string, m nn.Module) error {
 
 // UseSeed keys the random bits of the stochastic rounding by the run's
 // seed (the precision.Seeder role); the fabric calls it before any step.
-func (p *NVFP4) UseSeed(seed uint64) { p.seed = seed }
+func (p *NVFP4) UseSeed(seed uint64, rank int) { p.seed, p.rank = seed, rank }
 
 // MarshalState saves how many output gradients each Linear has cast, as
 // JSON by module path: the counts pick the random bits of the next casts.
@@ -133,6 +134,7 @@ func (q nvfp4Scaling) quantize(r role, t *tensor.Tensor, _ dtype.DType, _ pass) 
 // an uninterrupted one does.
 type stochasticCasts struct {
 	seed  *uint64 // the plugin's, which the fabric sets after conversion
+	rank  *int    // likewise: each rank draws its own bits
 	layer uint32  // layerStream of the Linear's path
 	count *uint64 // the plugin's count of the Linear's casts
 }
@@ -141,7 +143,8 @@ type stochasticCasts struct {
 func (s *stochasticCasts) next() *stream {
 	n := *s.count
 	*s.count++
-	return &stream{key: [2]uint32{uint32(*s.seed), uint32(*s.seed >> 32)}, id: [2]uint32{uint32(n), s.layer}}
+	rank := uint32(*s.rank) * 0x9e3779b9 // Weyl steps apart: distinct ranks' keys differ
+	return &stream{key: [2]uint32{uint32(*s.seed), uint32(*s.seed>>32) + rank}, id: [2]uint32{uint32(n), s.layer}}
 }
 
 // layerStream is the FNV-1a hash of a Linear's path, which tells its

@@ -279,7 +279,7 @@ func TestNVFP4StochasticMatchesOracle(t *testing.T) {
 				vals = append(vals, r...)
 			}
 			n, cols := len(rows), len(rows[0])
-			sr := &stochasticCasts{seed: &seed, layer: layerStream("blocks.0.mlp.fc"), count: &count}
+			sr := &stochasticCasts{seed: &seed, rank: new(int), layer: layerStream("blocks.0.mlp.fc"), count: &count}
 			q := nvfp4Scaling{sr: sr}.quantize(roleDY, tensor.FromFloat32(vals, n, cols), dtype.E2M1, training)
 			bits := q.(nvfp4Matrix).bits.words(0, 2*len(vals))
 			_, want, scales := oracleCasts(t, "nvfp4sr", rows, 2, bits)

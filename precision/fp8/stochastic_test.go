@@ -52,14 +52,14 @@ func TestE2M1StochasticIsUnbiased(t *testing.T) {
 // pass, draw new random words each time, so their mean over 256 casts
 // lies far closer to the gradient (down columns: to its Hadamard
 // transform) than the cast to nearest does; the same
-// seed and count give the same cast, another seed another.
+// seed and count give the same cast, another seed or rank another.
 func TestNVFP4StochasticMean(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	const n, casts = 32, 256
 	vals := normalRow(rng, n*n, 1)
 	dy := tensor.FromFloat32(vals, n, n)
 	seed, count := uint64(1), uint64(0)
-	q := nvfp4Scaling{sr: &stochasticCasts{seed: &seed, layer: layerStream("head"), count: &count}}
+	q := nvfp4Scaling{sr: &stochasticCasts{seed: &seed, rank: new(int), layer: layerStream("head"), count: &count}}
 	transformed := transpose(vals, n, n) // what the weight gradient's casts hold: the transform of the transpose's rows
 	hadamard16(transformed, n, n)
 	for axis, want := range [][]float32{transpose(transformed, n, n), vals} {
@@ -80,17 +80,18 @@ func TestNVFP4StochasticMean(t *testing.T) {
 			t.Errorf("axis %d: mean |error| of the mean of %d stochastic casts %v, want well below the cast to nearest's %v", axis, casts, errSR/(n*n), errRN/(n*n))
 		}
 	}
-	cast := func(s, c uint64) []float32 {
-		q := nvfp4Scaling{sr: &stochasticCasts{seed: &s, layer: layerStream("head"), count: &c}}
+	cast := func(s, c uint64, rank int) []float32 {
+		q := nvfp4Scaling{sr: &stochasticCasts{seed: &s, rank: &rank, layer: layerStream("head"), count: &c}}
 		return q.quantize(roleDY, dy, dtype.E2M1, training).along(1).t.Float32s()
 	}
-	a, b, other := cast(7, 5), cast(7, 5), cast(8, 5)
-	same, differ := true, false
+	a, b, other, otherRank := cast(7, 5, 0), cast(7, 5, 0), cast(8, 5, 0), cast(7, 5, 1)
+	same, differ, differRank := true, false, false
 	for i := range a {
 		same = same && a[i] == b[i]
 		differ = differ || a[i] != other[i]
+		differRank = differRank || a[i] != otherRank[i]
 	}
-	if !same || !differ {
-		t.Errorf("casts with seed 7 twice equal: %v; with seed 7 and 8 differ: %v; want both", same, differ)
+	if !same || !differ || !differRank {
+		t.Errorf("casts with seed 7 twice equal: %v; with seed 7 and 8 differ: %v; on ranks 0 and 1 differ: %v; want all", same, differ, differRank)
 	}
 }
