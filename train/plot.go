@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -10,6 +11,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // plotLoss draws metrics.jsonl's train and validation loss into png.
@@ -46,10 +49,40 @@ func PlotRuns(png string, metricsFiles ...string) error {
 	if err := plotutil.AddLines(p, lines...); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, png); err != nil {
+	save := p.Save
+	if len(metricsFiles) > 1 {
+		save = legendBeside(p)
+	}
+	if err := save(8*vg.Inch, 5*vg.Inch, png); err != nil {
 		return fmt.Errorf("plot %s: %w", strings.TrimSpace(png), err)
 	}
 	return nil
+}
+
+// legendBeside returns p's Save with its legend to the right of the
+// curves, which a legend of many runs would otherwise cover; the image
+// grows by the legend's width, and in height to hold it.
+func legendBeside(p *plot.Plot) func(w, h vg.Length, png string) error {
+	return func(w, h vg.Length, png string) error {
+		legend := p.Legend
+		legend.Left, legend.Top = true, true
+		p.Legend = plot.NewLegend()
+		size := legend.Rectangle(draw.Canvas{}).Size()
+		margin := legend.TextStyle.Font.Size
+		img := vgimg.New(w+size.X+2*margin, max(h, size.Y+2*margin))
+		c := draw.New(img)
+		p.Draw(draw.Crop(c, 0, -(size.X + 2*margin), 0, 0))
+		legend.Draw(draw.Crop(c, w+margin, -margin, margin, -margin))
+		f, err := os.Create(png)
+		if err != nil {
+			return err
+		}
+		if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}
 }
 
 // smooth averages each point with the window-1 before it, so the train
