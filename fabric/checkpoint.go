@@ -450,12 +450,21 @@ func (f *Fabric) loadMoments(ck *checkpoint.Folder, fit *fitter, i int, p nn.Nam
 		like = tensor.Meta(f.stateDType, like.Shape()...)
 	}
 	like = f.wholeLike(p, like)
+	floats := func(name string, shape []int) (*tensor.Tensor, error) {
+		t, err := read(name, shape)
+		if err == nil && t.DType().Bits() <= 8 { // no float moments are this narrow: low-bit codes, which a cast would misread
+			err = fmt.Errorf("checkpoint %s: %s holds %s codes of low-bit optimizer state (adamw8bit, adamw4bit, adamwfp8), and this run keeps float moments; resume with the precision that saved it", fit.src, name, t.DType())
+			tensor.Free(t)
+			return nil, err
+		}
+		return t, err
+	}
 	var avg, avgSq bool
 	var err error
-	if st.ExpAvg, avg, err = fit.take("optim."+p.Path+".exp_avg", like, "optimizer moments", read); err != nil {
+	if st.ExpAvg, avg, err = fit.take("optim."+p.Path+".exp_avg", like, "optimizer moments", floats); err != nil {
 		return err
 	}
-	if st.ExpAvgSq, avgSq, err = fit.take("optim."+p.Path+".exp_avg_sq", like, "optimizer moments", read); err != nil {
+	if st.ExpAvgSq, avgSq, err = fit.take("optim."+p.Path+".exp_avg_sq", like, "optimizer moments", floats); err != nil {
 		return err
 	}
 	if !avg || !avgSq {

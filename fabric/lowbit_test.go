@@ -246,3 +246,24 @@ func lowBitFSDPMemory(t *testing.T, lowBit string, most float64) {
 	t.Logf("fsdp×4, rank 0: planned %d B (bf16-mixed %d, %.4f×); pool %d B (bf16-mixed %d, %.4f×)", planned[lowBit+"4"], planned["bf16-mixed4"],
 		float64(planned[lowBit+"4"])/float64(planned["bf16-mixed4"]), q[0][1], held["bf16-mixed"][0][1], float64(q[0][1])/float64(held["bf16-mixed"][0][1]))
 }
+
+// TestLowBitMomentsStayCodes: a checkpoint of low-bit AdamW state loaded
+// by a run that keeps float moments is refused in one line, partial load
+// or not: FP8 codes would otherwise be cast as if they were moments.
+func TestLowBitMomentsStayCodes(t *testing.T) {
+	for _, spec := range []string{"32-true+adamw8bit", "32-true+adamw4bit", "32-true+adamwfp8"} {
+		first, fm := mlpFabric(t, 1, spec, "", nil)
+		trainSteps(t, first, fm, 0, 1)
+		dir := filepath.Join(t.TempDir(), "ckpt")
+		if err := first.Save(context.Background(), dir, fabric.SaveOptions{Step: 1}); err != nil {
+			t.Fatal(err)
+		}
+		for _, partial := range []bool{false, true} {
+			resumed, _ := mlpFabric(t, 99, "32-true", "", nil)
+			_, err := resumed.Load(dir, fabric.LoadOptions{Partial: partial})
+			if err == nil || !strings.Contains(err.Error(), "low-bit optimizer state") {
+				t.Errorf("%s loaded into 32-true (partial %v): %v, want a refusal naming low-bit optimizer state", spec, partial, err)
+			}
+		}
+	}
+}

@@ -128,6 +128,10 @@ var catalogue = []badInput{
 		trainCNN(dir)
 		return []string{"train", "--model", "cnn", "--steps", "1", "--resume", "--out", dir}
 	}, nil, 0},
+	{"resuming low-bit optimizer state with float moments", func(dir string) []string {
+		trainCNN(dir, "--precision", "bf16-mixed+adamwfp8")
+		return []string{"train", "--model", "cnn", "--steps", "2", "--precision", "bf16-mixed", "--resume", "--out", dir}
+	}, nil, 0},
 	{"resuming a run as another model", func(dir string) []string {
 		trainCNN(dir)
 		return []string{"train", "--model", "hybrid", "--steps", "2", "--resume", "--out", dir}
