@@ -30,10 +30,17 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 func (t tiling) count() int { return ceilDiv(t.rows, t.tr) * ceilDiv(t.cols, t.tc) }
 
-// of is the tile of the element at flat index e.
-func (t tiling) of(e int) int {
-	r, c := e/t.cols, e%t.cols
-	return r/t.tr*ceilDiv(t.cols, t.tc) + c/t.tc
+// runs calls fn for the elements at flat indices offset..offset+n-1, in
+// order, as runs from..to-1 (counted from offset) that each lie in one
+// tile of one row.
+func (t tiling) runs(offset, n int, fn func(from, to, tile int)) {
+	perRow := ceilDiv(t.cols, t.tc)
+	for i := 0; i < n; {
+		r, c := (offset+i)/t.cols, (offset+i)%t.cols
+		to := min(n, i+min((c/t.tc+1)*t.tc, t.cols)-c)
+		fn(i, to, r/t.tr*perRow+c/t.tc)
+		i = to
+	}
 }
 
 // weightCast is one cast of a weight: its tiles, each cast as scale says
@@ -173,18 +180,18 @@ func (k *codec) Amaxes(chunk *tensor.Tensor, offset int) []float32 {
 		n += c.tiles.count()
 	}
 	amax := make([]float32, n)
-	vals := chunk.Float32s()
-	for i, v := range vals[:k.held(offset, len(vals))] {
-		a := max(v, -v) // NaN stays NaN, and max keeps it
-		e := offset + i
-		amax[0] = max(amax[0], a)
-		base := 1
-		for _, c := range k.casts {
-			if t := base + c.tiles.of(e); !c.finite || a == a {
-				amax[t] = max(amax[t], a)
-			}
-			base += c.tiles.count()
+	vals := chunk.Float32s()[:k.held(offset, chunk.Len())]
+	amax[0] = amaxOf(vals)
+	base := 1
+	for _, c := range k.casts {
+		of := amaxOf
+		if c.finite {
+			of = amaxFinite
 		}
+		c.tiles.runs(offset, len(vals), func(from, to, tile int) {
+			amax[base+tile] = max(amax[base+tile], of(vals[from:to])) // max keeps a NaN
+		})
+		base += c.tiles.count()
 	}
 	return amax
 }
@@ -212,11 +219,13 @@ func (k *codec) Encode(chunk *tensor.Tensor, offset int, amax []float32) []*tens
 	parts := make([]*tensor.Tensor, len(k.casts))
 	for j, s := range k.scales(amax) {
 		codes := make([]float32, len(vals)) // the padding's are 0
-		for i, v := range vals[:held] {
-			if b := s[k.casts[j].tiles.of(offset+i)]; b.dec == b.dec { // a NaN block decodes to NaN whatever its codes
-				codes[i] = b.code(v)
+		k.casts[j].tiles.runs(offset, held, func(from, to, tile int) {
+			if b := s[tile]; b.dec == b.dec { // a NaN block decodes to NaN whatever its codes
+				for i, v := range vals[from:to] {
+					codes[from+i] = b.code(v)
+				}
 			}
-		}
+		})
 		parts[j] = cast(tensor.FromFloat32(codes, len(codes)), k.dt)
 	}
 	return parts
@@ -231,9 +240,11 @@ func (k *codec) Use(parts []*tensor.Tensor, amax []float32) {
 		if k.codes {
 			op = operand{t: cast(tensor.FromFloat32(vals, k.rows, k.cols), k.dt), scale: s[0].dec}
 		} else {
-			for e, v := range vals {
-				vals[e] = v * s[k.casts[j].tiles.of(e)].dec
-			}
+			k.casts[j].tiles.runs(0, n, func(from, to, tile int) {
+				for i := from; i < to; i++ {
+					vals[i] *= s[tile].dec
+				}
+			})
 			op = operand{t: tensor.FromFloat32(vals, k.rows, k.cols).Clone(), scale: 1} // in the pool, which counts it
 			if k.casts[j].tensorScaled {
 				op.scale = amax[0] / (448 * 6)
