@@ -94,7 +94,7 @@ type Options struct {
 	// communicator of a Hybrid strategy (hsdp), which needs them; its
 	// caller owns and closes them.
 	Hybrid *comm.Hybrid
-	// StateBlock, when positive, is the block of the optimizer's 8-bit
+	// StateBlock, when positive, is the block of the optimizer's low-bit
 	// state (the precision's; the fabric sets it): a strategy that shards
 	// optimizer state then cuts every parameter in whole blocks counted
 	// from its first element, so that a rank's chunk quantizes as those

@@ -65,34 +65,12 @@ func (b blockwise) quantize(r role, t *tensor.Tensor, dt dtype.DType, _ pass) qu
 		return operand{t: tensor.Meta(dtype.F32, t.Shape()...), scale: 1}
 	}
 	in, vals, rows, cols := t.DType(), t.Float32s(), t.Dim(0), t.Dim(1)
-	if r == roleW {
-		return operand{t: tensor.FromFloat32(b.tiles(vals, rows, cols, in, dt), rows, cols), scale: 1}
+	if r == roleW { // in tiles, cast as FSDP's gather of them casts them
+		w, _, _ := b.weightCasts(rows, cols, in, dt)
+		return operand{t: tensor.FromFloat32(w.cast(vals), rows, cols), scale: 1}
 	}
 	scale := func(amax float32, dt dtype.DType) blockScale { return b.scale(amax, in, dt) }
 	return blocks{vals: vals, rows: rows, cols: cols, dt: dt, size: BlockTile, scale: scale, amax: amaxFinite}
-}
-
-// tiles returns vals (rows×cols, of dtype in) cast to dt in
-// BlockTile×BlockTile tiles (shorter at the edges), as the values their
-// codes times their scale hold.
-func (b blockwise) tiles(vals []float32, rows, cols int, in, dt dtype.DType) []float32 {
-	out := make([]float32, len(vals))
-	tile := make([]float32, 0, BlockTile*BlockTile)
-	for r0 := 0; r0 < rows; r0 += BlockTile {
-		r1 := min(r0+BlockTile, rows)
-		for c0 := 0; c0 < cols; c0 += BlockTile {
-			c1 := min(c0+BlockTile, cols)
-			tile = tile[:0]
-			for r := r0; r < r1; r++ {
-				tile = append(tile, vals[r*cols+c0:r*cols+c1]...)
-			}
-			castBlock(tile, b.scale(amaxFinite(tile), in, dt))
-			for r := r0; r < r1; r++ {
-				copy(out[r*cols+c0:r*cols+c1], tile[(r-r0)*(c1-c0):])
-			}
-		}
-	}
-	return out
 }
 
 // scale is Transformer Engine's cast to dt of a block or tile of dtype in

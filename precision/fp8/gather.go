@@ -2,12 +2,12 @@ package fp8
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/weftml/weft/comm"
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/tensor"
-	"strings"
 )
 
 // Under FSDP a recipe that casts with scales computed at the cast
@@ -53,6 +53,47 @@ type weightCast struct {
 	scale        func(amax, tensorAmax float32) blockScale
 	finite       bool
 	tensorScaled bool
+}
+
+// amaxes folds into amax (one per tile) the largest |v| of each tile that
+// vals, the weight's elements from offset on, holds part of.
+func (w weightCast) amaxes(vals []float32, offset int, amax []float32) {
+	of := amaxOf
+	if w.finite {
+		of = amaxFinite
+	}
+	w.tiles.runs(offset, len(vals), func(from, to, tile int) {
+		amax[tile] = max(amax[tile], of(vals[from:to])) // max keeps a NaN
+	})
+}
+
+// scales are the casts of tiles whose amaxes are amax, in a weight whose
+// amax is tensorAmax.
+func (w weightCast) scales(amax []float32, tensorAmax float32) []blockScale {
+	out := make([]blockScale, len(amax))
+	for t, a := range amax {
+		out[t] = w.scale(a, tensorAmax)
+	}
+	return out
+}
+
+// cast returns the whole weight vals as w casts it: each element the
+// value its code stands for.
+func (w weightCast) cast(vals []float32) []float32 {
+	amax := make([]float32, w.tiles.count())
+	w.amaxes(vals, 0, amax)
+	var tensorAmax float32
+	if w.tensorScaled {
+		tensorAmax = amaxOf(vals)
+	}
+	s := w.scales(amax, tensorAmax)
+	out := make([]float32, len(vals))
+	w.tiles.runs(0, len(vals), func(from, to, tile int) {
+		for i, v := range vals[from:to] {
+			out[from+i] = s[tile].cast(v)
+		}
+	})
+	return out
 }
 
 // A coder is a quantizer whose casts of a rows×cols weight of dtype in to
@@ -184,13 +225,7 @@ func (k *codec) Amaxes(chunk *tensor.Tensor, offset int) []float32 {
 	amax[0] = amaxOf(vals)
 	base := 1
 	for _, c := range k.casts {
-		of := amaxOf
-		if c.finite {
-			of = amaxFinite
-		}
-		c.tiles.runs(offset, len(vals), func(from, to, tile int) {
-			amax[base+tile] = max(amax[base+tile], of(vals[from:to])) // max keeps a NaN
-		})
+		c.amaxes(vals, offset, amax[base:base+c.tiles.count()])
 		base += c.tiles.count()
 	}
 	return amax
@@ -204,10 +239,7 @@ func (k *codec) scales(amax []float32) [][]blockScale {
 	out := make([][]blockScale, len(k.casts))
 	base := 1
 	for j, c := range k.casts {
-		out[j] = make([]blockScale, c.tiles.count())
-		for t := range out[j] {
-			out[j][t] = c.scale(amax[base+t], amax[0])
-		}
+		out[j] = c.scales(amax[base:base+c.tiles.count()], amax[0])
 		base += len(out[j])
 	}
 	return out
