@@ -67,7 +67,7 @@ func (b blockwise) quantize(r role, t *tensor.Tensor, dt dtype.DType, _ pass) qu
 	in, vals, rows, cols := t.DType(), t.Float32s(), t.Dim(0), t.Dim(1)
 	if r == roleW { // in tiles, cast as FSDP's gather of them casts them
 		w, _, _ := b.weightCasts(rows, cols, in, dt)
-		return operand{t: tensor.FromFloat32(w.cast(vals), rows, cols), scale: 1}
+		return w.cast(vals)
 	}
 	scale := func(amax float32, dt dtype.DType) blockScale { return b.scale(amax, in, dt) }
 	return blocks{vals: vals, rows: rows, cols: cols, dt: dt, size: BlockTile, scale: scale, amax: amaxFinite}

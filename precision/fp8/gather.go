@@ -77,9 +77,9 @@ func (w weightCast) scales(amax []float32, tensorAmax float32) []blockScale {
 	return out
 }
 
-// cast returns the whole weight vals as w casts it: each element the
-// value its code stands for.
-func (w weightCast) cast(vals []float32) []float32 {
+// cast returns the GEMM operand of the whole weight vals as w casts it:
+// each element the value its code stands for.
+func (w weightCast) cast(vals []float32) operand {
 	amax := make([]float32, w.tiles.count())
 	w.amaxes(vals, 0, amax)
 	var tensorAmax float32
@@ -93,7 +93,17 @@ func (w weightCast) cast(vals []float32) []float32 {
 			out[from+i] = s[tile].cast(v)
 		}
 	})
-	return out
+	return w.operand(out, tensorAmax)
+}
+
+// operand is the GEMM operand of values, w's cast of a weight whose amax
+// is tensorAmax.
+func (w weightCast) operand(values []float32, tensorAmax float32) operand {
+	op := operand{t: tensor.FromFloat32(values, w.tiles.rows, w.tiles.cols), scale: 1}
+	if w.tensorScaled {
+		op.scale = nvfp4TensorScale(tensorAmax)
+	}
+	return op
 }
 
 // A coder is a quantizer whose casts of a rows×cols weight of dtype in to
@@ -277,10 +287,8 @@ func (k *codec) Use(parts []*tensor.Tensor, amax []float32) {
 					vals[i] *= s[tile].dec
 				}
 			})
-			op = operand{t: tensor.FromFloat32(vals, k.rows, k.cols).Clone(), scale: 1} // in the pool, which counts it
-			if k.casts[j].tensorScaled {
-				op.scale = amax[0] / (448 * 6)
-			}
+			op = k.casts[j].operand(vals, amax[0])
+			op.t = op.t.Clone() // into the pool, which counts it
 		}
 		for _, axis := range k.axes[j] {
 			c.operands[axis] = &op

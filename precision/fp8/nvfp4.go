@@ -182,9 +182,9 @@ type nvfp4Matrix struct {
 // amax/(448·6) as the operand's scale. A weight's square tiles serve both
 // of its GEMMs as they are.
 func (m nvfp4Matrix) along(axis int) operand {
-	if m.role == roleW {
-		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, NVFP4Block, nil)
-		return operand{t: tensor.FromFloat32(out, m.rows, m.cols), scale: scale}
+	if m.role == roleW { // in tiles, cast as FSDP's gather of them casts them
+		w, _, _ := nvfp4Scaling{}.weightCasts(m.rows, m.cols, m.dt, dtype.E2M1)
+		return w.cast(m.vals)
 	}
 	n := len(m.vals)
 	var bits []uint16
@@ -192,7 +192,7 @@ func (m nvfp4Matrix) along(axis int) operand {
 		bits = m.bits.words((1-axis)*n, n)
 	}
 	if axis == 1 {
-		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, 1, bits)
+		out, scale := nvfp4Cast(m.vals, m.rows, m.cols, bits)
 		return operand{t: tensor.FromFloat32(out, m.rows, m.cols), scale: scale}
 	}
 	// The weight gradient's operands, reduced down their columns: cast the
@@ -202,7 +202,7 @@ func (m nvfp4Matrix) along(axis int) operand {
 	if m.dt != dtype.F32 {
 		dtype.RoundFloat32s(m.dt, vals)
 	}
-	out, scale := nvfp4Cast(vals, m.cols, m.rows, 1, bits)
+	out, scale := nvfp4Cast(vals, m.cols, m.rows, bits)
 	return operand{t: tensor.FromFloat32(transpose(out, m.cols, m.rows), m.rows, m.cols), scale: scale}
 }
 
@@ -258,8 +258,8 @@ func hadamard16(vals []float32, rows, cols int) {
 }
 
 // nvfp4Cast casts vals (rows×cols) as Transformer Engine's reference
-// quantizer does, in blocks of 16 along each row, or in tile×tile tiles
-// when tile is 16, and returns each element as its E2M1 code's value times
+// quantizer does, in blocks of 16 along each row (a weight's 16×16 tiles
+// are its weightCasts'), and returns each element as its E2M1 code's value times
 // its block's E4M3 decode scale, and the tensor's amax/2688 that
 // multiplies the products back. In float32, as the reference computes:
 // the global encode scale g = 2688/amax (float32's largest for amax 0,
@@ -268,28 +268,29 @@ func hadamard16(vals []float32, rows, cols int) {
 // the encode scale and cast by the reference's thresholds (to nearest,
 // ties to even; NaN and -0 to +0), or, with bits (a word per element),
 // by e2m1Stochastic.
-func nvfp4Cast(vals []float32, rows, cols, tile int, bits []uint16) ([]float32, float32) {
+func nvfp4Cast(vals []float32, rows, cols int, bits []uint16) ([]float32, float32) {
 	amax := amaxOf(vals)
 	out := make([]float32, len(vals))
-	for r0 := 0; r0 < rows; r0 += tile {
-		r1 := min(r0+tile, rows)
+	for r := range rows {
 		for c0 := 0; c0 < cols; c0 += NVFP4Block {
-			c1 := min(c0+NVFP4Block, cols)
-			s := nvfp4Scale(blockAmax(vals, cols, r0, r1, c0, c1), amax)
-			for r := r0; r < r1; r++ {
-				for c := c0; c < c1; c++ {
-					i := r*cols + c
-					if bits != nil {
-						out[i] = e2m1Stochastic(vals[i]*s.enc, bits[i]) * s.dec
-					} else {
-						out[i] = s.cast(vals[i])
-					}
+			block := vals[r*cols+c0 : r*cols+min(c0+NVFP4Block, cols)]
+			s := nvfp4Scale(amaxOf(block), amax)
+			for k, v := range block {
+				i := r*cols + c0 + k
+				if bits != nil {
+					out[i] = e2m1Stochastic(v*s.enc, bits[i]) * s.dec
+				} else {
+					out[i] = s.cast(v)
 				}
 			}
 		}
 	}
-	return out, amax / (448 * 6)
+	return out, nvfp4TensorScale(amax)
 }
+
+// nvfp4TensorScale is the operand's scale of a tensor of amax, which its
+// blocks' decode scales divide out.
+func nvfp4TensorScale(amax float32) float32 { return amax / (448 * 6) }
 
 // nvfp4Scale is the cast of a block of amax in a tensor of tensorAmax
 // (see nvfp4Cast).
@@ -305,20 +306,6 @@ func nvfp4Scale(amax, tensorAmax float32) blockScale {
 	d := min(amax*(global*float32(1.0/6)), math.MaxFloat32)
 	d = dtype.E4M3FN.Round(max(min(d, 448), -448))
 	return blockScale{enc: min(1/(d*decodeGlobal), math.MaxFloat32), dec: d, round: e2m1Reference}
-}
-
-// blockAmax is the largest |v| of vals (a matrix of cols columns) in rows
-// r0..r1 and columns c0..c1, NaN if one is NaN.
-func blockAmax(vals []float32, cols, r0, r1, c0, c1 int) float32 {
-	m := float32(0)
-	for r := r0; r < r1; r++ {
-		a := amaxOf(vals[r*cols+c0 : r*cols+c1])
-		if a != a {
-			return a
-		}
-		m = max(m, a)
-	}
-	return m
 }
 
 // e2m1Reference is Transformer Engine's reference cast to E2M1
