@@ -256,9 +256,7 @@ func (f *Fabric) convert(m nn.Module, check func(*precision.Resolution) error) e
 	}
 	if f.distCfg != nil {
 		opts := f.cfg.Sharding
-		if fm := precision.OptimizerFormat(plan.Root); fm != nil {
-			opts.StateBlock = fm.Block // chunks of whole low-bit state blocks
-		}
+		opts.StateBlock = stateBlock(precision.OptimizerFormat(plan.Root)) // chunks of whole low-bit state blocks
 		if f.dist, err = strategy.NewRank(f.distCfg.info, f.distCfg.comm, m, comms(plan), opts); err != nil {
 			return fmt.Errorf("fabric: setup: %w", err)
 		}

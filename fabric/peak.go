@@ -455,11 +455,7 @@ func (s *stepSim) param(dt, sd dtype.DType, n int) paramBytes {
 	if s.dist {
 		size = s.n
 	}
-	block := 1
-	if s.stateFormat != nil && s.sh.OptimizerState { // chunks of whole low-bit state blocks
-		block = s.stateFormat.Block
-	}
-	chunk := strategy.Chunk(n, block, size)
+	chunk := strategy.Chunk(n, strategy.ParamBlock(s.sh, stateBlock(s.stateFormat)), size)
 	part := n // what the optimizer updates
 	if s.sh.OptimizerState {
 		part = chunk

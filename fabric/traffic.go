@@ -6,6 +6,7 @@ import (
 
 	"github.com/weftml/weft/dtype"
 	"github.com/weftml/weft/nn"
+	"github.com/weftml/weft/optim/lowbit"
 	"github.com/weftml/weft/precision"
 	"github.com/weftml/weft/strategy"
 )
@@ -94,11 +95,11 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 	}
 	sent := exchange{t: t, n: shard, onHost: min(shard, perHost)}
 	replicas := exchange{t: t, n: n / shard, onHost: max(1, min(n/shard, perHost/shard))}
-	stateFormat := precision.OptimizerFormat(p.res.Root)
+	paramBlock := strategy.ParamBlock(st.Sharding, stateBlock(precision.OptimizerFormat(p.res.Root)))
 	for _, par := range p.params() {
 		block := par.block
-		if par.trains && stateFormat != nil && st.Sharding.OptimizerState { // chunks of whole low-bit state blocks
-			block = stateFormat.Block
+		if !par.frozen {
+			block = paramBlock
 		}
 		chunk := int64(strategy.Chunk(par.elems, block, shard))
 		switch {
@@ -129,6 +130,14 @@ func (p *Plan) PredictTraffic(ranksPerHost int, keepAfterForward bool) {
 	}
 	byParams(t.Gathers)
 	byParams(t.Reductions)
+}
+
+// stateBlock is the block of the low-bit optimizer state fm, 0 for none.
+func stateBlock(fm *lowbit.Format) int {
+	if fm == nil {
+		return 0
+	}
+	return fm.Block
 }
 
 // codedParts is how many casts of par a step's gathers send: the
@@ -166,7 +175,9 @@ func (e exchange) add(times, bytes int64) int64 {
 
 // planParam is what a strategy moves of one parameter or frozen weight.
 type planParam struct {
-	elems, block int
+	elems        int
+	frozen       bool        // a frozen weight's codes (nn.Frozen), split in whole blocks of block
+	block        int         // a frozen weight's; a parameter's is the strategy's (strategy.ParamBlock)
 	stored, wire dtype.DType // its storage, and its gathers' format
 	reduced      dtype.DType // its gradient's reductions
 	scale        int64       // bytes of an FP8 gather's scale
@@ -185,11 +196,11 @@ func (p *Plan) params() []planParam {
 	for _, s := range p.res.Scopes {
 		for _, fz := range nn.FrozenOf(s.Module) {
 			codes := *fz.Value
-			out = append(out, planParam{elems: codes.Len(), block: fz.Block, stored: codes.DType(), wire: codes.DType()})
+			out = append(out, planParam{elems: codes.Len(), block: fz.Block, stored: codes.DType(), wire: codes.DType(), frozen: true})
 		}
 		for _, q := range s.Module.Params() {
 			v := q.Var.Value
-			par := planParam{elems: v.Len(), block: 1, stored: v.DType(), wire: v.DType(), reduced: v.DType(), trains: q.Var.RequiresGrad()}
+			par := planParam{elems: v.Len(), stored: v.DType(), wire: v.DType(), reduced: v.DType(), trains: q.Var.RequiresGrad()}
 			if dt, scale, ok := gatherFormat(s, q, tied); ok {
 				par.wire = dt
 				if scale != 0 {

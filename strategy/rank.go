@@ -153,10 +153,7 @@ func NewRank(info Info, c comm.Communicator, m nn.Module, comms Comms, opts Opti
 	}
 	r.link = link{c: r.group}
 	size := r.group.Size()
-	block := 1
-	if info.Sharding.OptimizerState && opts.StateBlock > 0 {
-		block = opts.StateBlock
-	}
+	block := ParamBlock(info.Sharding, opts.StateBlock)
 	for _, p := range r.params {
 		v := p.Var.Value
 		if v.DType().Bits() < 8 {

@@ -67,6 +67,16 @@ func Lookup(name string) (Info, error) {
 	return Info{}, fmt.Errorf("unknown strategy %q (accepted: %s)", name, strings.Join(Names(), ", "))
 }
 
+// ParamBlock is the block a strategy sharded as sh cuts a parameter in:
+// the optimizer state's block, stateBlock (Options.StateBlock; 0 for
+// none), when it shards optimizer state, else 1.
+func ParamBlock(sh Sharding, stateBlock int) int {
+	if sh.OptimizerState && stateBlock > 0 {
+		return stateBlock
+	}
+	return 1
+}
+
 // Chunk is the elements each of n ranks holds of a tensor of elems
 // elements split in whole blocks of block elements (a quantized weight's;
 // 1 for a parameter), the last chunk zero-padded to the same length.
