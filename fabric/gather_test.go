@@ -16,6 +16,7 @@ import (
 	"github.com/weftml/weft/nn"
 	"github.com/weftml/weft/optim"
 	"github.com/weftml/weft/precision"
+	"github.com/weftml/weft/precision/quant"
 )
 
 // gptRun is what a few steps of a gpt on one rank left: its losses, its
@@ -249,4 +250,54 @@ func TestFSDPGathersBlockCodes(t *testing.T) {
 			t.Errorf("%s: fsdp rank 0 sent %d bytes in all-gathers and all-reductions, bf16-mixed %d: the codes save nothing", c.spec, got, want)
 		}
 	}
+}
+
+// TestPredictedGathersUnderLoRA: with LoRA adapters beside 8-bit AdamW
+// state on 4 fsdp ranks, the plan's gathered bytes are those the strategy
+// counts: the frozen bases are cut in whole state blocks as the trained
+// parameters are (strategy.ParamBlock).
+func TestPredictedGathersUnderLoRA(t *testing.T) {
+	pol, _, err := precision.ParsePolicy("bf16-mixed+adamw8bit", nil, "auto", precision.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lora := precision.SpecFunc("lora", func() precision.Plugin { return quant.NewLoRA(4, 8, "blocks.*.qkv") })
+	if pol.Default, err = precision.Join(pol.Default, lora); err != nil {
+		t.Fatal(err)
+	}
+	p, err := fabric.MakePlan(models.NewGPT(nn.Meta(3), models.ReferenceGPT), pol, precision.LossScalingAuto, "fsdp", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.PredictTraffic(4, false)
+	var want int64
+	for _, g := range p.Traffic.Gathers {
+		want += g.Bytes
+	}
+	onRanks(t, 4, func(r int, cm comm.Communicator) error {
+		cfg, b := gptBatch(false)
+		f, err := fabric.New(fabric.Config{Policy: pol, Seed: 3, Strategy: "fsdp", Comm: cm})
+		if err != nil {
+			return err
+		}
+		m := models.NewGPT(f.InitModule(false), cfg)
+		opt, err := optim.NewAdamW(nn.Parameters(m), adamW)
+		if err != nil {
+			return err
+		}
+		if err := f.Setup(m, opt); err != nil {
+			return err
+		}
+		if _, err := f.TrainStep(context.Background(), m, rankShare(t, f, b)); err != nil {
+			return err
+		}
+		var sent int64
+		for _, n := range f.Rank().Gathered() {
+			sent += n * 3 // to each of 3 peers
+		}
+		if sent != want {
+			t.Errorf("rank %d: the strategy gathered %d bytes, the plan predicts %d", r, sent, want)
+		}
+		return nil
+	})
 }
