@@ -45,6 +45,21 @@ type StochasticBits struct {
 // to the next run's At.
 type WordRun struct{ At, Word uint64 }
 
+// stochasticRun is the most elements round takes at once: their words
+// stay in L1 beside them.
+const stochasticRun = 256
+
+// round rounds xs, the tensor's elements from lo on (stochasticRun at
+// most), to bfloat16 with their words, keeping them as float32.
+func (b *StochasticBits) round(xs []float32, lo int) {
+	var words [stochasticRun]uint16
+	r := words[:len(xs)]
+	b.fill(r, lo)
+	for i, x := range xs {
+		xs[i] = dtype.F32FromBF16(dtype.BF16StochasticRound(x, r[i]))
+	}
+}
+
 // fill writes to r the words of elements [lo, lo+len(r)) of the tensor.
 func (b *StochasticBits) fill(r []uint16, lo int) {
 	j := b.First + uint64(lo)
@@ -151,9 +166,8 @@ func adamWTorchao(p, g *Tensor, ms, vs []float32, s AdamWScalars) {
 	c := *s.Torchao
 	stochastic := s.Stochastic != nil && p.dtype == dtype.BF16
 	run := func(lo, hi int) {
-		var r [256]uint16
-		for at := lo; at < hi; at += len(r) {
-			end := min(at+len(r), hi)
+		for at := lo; at < hi; at += stochasticRun {
+			end := min(at+stochasticRun, hi)
 			for i := at; i < end; i++ {
 				pi := ps[i] - float32(c.LRDecay*ps[i])
 				gi := gs[i]
@@ -164,11 +178,7 @@ func adamWTorchao(p, g *Tensor, ms, vs []float32, s AdamWScalars) {
 				ms[i], vs[i] = mi, vi
 			}
 			if stochastic {
-				bits := r[:end-at]
-				s.Stochastic.fill(bits, at)
-				for i, b := range bits {
-					ps[at+i] = dtype.F32FromBF16(dtype.BF16StochasticRound(ps[at+i], b))
-				}
+				s.Stochastic.round(ps[at:end], at)
 			}
 		}
 	}
@@ -290,17 +300,13 @@ func adamWStochastic(p, g, m, v *Tensor, s AdamWScalars) {
 // moments rounded to nearest and p stochastically.
 func adamWStochasticRange(ps, gs, ms, vs []float32, rm, rv rounding[float32], s AdamWScalars, bits StochasticBits) {
 	params := s.float32s()
-	var r [256]uint16
-	for lo := 0; lo < len(ps); lo += len(r) {
-		hi := min(lo+len(r), len(ps))
-		p, m, v, r := ps[lo:hi], ms[lo:hi], vs[lo:hi], r[:hi-lo]
+	for lo := 0; lo < len(ps); lo += stochasticRun {
+		hi := min(lo+stochasticRun, len(ps))
+		p, m, v := ps[lo:hi], ms[lo:hi], vs[lo:hi]
 		vec.AdamW(p, gs[lo:hi], m, v, params)
 		rm.all(m)
 		rv.all(v)
-		bits.fill(r, lo)
-		for i, x := range p {
-			p[i] = dtype.F32FromBF16(dtype.BF16StochasticRound(x, r[i]))
-		}
+		bits.round(p, lo)
 	}
 }
 
